@@ -1,0 +1,44 @@
+"""Development sessions: tests, lint, typecheck, generate (and benchmarks, run by hand)."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.default_venv_backend = "venv"
+
+PYTHON = "3.11"
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The whole test suite, differential tests against real Triton included."""
+    session.install("-e", ".[dev]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "repokit", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    session.install("-e", ".[dev]")
+    session.run("mypy")
+
+
+@nox.session(python=PYTHON)
+def generate(session: nox.Session) -> None:
+    """Regenerate repokit/protocol/generated from protos/ and schemas/ from the descriptors."""
+    session.install("-e", ".[dev]")
+    session.run("python", "-m", "repokit.protocol.codegen")
+
+
+@nox.session(python=PYTHON)
+def slow(session: nox.Session) -> None:
+    """Slow differential and soak tests (kept out of the default run)."""
+    session.install("-e", ".[dev]")
+    session.run("pytest", "-m", "slow", *session.posargs)

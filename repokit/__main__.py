@@ -1,0 +1,3 @@
+from repokit.cli.main import run
+
+run()

@@ -1,0 +1,1 @@
+"""Generated protobuf modules (see repokit.protocol.codegen). Do not edit by hand."""
