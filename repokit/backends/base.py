@@ -1,0 +1,96 @@
+"""The backend interface: what the scheduler calls to run a model version.
+
+A backend is created per loaded model version by ``repokit.backends.registry.create_backend``
+(chosen by the config's backend/platform name; heavy imports happen inside the backend module).
+It owns ``instance_count`` execution instances; the scheduler decides which instance runs which
+batch and never runs two batches on one instance at once.
+
+``execute`` receives the requests of one batch (a single request for the default scheduler,
+several for the dynamic/sequence batchers). Each request's inputs are fully resolved numpy arrays
+(shared memory already read, control/state tensors already added by the scheduler). It returns
+one ``BackendResult`` per request, in order: either output tensors or a ``RepokitError``.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repokit.errors import RepokitError
+from repokit.protocol.generated import model_config_pb2 as mc
+from repokit.protocol.types import InferTensor, ParamValue
+
+
+@dataclass
+class BackendRequest:
+    """One request as a backend sees it."""
+
+    inputs: dict[str, InferTensor]
+    requested_outputs: tuple[str, ...]  # names the client asked for (all outputs when empty)
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+    request_id: str = ""
+    correlation_id: int | str = 0
+    flags: int = 0  # 1 = SEQUENCE_START, 2 = SEQUENCE_END (Triton's TRITONSERVER_REQUEST_FLAG_*)
+
+
+@dataclass
+class BackendResult:
+    outputs: list[InferTensor] = field(default_factory=list)
+    error: RepokitError | None = None
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """Everything a backend needs to load one version of a model."""
+
+    name: str
+    version: int
+    model_dir: Path  # <repo>/<model>
+    version_dir: Path  # <repo>/<model>/<version>
+    repository: Path
+    config: mc.ModelConfig  # normalised (instance groups filled in)
+    config_json: str  # the config as Triton's /config JSON, as passed to python models
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-execution durations in nanoseconds, for the statistics extension."""
+
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+
+
+class Backend(abc.ABC):
+    """A loaded model version with ``instance_count`` instances."""
+
+    def __init__(self, context: ModelContext) -> None:
+        self.context = context
+
+    @property
+    @abc.abstractmethod
+    def instance_count(self) -> int: ...
+
+    @abc.abstractmethod
+    async def load(self) -> None:
+        """Create every instance; raise RepokitError with Triton's message on failure."""
+
+    @abc.abstractmethod
+    async def execute(
+        self, instance: int, requests: list[BackendRequest]
+    ) -> tuple[list[BackendResult], Timing]:
+        """Run one batch on one instance; never raises for a model error (see BackendResult)."""
+
+    @abc.abstractmethod
+    async def unload(self) -> None:
+        """Release every instance (python models get finalize())."""
+
+    def health(self) -> bool:
+        """False when an instance died; the model then reports not ready."""
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": type(self).__name__, "instances": self.instance_count}
