@@ -10,12 +10,12 @@ the raw bfloat16 words. Arrays decoded from request bodies are read-only views
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-ParamValue = Union[bool, int, float, str]
+ParamValue = bool | int | float | str
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ GENERATED = project_root() / "repokit" / "protocol" / "generated"
 
 def test_generated_code_matches_protos() -> None:
     fresh = generate_sources(project_root() / "protos")
-    committed = {p.name: p.read_text() for p in GENERATED.iterdir() if p.name.endswith((".py", ".pyi"))}
+    committed = {
+        p.name: p.read_text() for p in GENERATED.iterdir() if p.name.endswith((".py", ".pyi"))
+    }
     committed = {k: v for k, v in committed.items() if not k.startswith("_")}
     drifted = sorted(name for name in fresh if committed.get(name) != fresh[name])
     assert not drifted, f"generated code drifted from protos/ (run `nox -s generate`): {drifted}"
