@@ -1,0 +1,227 @@
+"""Ensemble rules across the repository: Triton's verdict on every ensemble.
+
+Called by ``validate_repository`` after every model has its own ModelReport. Three layers, in the
+order Triton applies them:
+
+1. ``ValidateEnsembleSchedulingConfig`` on the ensemble's own config (ensemble_graph.py);
+2. the dependency graph (core ``model_repository_manager.cc``): step models exist, are not part
+   of a cycle, loaded successfully, and load the version a step asks for;
+3. ``ValidateEnsembleConfig`` against the composing models' configs (ensemble_composing.py),
+   only once 1 and 2 pass, as in Triton.
+
+Ensembles of ensembles are handled in dependency order, so an ensemble whose step is an invalid
+ensemble is itself invalid.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from repokit.config.diagnostics import Severity
+from repokit.config.ensemble_composing import ComposingCheck
+from repokit.config.ensemble_graph import (
+    ENSEMBLE_PLATFORM,
+    Finding,
+    check_not_ensemble_platform,
+    check_scheduling,
+    step_path,
+)
+from repokit.config.report import ModelReport, RepositoryReport, ValidateOptions
+from repokit.protocol.generated import model_config_pb2 as mc
+
+LATEST_VERSION = -1
+
+
+def _relative_file(report: RepositoryReport, model: ModelReport) -> str:
+    path = model.config_file or model.directory
+    try:
+        return str(Path(path).relative_to(report.root))
+    except ValueError:
+        return str(path)
+
+
+def _add(report: RepositoryReport, model: ModelReport, findings: list[Finding]) -> None:
+    file = _relative_file(report, model)
+    model.diagnostics.extend(f.bind(model.name, file) for f in findings)
+
+
+def _ensembles(report: RepositoryReport) -> dict[str, mc.ModelConfig]:
+    return {
+        name: m.config
+        for name, m in report.models.items()
+        if m.config is not None
+        and m.config.platform == ENSEMBLE_PLATFORM
+        and m.config.HasField("ensemble_scheduling")
+    }
+
+
+def _upstreams(config: mc.ModelConfig) -> list[str]:
+    """Step model names in step order, without repeats."""
+    return list(
+        dict.fromkeys(s.model_name for s in config.ensemble_scheduling.step if s.model_name)
+    )
+
+
+def _cycle_findings(ensembles: dict[str, mc.ModelConfig]) -> dict[str, Finding]:
+    """Ensembles that reach themselves through their steps, with Triton's message."""
+    graph = {
+        name: [u for u in _upstreams(cfg) if u in ensembles] for name, cfg in ensembles.items()
+    }
+    out: dict[str, Finding] = {}
+    for start in graph:
+        # depth-first search for a path start -> ... -> last -> start
+        stack: list[tuple[str, int]] = [(start, 0)]
+        seen = {start}
+        while stack:
+            node, child = stack[-1]
+            if child >= len(graph[node]):
+                stack.pop()
+                continue
+            stack[-1] = (node, child + 1)
+            upstream = graph[node][child]
+            if upstream == start:
+                chain = " -> ".join(n for n, _ in stack)
+                out[start] = Finding(
+                    "ensemble-circular-dependency",
+                    f"circular dependency between ensembles: {start} -> ... -> {node} -> {start} "
+                    f"(cycle: {chain} -> {start}); an ensemble cannot contain itself",
+                    "ensemble_scheduling.step",
+                )
+                break
+            if upstream not in seen:
+                seen.add(upstream)
+                stack.append((upstream, 0))
+    return out
+
+
+def _first_error(model: ModelReport) -> str:
+    for d in model.diagnostics:
+        if d.severity is Severity.ERROR:
+            return d.message
+    return "unknown error"
+
+
+def _io_known(config: mc.ModelConfig | None, options: ValidateOptions) -> bool:
+    if config is None:
+        return False
+    # With auto-complete on, a backend fills in a config that lists no tensors at load time.
+    return options.strict or len(config.input) != 0 or len(config.output) != 0
+
+
+class _EnsembleChecker:
+    def __init__(self, report: RepositoryReport, options: ValidateOptions) -> None:
+        self.report = report
+        self.options = options
+        self.ensembles = _ensembles(report)
+        self.done: set[str] = set()
+
+    def run(self) -> None:
+        for model in self.report.models.values():
+            if model.config is not None:
+                _add(self.report, model, check_not_ensemble_platform(model.config))
+        for name, config in self.ensembles.items():
+            _add(self.report, self.report.models[name], check_scheduling(config))
+        for name, finding in _cycle_findings(self.ensembles).items():
+            _add(self.report, self.report.models[name], [finding])
+            self.done.add(name)
+        for name in self.ensembles:
+            self._check(name)
+
+    def _check(self, name: str) -> None:
+        if name in self.done:
+            return
+        self.done.add(name)
+        config = self.ensembles[name]
+        for upstream in _upstreams(config):
+            if upstream in self.ensembles:
+                self._check(upstream)
+        model = self.report.models[name]
+        _add(self.report, model, self._dependency_findings(name, config))
+        if model.ok:
+            _add(self.report, model, self._composing_findings(name, config))
+
+    def _dependency_findings(self, name: str, config: mc.ModelConfig) -> list[Finding]:
+        steps = list(config.ensemble_scheduling.step)
+        missing = [u for u in _upstreams(config) if u not in self.report.models]
+        findings: list[Finding] = []
+        if missing:
+            first = next(i for i, s in enumerate(steps) if s.model_name in missing)
+            findings.append(
+                Finding(
+                    "ensemble-step-model-missing",
+                    f"ensemble {name} contains models that are not available or ambiguous: "
+                    f"{', '.join(missing)} (no such model directory in the repository)",
+                    step_path(first, "model_name"),
+                )
+            )
+        reported: set[str] = set()
+        for index, step in enumerate(steps):
+            upstream = self.report.models.get(step.model_name)
+            if upstream is None or step.model_name in reported:
+                continue
+            if not upstream.ok:
+                reported.add(step.model_name)
+                findings.append(
+                    Finding(
+                        "ensemble-step-model-invalid",
+                        f"ensemble '{name}' depends on '{step.model_name}' which is not valid. "
+                        f"Model '{step.model_name}' failed with error: {_first_error(upstream)}",
+                        step_path(index, "model_name"),
+                    )
+                )
+            elif not upstream.versions:
+                reported.add(step.model_name)
+                findings.append(
+                    Finding(
+                        "ensemble-step-model-invalid",
+                        f"ensemble '{name}' depends on '{step.model_name}' which has no loaded "
+                        "version.",
+                        step_path(index, "model_name"),
+                    )
+                )
+            elif (
+                step.model_version != LATEST_VERSION and step.model_version not in upstream.versions
+            ):
+                hint = (
+                    "; model_version defaults to 0 when omitted, use -1 for the latest version"
+                    if step.model_version == 0
+                    else ""
+                )
+                loaded = ", ".join(str(v) for v in sorted(upstream.versions))
+                findings.append(
+                    Finding(
+                        "ensemble-step-version-not-loaded",
+                        f"ensemble '{name}' depends on '{step.model_name}' whose required version "
+                        f"{step.model_version} is not loaded. (its version policy loads: "
+                        f"{loaded}{hint})",
+                        step_path(index, "model_version"),
+                    )
+                )
+        return findings
+
+    def _composing_findings(self, name: str, config: mc.ModelConfig) -> list[Finding]:
+        check = ComposingCheck(config, name)
+        infos: list[Finding] = []
+        for index, step in enumerate(config.ensemble_scheduling.step):
+            step_config = self.report.models[step.model_name].config
+            if step_config is None or not _io_known(step_config, self.options):
+                check.skip_step()
+                infos.append(
+                    Finding(
+                        "ensemble-step-io-unknown",
+                        f"model '{step.model_name}' has no inputs or outputs in its config (the "
+                        "backend auto-completes them at load time); the input_map, output_map, "
+                        "data type and shape checks of this step were skipped",
+                        step_path(index, "model_name"),
+                        Severity.INFO,
+                    )
+                )
+                continue
+            check.add_step(index, step, step_config)
+        check.check_decoupled()
+        return check.findings + infos
+
+
+def check_ensembles(report: RepositoryReport, options: ValidateOptions) -> None:
+    """Append every ensemble finding to the ModelReport of the model it concerns."""
+    _EnsembleChecker(report, options).run()
