@@ -1,0 +1,126 @@
+"""The KServe v2 HTTP/REST frontend: a Sanic app built by :func:`create_http_app`.
+
+One catch-all Sanic route hands every request to :class:`HttpFrontend.dispatch`, which
+resolves the raw path with Triton's regexes in Triton's order (:mod:`.routing`), checks the
+restricted-API header, then the method (405 ``{"error":"Method Not Allowed"}``), then calls
+the matching :class:`~repokit.core.service.InferenceService` operation. Errors are
+``RepokitError``s mapped to HTTP statuses by the one table in :mod:`repokit.frontends.status`.
+
+Endpoints answered like a Triton built without the feature: CUDA shared memory as a CPU-only
+Triton (status ``[]``, register 400 "GPUs not supported", unregister 200), trace settings as a
+Triton without tracing (503 "the server does not support tracing"), and generate /
+generate_stream as 501 (not implemented by repokit).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from sanic import HTTPResponse, Request, Sanic
+from sanic.exceptions import SanicException
+
+from repokit.core.service import InferenceService
+from repokit.errors import RepokitError
+from repokit.frontends.http import endpoints
+from repokit.frontends.http.responses import error_response
+from repokit.frontends.http.restricted import parse_restricted_apis, restriction_error
+from repokit.frontends.http.routing import Endpoint, Route, resolve
+from repokit.frontends.status import http_status
+
+ALL_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")
+DEFAULT_MAX_INPUT_SIZE = 1 << 26
+
+
+class HttpSettings(Protocol):
+    """The ServerSettings fields the HTTP frontend reads."""
+
+    http_max_input_size: int
+    http_restricted_api: list[str]
+    allow_client_shm: bool
+
+
+Handler = Callable[[Request, Route], Awaitable[HTTPResponse]]
+
+
+class HttpFrontend:
+    """Request dispatch for one app; holds the service and the parsed HTTP options."""
+
+    def __init__(self, service: InferenceService, settings: HttpSettings) -> None:
+        self.service = service
+        self.max_input_size = int(getattr(settings, "http_max_input_size", DEFAULT_MAX_INPUT_SIZE))
+        self.allow_client_shm = bool(getattr(settings, "allow_client_shm", False))
+        self.restrictions = parse_restricted_apis(getattr(settings, "http_restricted_api", []))
+        ops = endpoints.Endpoints(service, self.max_input_size, self.allow_client_shm)
+        self._handlers: dict[Endpoint, tuple[tuple[str, ...], Handler]] = {
+            Endpoint.SERVER_METADATA: (("GET",), ops.server_metadata),
+            Endpoint.HEALTH_LIVE: (("GET",), ops.health_live),
+            Endpoint.HEALTH_READY: (("GET",), ops.health_ready),
+            Endpoint.MODEL_METADATA: (("GET",), ops.model_metadata),
+            Endpoint.MODEL_READY: (("GET",), ops.model_ready),
+            Endpoint.MODEL_CONFIG: (("GET",), ops.model_config),
+            Endpoint.MODEL_INFER: (("POST",), ops.infer),
+            Endpoint.MODEL_GENERATE: (("POST",), ops.generate),
+            Endpoint.STATS: (("GET",), ops.statistics),
+            Endpoint.LOGGING: (("GET", "POST"), ops.logging),
+            Endpoint.REPOSITORY_INDEX: (("POST",), ops.repository_index),
+            Endpoint.REPOSITORY_CONTROL: (("POST",), ops.repository_control),
+            Endpoint.TRACE: (("GET", "POST"), ops.trace),
+            Endpoint.MODEL_TRACE: (("GET", "POST"), ops.trace),
+            Endpoint.SYSTEM_SHM: ((), ops.system_shm),
+            Endpoint.CUDA_SHM: ((), ops.cuda_shm),
+        }
+
+    async def dispatch(self, request: Request, path: str = "") -> HTTPResponse:
+        route = resolve(request.path)
+        if route is None:
+            return error_response(404, "Not Found")
+        if self.restrictions:
+            message = restriction_error(self.restrictions, route.endpoint, request.headers)
+            if message is not None:
+                return error_response(403, message)
+        methods, handler = self._handlers[route.endpoint]
+        if not methods:  # shared memory: status is GET, register/unregister are POST
+            methods = ("GET",) if route.action == "status" else ("POST",)
+        if request.method not in methods:
+            return error_response(405, "Method Not Allowed")
+        try:
+            return await handler(request, route)
+        except RepokitError as exc:
+            return error_response(http_status(exc.code), exc.message)
+
+
+def _sanic_error(request: Request, exception: Exception) -> HTTPResponse:
+    """Sanic's own errors (unknown method, oversized body, timeouts) as {"error": ...}."""
+    if isinstance(exception, SanicException):
+        status = int(getattr(exception, "status_code", 500) or 500)
+        message = str(exception) or "Error"
+        if status == 405:
+            message = "Method Not Allowed"
+        elif status == 404:
+            message = "Not Found"
+        return error_response(status, message)
+    return error_response(500, f"internal error: {type(exception).__name__}: {exception}")
+
+
+def create_http_app(
+    service: InferenceService, settings: HttpSettings, *, access_log: bool = False
+) -> Sanic[Any, Any]:
+    """A new Sanic app (unique name, so several servers can live in one process)."""
+    frontend = HttpFrontend(service, settings)
+    app: Sanic[Any, Any] = Sanic(f"repokit-http-{uuid.uuid4().hex[:12]}", configure_logging=False)
+    app.config.ACCESS_LOG = access_log
+    app.config.AUTO_RELOAD = False
+    # Bodies up to the input limit plus binary tensors: Triton limits only the JSON parts and
+    # raw/decompressed inputs, so the transport limit is generous.
+    app.config.REQUEST_MAX_SIZE = max(frontend.max_input_size * 4, 1 << 31)
+    app.config.REQUEST_TIMEOUT = 3600
+    app.config.RESPONSE_TIMEOUT = 3600
+    app.config.KEEP_ALIVE_TIMEOUT = 75
+    app.config.NOISY_EXCEPTIONS = False
+    app.ctx.frontend = frontend
+    app.add_route(frontend.dispatch, "/", methods=ALL_METHODS, name="root")
+    app.add_route(frontend.dispatch, "/<path:path>", methods=ALL_METHODS, name="dispatch")
+    app.error_handler.add(Exception, _sanic_error)
+    return app

@@ -1,0 +1,278 @@
+"""One coroutine per HTTP endpoint: decode the request, call the service, encode the reply.
+
+Method and restriction checks happen in the dispatcher (:mod:`.app`); these handlers follow
+Triton's ``HTTPAPIServer::Handle*`` for everything after that, with Triton's messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from sanic import HTTPResponse, Request
+
+from repokit.core.service import InferenceService
+from repokit.errors import Code, RepokitError, invalid_arg
+from repokit.frontends.http.compression import choose_response_encoding, compress, decompress_body
+from repokit.frontends.http.infer_request import (
+    decode_infer_request,
+    parse_header_length,
+    parse_json_document,
+    parse_model_version,
+)
+from repokit.frontends.http.infer_response import encode_infer_response
+from repokit.frontends.http.responses import empty_response, error_response, json_response
+from repokit.frontends.http.routing import Route
+from repokit.frontends.status import http_status
+
+CLIENT_SHM_DISABLED = (
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+)
+_HEADER_LENGTH = "inference-header-content-length"
+
+
+class Endpoints:
+    def __init__(
+        self, service: InferenceService, max_input_size: int, allow_client_shm: bool
+    ) -> None:
+        self.service = service
+        self.max_input_size = max_input_size
+        self.allow_client_shm = allow_client_shm
+
+    # --- health & metadata ---------------------------------------------------------------
+
+    async def health_live(self, request: Request, route: Route) -> HTTPResponse:
+        return empty_response(200 if self.service.server_live() else 400)
+
+    async def health_ready(self, request: Request, route: Route) -> HTTPResponse:
+        return empty_response(200 if self.service.server_ready() else 400)
+
+    async def server_metadata(self, request: Request, route: Route) -> HTTPResponse:
+        return json_response(self.service.server_metadata())
+
+    async def model_ready(self, request: Request, route: Route) -> HTTPResponse:
+        version = parse_model_version(route.version)
+        if not self.service.model_ready(route.model, version):
+            return error_response(400, "Model version not ready")
+        return empty_response(200)
+
+    async def model_metadata(self, request: Request, route: Route) -> HTTPResponse:
+        version = parse_model_version(route.version)
+        return json_response(self.service.model_metadata(route.model, version))
+
+    async def model_config(self, request: Request, route: Route) -> HTTPResponse:
+        version = parse_model_version(route.version)
+        return json_response(self.service.model_config_json(route.model, version))
+
+    async def statistics(self, request: Request, route: Route) -> HTTPResponse:
+        version = parse_model_version(route.version)
+        return json_response(self.service.model_statistics(route.model, version))
+
+    # --- inference -------------------------------------------------------------------------
+
+    async def infer(self, request: Request, route: Route) -> HTTPResponse:
+        service = self.service
+        version = parse_model_version(route.version)
+        if service.is_decoupled(route.model, version):
+            raise RepokitError(
+                Code.UNSUPPORTED,
+                "HTTP end point doesn't support models with decoupled transaction policy",
+            )
+        headers = request.headers
+        body = request.body
+        encoding = headers.get("content-encoding")
+        if encoding is not None:
+            try:
+                body = decompress_body(body, encoding, self.max_input_size)
+            except RepokitError as exc:
+                if exc.code is Code.UNSUPPORTED:
+                    response = error_response(http_status(exc.code), exc.message)
+                    response.headers["Accept-Encoding"] = "gzip, deflate"
+                    return response
+                raise
+        header_length = parse_header_length(headers.get(_HEADER_LENGTH), len(body))
+        decoded = decode_infer_request(
+            route.model, version, body, header_length, self.max_input_size
+        )
+        result = await service.infer(decoded.request)
+        encoded = encode_infer_response(result, decoded)
+        out_headers: dict[str, str] = {}
+        if encoded.header_length is not None:
+            out_headers["Inference-Header-Content-Length"] = str(encoded.header_length)
+        payload = encoded.body
+        accept = headers.get("accept-encoding")
+        if accept:
+            chosen = choose_response_encoding(accept)
+            if chosen != "identity":
+                payload = compress(payload, chosen)
+                out_headers["Content-Encoding"] = chosen
+        return HTTPResponse(
+            payload, status=200, headers=out_headers, content_type=encoded.content_type
+        )
+
+    async def generate(self, request: Request, route: Route) -> HTTPResponse:
+        raise RepokitError(
+            Code.UNSUPPORTED, "the generate extension is not supported by this server"
+        )
+
+    # --- repository ------------------------------------------------------------------------
+
+    def _optional_json(self, request: Request) -> dict[str, Any] | None:
+        body = request.body
+        if not body:
+            return None
+        document = parse_json_document(body, self.max_input_size)
+        if not isinstance(document, dict):
+            raise invalid_arg("the request body must be a JSON object")
+        return document
+
+    async def repository_index(self, request: Request, route: Route) -> HTTPResponse:
+        if route.repository:
+            raise RepokitError(Code.UNSUPPORTED, "'repository_name' specification is not supported")
+        document = self._optional_json(request)
+        ready = False
+        if document is not None and "ready" in document:
+            if type(document["ready"]) is not bool:
+                raise invalid_arg("Invalid value for 'ready': expected a boolean")
+            ready = document["ready"]
+        return json_response(self.service.repository_index(ready_only=ready))
+
+    async def repository_control(self, request: Request, route: Route) -> HTTPResponse:
+        if route.repository:
+            raise RepokitError(Code.UNSUPPORTED, "'repository_name' specification is not supported")
+        document = self._optional_json(request)
+        params = document.get("parameters") if document is not None else None
+        if params is not None and not isinstance(params, dict):
+            raise invalid_arg("Unable to parse 'parameters': attempt to access JSON non-object")
+        if route.action == "load":
+            config_json, files = _load_parameters(params or {})
+            await self.service.load_model(route.model, config_json, files)
+        else:
+            unload_dependents = False
+            if params and "unload_dependents" in params:
+                value = params["unload_dependents"]
+                if type(value) is not bool:
+                    raise invalid_arg(
+                        "Unable to parse 'unload_dependents': attempt to access JSON "
+                        "non-boolean as boolean"
+                    )
+                unload_dependents = value
+            await self.service.unload_model(route.model, unload_dependents=unload_dependents)
+        return empty_response(200, "application/json")
+
+    # --- shared memory ---------------------------------------------------------------------
+
+    async def system_shm(self, request: Request, route: Route) -> HTTPResponse:
+        if route.action == "status":
+            return json_response(self.service.shm_status(route.region))
+        if not self.allow_client_shm:
+            raise RepokitError(Code.UNSUPPORTED, CLIENT_SHM_DISABLED)
+        if route.action == "unregister":
+            self.service.shm_unregister(route.region)
+            return empty_response(200, "application/json")
+        if not route.region:
+            raise invalid_arg("'region name' is necessary to register system shared memory region")
+        document = parse_json_document(request.body, self.max_input_size)
+        if not isinstance(document, dict) or "key" not in document:
+            raise invalid_arg("Shared memory register request has no 'key' field")
+        key = document["key"]
+        if not isinstance(key, str):
+            raise invalid_arg("attempt to access JSON non-string as string")
+        offset = document.get("offset", 0)
+        if type(offset) is not int or offset < 0:
+            raise invalid_arg("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        if "byte_size" not in document:
+            raise invalid_arg("Shared memory register request has no 'byte_size' field")
+        byte_size = document["byte_size"]
+        if type(byte_size) is not int or byte_size < 0:
+            raise invalid_arg("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        self.service.shm_register(route.region, key, offset, byte_size)
+        return empty_response(200, "application/json")
+
+    async def cuda_shm(self, request: Request, route: Route) -> HTTPResponse:
+        """As a CPU-only Triton: no region can ever be registered."""
+        if route.action == "status":
+            if route.region:
+                raise invalid_arg(f"Unable to find cuda shared memory region: '{route.region}'")
+            return json_response([])
+        if route.action == "register":
+            if not self.allow_client_shm:
+                raise RepokitError(Code.UNSUPPORTED, CLIENT_SHM_DISABLED)
+            raise invalid_arg(
+                f"failed to register CUDA shared memory region: '{route.region}', "
+                "GPUs not supported"
+            )
+        if not self.allow_client_shm:
+            raise RepokitError(Code.UNSUPPORTED, CLIENT_SHM_DISABLED)
+        return empty_response(200, "application/json")
+
+    # --- logging & trace -------------------------------------------------------------------
+
+    async def logging(self, request: Request, route: Route) -> HTTPResponse:
+        if request.method == "POST":
+            document = parse_json_document(request.body, self.max_input_size)
+            if not isinstance(document, dict):
+                raise invalid_arg("the logging request body must be a JSON object")
+            self.service.update_log_settings(_log_updates(document))
+        return json_response(self.service.log_settings())
+
+    async def trace(self, request: Request, route: Route) -> HTTPResponse:
+        raise RepokitError(Code.UNAVAILABLE, "the server does not support tracing")
+
+
+def _load_parameters(params: dict[str, Any]) -> tuple[str | None, dict[str, bytes] | None]:
+    config_json: str | None = None
+    files: dict[str, bytes] = {}
+    for key, value in params.items():
+        if not isinstance(value, str):
+            raise invalid_arg(
+                f"Unable to parse load parameter '{key}': attempt to access JSON non-string "
+                "as string"
+            )
+        if key == "config":
+            config_json = value
+        elif key.startswith("file:"):
+            try:
+                files[key] = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise invalid_arg(f"'{key}' must be a valid base64 encoded string") from None
+        else:
+            # Triton's HTTP frontend answers 500 "unexpected error on creating Triton
+            # parameter"; an unknown parameter is the client's mistake, so 400 here.
+            raise invalid_arg(f"Unrecognized load parameter '{key}' with type 'STRING'")
+    return config_json, (files or None)
+
+
+_LOG_BOOLS = ("log_info", "log_warning", "log_error")
+
+
+def _log_updates(document: dict[str, Any]) -> dict[str, Any]:
+    """Validated logging changes (null values are ignored, as in Triton)."""
+    if document.get("log_file") is not None:
+        raise RepokitError(
+            Code.UNSUPPORTED, "log file location can not be updated through network protocol"
+        )
+    updates: dict[str, Any] = {}
+    for key in _LOG_BOOLS:
+        value = document.get(key)
+        if value is None:
+            continue
+        if type(value) is not bool:
+            raise invalid_arg("attempt to access JSON non-boolean as boolean")
+        updates[key] = value
+    level = document.get("log_verbose_level")
+    if level is not None:
+        if type(level) is not int or level < 0:
+            raise invalid_arg("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        updates["log_verbose_level"] = level
+    log_format = document.get("log_format")
+    if log_format is not None:
+        if not isinstance(log_format, str):
+            raise invalid_arg("attempt to access JSON non-string as string")
+        if log_format not in ("default", "ISO8601"):
+            raise RepokitError(
+                Code.UNAVAILABLE, f"invalid argument for --log_format, got: {log_format}"
+            )
+        updates["log_format"] = log_format
+    return updates
