@@ -1,0 +1,126 @@
+"""gRPC server options: the subset of ``tritonserver``'s gRPC flags repokit honours.
+
+Defaults are tritonserver's (server ``src/command_line_parser.h``): messages up to INT32_MAX
+bytes both ways, keepalive 7200000 ms / 20000 ms, no pings without calls, 2 pings without data,
+300000 ms minimum ping interval, 2 ping strikes, SO_REUSEPORT off. Built from the serving
+settings by :func:`grpc_options_from_settings`, so this module has no opinion on where they
+come from (CLI, tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from repokit.frontends.http.restricted import parse_restricted_apis
+
+MAX_GRPC_MESSAGE_SIZE = 2**31 - 1
+RESTRICTED_HEADER_PREFIX = "triton-grpc-protocol-"
+
+#: --grpc-infer-response-compression-level names -> grpc core compression levels
+COMPRESSION_LEVELS: dict[str, int] = {"none": 0, "low": 1, "medium": 2, "high": 3}
+
+
+@dataclass(frozen=True)
+class GrpcOptions:
+    address: str = "0.0.0.0"
+    port: int = 8001
+    reuse_port: bool = False
+    use_ssl: bool = False
+    use_ssl_mutual: bool = False
+    server_cert: str = ""
+    server_key: str = ""
+    root_cert: str = ""
+    keepalive_time_ms: int = 7_200_000
+    keepalive_timeout_ms: int = 20_000
+    keepalive_permit_without_calls: bool = False
+    http2_max_pings_without_data: int = 2
+    http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    http2_max_ping_strikes: int = 2
+    max_connection_age_ms: int = 0
+    max_connection_age_grace_ms: int = 0
+    max_concurrent_streams: int = 1024
+    infer_response_compression_level: str = "none"
+    # category -> (metadata key incl. the triton-grpc-protocol- prefix, expected value)
+    restricted: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def channel_options(self) -> list[tuple[str, Any]]:
+        level = COMPRESSION_LEVELS.get(self.infer_response_compression_level)
+        if level is None:
+            raise ValueError(
+                "invalid --grpc-infer-response-compression-level "
+                f"'{self.infer_response_compression_level}': expected one of "
+                + ", ".join(COMPRESSION_LEVELS)
+            )
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.so_reuseport", int(self.reuse_port)),
+            ("grpc.keepalive_time_ms", self.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", int(self.keepalive_permit_without_calls)),
+            ("grpc.http2.max_pings_without_data", self.http2_max_pings_without_data),
+            (
+                "grpc.http2.min_ping_interval_without_data_ms",
+                self.http2_min_recv_ping_interval_without_data_ms,
+            ),
+            ("grpc.http2.max_ping_strikes", self.http2_max_ping_strikes),
+            ("grpc.max_concurrent_streams", self.max_concurrent_streams),
+        ]
+        if self.max_connection_age_ms:
+            options.append(("grpc.max_connection_age_ms", self.max_connection_age_ms))
+        if self.max_connection_age_grace_ms:
+            options.append(("grpc.max_connection_age_grace_ms", self.max_connection_age_grace_ms))
+        if level:
+            options.append(("grpc.default_compression_level", level))
+        return options
+
+
+def parse_restricted_protocols(specs: list[str] | tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """``<protocols>:<key>=<value>`` specs -> category -> (metadata key, value)."""
+    parsed = parse_restricted_apis(
+        specs, option="grpc-restricted-protocol", key_prefix=RESTRICTED_HEADER_PREFIX
+    )
+    # gRPC metadata keys are lower-case on the wire
+    return {category: (key.lower(), value) for category, (key, value) in parsed.items()}
+
+
+def grpc_options_from_settings(settings: Any) -> GrpcOptions:
+    """Read the ``grpc_*`` fields of the serving settings (missing fields keep defaults)."""
+    defaults = GrpcOptions()
+
+    def pick(name: str, default: Any) -> Any:
+        return getattr(settings, name, default)
+
+    return GrpcOptions(
+        address=pick("grpc_address", defaults.address),
+        port=pick("grpc_port", defaults.port),
+        reuse_port=pick("reuse_grpc_port", defaults.reuse_port),
+        use_ssl=pick("grpc_use_ssl", defaults.use_ssl),
+        use_ssl_mutual=pick("grpc_use_ssl_mutual", defaults.use_ssl_mutual),
+        server_cert=pick("grpc_server_cert", defaults.server_cert) or "",
+        server_key=pick("grpc_server_key", defaults.server_key) or "",
+        root_cert=pick("grpc_root_cert", defaults.root_cert) or "",
+        keepalive_time_ms=pick("grpc_keepalive_time", defaults.keepalive_time_ms),
+        keepalive_timeout_ms=pick("grpc_keepalive_timeout", defaults.keepalive_timeout_ms),
+        keepalive_permit_without_calls=pick(
+            "grpc_keepalive_permit_without_calls", defaults.keepalive_permit_without_calls
+        ),
+        http2_max_pings_without_data=pick(
+            "grpc_http2_max_pings_without_data", defaults.http2_max_pings_without_data
+        ),
+        http2_min_recv_ping_interval_without_data_ms=pick(
+            "grpc_http2_min_recv_ping_interval_without_data",
+            defaults.http2_min_recv_ping_interval_without_data_ms,
+        ),
+        http2_max_ping_strikes=pick("grpc_http2_max_ping_strikes", defaults.http2_max_ping_strikes),
+        max_connection_age_ms=pick("grpc_max_connection_age", defaults.max_connection_age_ms),
+        max_connection_age_grace_ms=pick(
+            "grpc_max_connection_age_grace", defaults.max_connection_age_grace_ms
+        ),
+        max_concurrent_streams=pick("grpc_max_concurrent_streams", defaults.max_concurrent_streams),
+        infer_response_compression_level=pick(
+            "grpc_infer_response_compression_level", defaults.infer_response_compression_level
+        ),
+        restricted=parse_restricted_protocols(tuple(pick("grpc_restricted_protocol", ()))),
+    )

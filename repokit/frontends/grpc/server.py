@@ -1,0 +1,112 @@
+"""create_grpc_server(service, settings): the grpc.aio server with every service registered.
+
+The server runs on the caller's asyncio loop (the same one as the HTTP frontend), so both
+protocols share the model instances, schedulers and statistics of one InferenceService.
+``create_grpc_server`` binds the port immediately (port 0 picks a free one) and returns a
+:class:`GrpcServer`, which exposes the bound ``port`` and delegates ``start``/``stop``/
+``wait_for_termination`` to the ``grpc.aio.Server`` it wraps (available as ``.server``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from repokit.core.service import InferenceService
+from repokit.errors import unavailable
+from repokit.frontends.grpc.options import GrpcOptions, grpc_options_from_settings
+from repokit.frontends.grpc.restricted import RestrictedProtocolInterceptor
+from repokit.frontends.grpc.servicer import InferenceServicer, guarded
+from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from repokit.protocol.generated import health_pb2 as health_pb
+from repokit.protocol.generated import health_pb2_grpc as health_grpc
+
+
+class HealthServicer:
+    """``grpc.health.v1.Health/Check``: SERVING iff the server is ready; ``service`` ignored."""
+
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+
+    async def Check(
+        self, request: health_pb.HealthCheckRequest, context: Any
+    ) -> health_pb.HealthCheckResponse:
+        async def run() -> health_pb.HealthCheckResponse:
+            ready = self._service.server_ready()
+            status = (
+                health_pb.HealthCheckResponse.SERVING
+                if ready
+                else health_pb.HealthCheckResponse.NOT_SERVING
+            )
+            return health_pb.HealthCheckResponse(status=status)
+
+        return await guarded(context, run)
+
+
+class GrpcServer:
+    """A bound grpc.aio server and its port."""
+
+    def __init__(self, server: grpc.aio.Server, port: int, address: str) -> None:
+        self.server = server
+        self.port = port
+        self.address = address
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def stop(self, grace: float | None = None) -> None:
+        await self.server.stop(grace)
+
+    async def wait_for_termination(self, timeout: float | None = None) -> bool:
+        return bool(await self.server.wait_for_termination(timeout))
+
+
+def _credentials(options: GrpcOptions) -> grpc.ServerCredentials | None:
+    if not (options.use_ssl or options.use_ssl_mutual):
+        return None
+
+    def read(path: str, what: str) -> bytes:
+        if not path:
+            raise ValueError(f"--grpc-use-ssl needs --grpc-{what}")
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"cannot read --grpc-{what} '{path}': {exc.strerror}") from None
+
+    key = read(options.server_key, "server-key")
+    cert = read(options.server_cert, "server-cert")
+    root = (
+        read(options.root_cert, "root-cert")
+        if options.root_cert or options.use_ssl_mutual
+        else None
+    )
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=root, require_client_auth=options.use_ssl_mutual
+    )
+
+
+def build_grpc_server(service: InferenceService, options: GrpcOptions) -> GrpcServer:
+    """Create and bind the server (call inside the running loop); ValueError on bad options."""
+    interceptors = [RestrictedProtocolInterceptor(options.restricted)] if options.restricted else []
+    server = grpc.aio.server(options=options.channel_options(), interceptors=interceptors)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service), server)
+    health_grpc.add_HealthServicer_to_server(HealthServicer(service), server)
+    target = f"{options.address}:{options.port}"
+    credentials = _credentials(options)
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(target)
+        else:
+            port = server.add_secure_port(target, credentials)
+    except RuntimeError as exc:
+        raise unavailable(f"Socket '{target}' already in use ({exc})") from None
+    if port == 0:
+        raise unavailable(f"Socket '{target}' already in use ")
+    return GrpcServer(server, port, options.address)
+
+
+def create_grpc_server(service: InferenceService, settings: Any) -> GrpcServer:
+    """The gRPC server for ``service`` configured from the serving settings' ``grpc_*`` fields."""
+    return build_grpc_server(service, grpc_options_from_settings(settings))

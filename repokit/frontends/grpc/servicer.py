@@ -1,0 +1,263 @@
+"""The grpc.aio servicer for ``inference.GRPCInferenceService``: decode -> service -> encode.
+
+Every RPC is a thin adapter over :class:`repokit.core.service.InferenceService`. Core errors
+(``RepokitError``) become the gRPC status of the one code table in
+:mod:`repokit.frontends.status`, with the core's message unchanged; anything unexpected becomes
+INTERNAL with a one-line message, never a traceback. Streaming lives in
+:mod:`repokit.frontends.grpc.stream`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from repokit.core.service import InferenceService
+from repokit.errors import Code, RepokitError, unsupported
+from repokit.frontends.grpc import messages
+from repokit.frontends.grpc.codec import decode_infer_request, encode_infer_response
+from repokit.frontends.grpc.stream import StreamSession
+from repokit.frontends.status import grpc_status_name
+from repokit.protocol.generated import grpc_service_pb2 as pb
+
+T = TypeVar("T")
+Context = Any  # grpc.aio.ServicerContext (grpc ships no type information)
+
+_log = logging.getLogger(__name__)
+
+DECOUPLED_UNARY_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+
+def status_code(code: Code) -> grpc.StatusCode:
+    return grpc.StatusCode[grpc_status_name(code)]
+
+
+async def abort_with(context: Context, error: RepokitError) -> NoReturn:
+    await context.abort(status_code(error.code), error.message)
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
+async def guarded(context: Context, call: Callable[[], Awaitable[T]]) -> T:
+    """Run ``call``; map RepokitError to its status and anything else to INTERNAL."""
+    try:
+        return await call()
+    except RepokitError as error:
+        await abort_with(context, error)
+    except (grpc.aio.AbortError, grpc.aio.UsageError):
+        raise
+    except Exception as exc:  # a bug must not reach the client as a traceback
+        _log.exception("gRPC handler failed")
+        await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+        raise AssertionError("unreachable") from None  # pragma: no cover
+
+
+class InferenceServicer:
+    """``inference.GRPCInferenceService`` over one InferenceService."""
+
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+
+    # --- health & metadata -------------------------------------------------------------
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: Context
+    ) -> pb.ServerLiveResponse:
+        async def run() -> pb.ServerLiveResponse:
+            return pb.ServerLiveResponse(live=self._service.server_live())
+
+        return await guarded(context, run)
+
+    async def ServerReady(
+        self, request: pb.ServerReadyRequest, context: Context
+    ) -> pb.ServerReadyResponse:
+        async def run() -> pb.ServerReadyResponse:
+            return pb.ServerReadyResponse(ready=self._service.server_ready())
+
+        return await guarded(context, run)
+
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: Context
+    ) -> pb.ModelReadyResponse:
+        async def run() -> pb.ModelReadyResponse:
+            version = messages.parse_model_version(request.version)
+            return pb.ModelReadyResponse(ready=self._service.model_ready(request.name, version))
+
+        return await guarded(context, run)
+
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Context
+    ) -> pb.ServerMetadataResponse:
+        async def run() -> pb.ServerMetadataResponse:
+            return messages.server_metadata(self._service.server_metadata())
+
+        return await guarded(context, run)
+
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Context
+    ) -> pb.ModelMetadataResponse:
+        async def run() -> pb.ModelMetadataResponse:
+            version = messages.parse_model_version(request.version)
+            return messages.model_metadata(self._service.model_metadata(request.name, version))
+
+        return await guarded(context, run)
+
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: Context
+    ) -> pb.ModelConfigResponse:
+        async def run() -> pb.ModelConfigResponse:
+            version = messages.parse_model_version(request.version)
+            response = pb.ModelConfigResponse()
+            response.config.CopyFrom(self._service.model_config(request.name, version))
+            return response
+
+        return await guarded(context, run)
+
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Context
+    ) -> pb.ModelStatisticsResponse:
+        async def run() -> pb.ModelStatisticsResponse:
+            version = messages.parse_model_version(request.version)
+            stats = self._service.model_statistics(request.name, version)
+            return messages.model_statistics(stats)
+
+        return await guarded(context, run)
+
+    # --- inference ---------------------------------------------------------------------
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: Context
+    ) -> pb.ModelInferResponse:
+        service = self._service
+        try:
+            version = messages.parse_model_version(request.model_version)
+            if service.is_decoupled(request.model_name, version):
+                raise unsupported(DECOUPLED_UNARY_MESSAGE)
+            decoded = decode_infer_request(request)
+            decoded.request.model_version = version
+            response = await service.infer(decoded.request)
+            return encode_infer_response(response)
+        except RepokitError as error:
+            await abort_with(context, error)
+
+    def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        return StreamSession(self._service, request_iterator).responses()
+
+    # --- repository ----------------------------------------------------------------------
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Context
+    ) -> pb.RepositoryIndexResponse:
+        async def run() -> pb.RepositoryIndexResponse:
+            _only_default_repository(request.repository_name)
+            return messages.repository_index(self._service.repository_index(request.ready))
+
+        return await guarded(context, run)
+
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Context
+    ) -> pb.RepositoryModelLoadResponse:
+        async def run() -> pb.RepositoryModelLoadResponse:
+            _only_default_repository(request.repository_name)
+            config, files = messages.load_parameters(request.parameters)
+            await self._service.load_model(request.model_name, config, files or None)
+            return pb.RepositoryModelLoadResponse()
+
+        return await guarded(context, run)
+
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Context
+    ) -> pb.RepositoryModelUnloadResponse:
+        async def run() -> pb.RepositoryModelUnloadResponse:
+            _only_default_repository(request.repository_name)
+            dependents = messages.unload_dependents(request.parameters)
+            await self._service.unload_model(request.model_name, dependents)
+            return pb.RepositoryModelUnloadResponse()
+
+        return await guarded(context, run)
+
+    # --- system shared memory -----------------------------------------------------------
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        async def run() -> pb.SystemSharedMemoryStatusResponse:
+            return messages.shm_status(self._service.shm_status(request.name))
+
+        return await guarded(context, run)
+
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        async def run() -> pb.SystemSharedMemoryRegisterResponse:
+            self._service.shm_register(request.name, request.key, request.offset, request.byte_size)
+            return pb.SystemSharedMemoryRegisterResponse()
+
+        return await guarded(context, run)
+
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        async def run() -> pb.SystemSharedMemoryUnregisterResponse:
+            self._service.shm_unregister(request.name)
+            return pb.SystemSharedMemoryUnregisterResponse()
+
+        return await guarded(context, run)
+
+    # --- CUDA shared memory and tracing: not available in this server --------------------
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        if request.name:
+            await abort_with(
+                context,
+                RepokitError(
+                    Code.NOT_FOUND,
+                    f"Unable to find cuda shared memory region: '{request.name}'",
+                ),
+            )
+        return pb.CudaSharedMemoryStatusResponse()
+
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        await abort_with(
+            context,
+            unsupported(
+                f"failed to register CUDA shared memory region: '{request.name}', "
+                "GPUs not supported"
+            ),
+        )
+
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        # No CUDA region can exist, so unregistering any name (or all) is a no-op.
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    async def TraceSetting(
+        self, request: pb.TraceSettingRequest, context: Context
+    ) -> pb.TraceSettingResponse:
+        await abort_with(
+            context, unsupported("trace settings are not supported by this server (no tracing)")
+        )
+
+    # --- logging ------------------------------------------------------------------------
+    async def LogSettings(
+        self, request: pb.LogSettingsRequest, context: Context
+    ) -> pb.LogSettingsResponse:
+        async def run() -> pb.LogSettingsResponse:
+            updates = messages.log_settings_request(request)
+            current = (
+                self._service.update_log_settings(updates)
+                if updates
+                else self._service.log_settings()
+            )
+            return messages.log_settings_response(current)
+
+        return await guarded(context, run)
+
+
+def _only_default_repository(repository_name: str) -> None:
+    if repository_name:
+        raise unsupported("'repository_name' specification is not supported")

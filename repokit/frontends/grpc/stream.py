@@ -1,0 +1,169 @@
+"""ModelStreamInfer: one bidirectional stream, requests handled as they arrive.
+
+Each request becomes a task, so independent requests complete concurrently and their responses
+are written in completion order; requests of one sequence (same model and ``sequence_id``) are
+chained so the core sees them in arrival order. Failures go in-band in ``error_message`` with
+the request's id, model name and version, and the stream stays open (Triton's
+``stream_infer_handler.cc``). Every response carries the ``triton_final_response`` parameter.
+
+Decoupled models: when the core offers ``infer_stream(request)`` (an async iterator of
+responses), each response is sent with ``triton_final_response=false`` and the end of the
+request is marked by an empty final response only if the request set
+``triton_enable_empty_final_response=true``. Until the core has it, decoupled models are
+answered in-band with UNSUPPORTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Hashable
+from typing import cast
+
+from repokit.core.service import InferenceService
+from repokit.errors import RepokitError, unsupported
+from repokit.frontends.grpc.codec import DecodedRequest, decode_infer_request, encode_infer_response
+from repokit.frontends.grpc.messages import parse_model_version
+from repokit.protocol.generated import grpc_service_pb2 as pb
+from repokit.protocol.types import InferResponse
+
+FINAL_RESPONSE_PARAM = "triton_final_response"
+DECOUPLED_NOT_SUPPORTED = "decoupled models are not supported by this server yet"
+
+_log = logging.getLogger(__name__)
+
+_END = None
+
+
+def _sequence_key(msg: pb.ModelInferRequest) -> Hashable | None:
+    """(model, sequence id) when the request belongs to a sequence, else None."""
+    param = msg.parameters.get("sequence_id")
+    if param is None:
+        return None
+    kind = param.WhichOneof("parameter_choice")
+    if kind == "int64_param" and param.int64_param != 0:
+        return (msg.model_name, param.int64_param)
+    if kind == "string_param" and param.string_param:
+        return (msg.model_name, param.string_param)
+    return None
+
+
+def _final_flagged(msg: pb.ModelInferResponse, final: bool) -> pb.ModelStreamInferResponse:
+    msg.parameters[FINAL_RESPONSE_PARAM].bool_param = final
+    return pb.ModelStreamInferResponse(infer_response=msg)
+
+
+def error_response(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
+    return pb.ModelStreamInferResponse(
+        error_message=message,
+        infer_response=pb.ModelInferResponse(
+            id=msg.id, model_name=msg.model_name, model_version=msg.model_version
+        ),
+    )
+
+
+def _forget(
+    chains: dict[Hashable, asyncio.Task[None]], key: Hashable
+) -> Callable[[asyncio.Task[None]], None]:
+    """A done-callback dropping a finished task from its sequence chain if still the last."""
+
+    def forget(task: asyncio.Task[None]) -> None:
+        if chains.get(key) is task:
+            del chains[key]
+
+    return forget
+
+
+class StreamSession:
+    """The state of one ModelStreamInfer call."""
+
+    def __init__(
+        self, service: InferenceService, requests: AsyncIterator[pb.ModelInferRequest]
+    ) -> None:
+        self._service = service
+        self._requests = requests
+
+    async def responses(self) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        reader = asyncio.create_task(self._read(out))
+        try:
+            while True:
+                item = await out.get()
+                if item is _END:
+                    break
+                yield item
+        finally:
+            if not reader.done():
+                reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    async def _read(self, out: asyncio.Queue[pb.ModelStreamInferResponse | None]) -> None:
+        tasks: set[asyncio.Task[None]] = set()
+        last_of_sequence: dict[Hashable, asyncio.Task[None]] = {}
+        try:
+            async for msg in self._requests:
+                key = _sequence_key(msg)
+                previous = last_of_sequence.get(key) if key is not None else None
+                task = asyncio.create_task(self._handle(msg, previous, out))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                if key is not None:
+                    last_of_sequence[key] = task
+                    task.add_done_callback(_forget(last_of_sequence, key))
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            raise
+        except Exception:  # the client went away mid-read; nothing left to answer
+            _log.debug("stream reader ended", exc_info=True)
+            for task in tasks:
+                task.cancel()
+        await out.put(_END)
+
+    async def _handle(
+        self,
+        msg: pb.ModelInferRequest,
+        previous: asyncio.Task[None] | None,
+        out: asyncio.Queue[pb.ModelStreamInferResponse | None],
+    ) -> None:
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        try:
+            async for response in self._run(msg):
+                await out.put(response)
+        except RepokitError as error:
+            await out.put(error_response(msg, error.message))
+        except Exception as exc:  # never let one request kill the stream
+            _log.exception("stream request failed")
+            await out.put(error_response(msg, f"internal error: {exc}"))
+
+    async def _run(self, msg: pb.ModelInferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        service = self._service
+        version = parse_model_version(msg.model_version)
+        decoupled = service.is_decoupled(msg.model_name, version)
+        decoded = decode_infer_request(msg)
+        decoded.request.model_version = version
+        if not decoupled:
+            response = await service.infer(decoded.request)
+            yield _final_flagged(encode_infer_response(response), True)
+            return
+        async for item in self._run_decoupled(decoded):
+            yield item
+
+    async def _run_decoupled(
+        self, decoded: DecodedRequest
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        infer_stream = getattr(self._service, "infer_stream", None)
+        if infer_stream is None:
+            raise unsupported(DECOUPLED_NOT_SUPPORTED)
+        request = decoded.request
+        responses = cast(AsyncIterator[InferResponse], infer_stream(request))
+        async for response in responses:
+            yield _final_flagged(encode_infer_response(response), False)
+        if decoded.enable_empty_final_response:
+            empty = pb.ModelInferResponse(
+                id=request.id, model_name=request.model_name, model_version=request.model_version
+            )
+            yield _final_flagged(empty, True)
