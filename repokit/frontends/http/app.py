@@ -34,11 +34,14 @@ DEFAULT_MAX_INPUT_SIZE = 1 << 26
 
 
 class HttpSettings(Protocol):
-    """The ServerSettings fields the HTTP frontend reads."""
+    """The serving settings the HTTP frontend reads (``repokit.frontends.runner.ServeSettings``).
+    Missing attributes keep tritonserver's defaults."""
 
-    http_max_input_size: int
-    http_restricted_api: list[str]
-    allow_client_shm: bool
+    @property
+    def http_max_input_size(self) -> int: ...
+
+    @property
+    def allow_client_shm(self) -> bool: ...
 
 
 Handler = Callable[[Request, Route], Awaitable[HTTPResponse]]

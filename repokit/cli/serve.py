@@ -1,0 +1,181 @@
+"""``repokit serve [REPO ...]``: serve model repositories over KServe v2 HTTP/REST, gRPC and
+Prometheus metrics, with tritonserver's flags.
+
+Boolean flags take tritonserver's explicit values (``--allow-client-shm=true``,
+``--strict-readiness false``). The server lifecycle lives in
+:mod:`repokit.frontends.runner`; this module parses options and renders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def parse_bool(value: str, flag: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise typer.BadParameter(f"{flag} expects true or false, got '{value}'")
+
+
+def model_table(index: list[dict[str, Any]]) -> Table:
+    """tritonserver's startup table: one row per model version with its state."""
+    table = Table(title="Models", show_lines=False)
+    table.add_column("Model")
+    table.add_column("Version")
+    table.add_column("Status")
+    for entry in sorted(index, key=lambda e: (str(e.get("name")), str(e.get("version", "")))):
+        state = str(entry.get("state", "UNKNOWN"))
+        reason = entry.get("reason")
+        status = f"{state}: {reason}" if reason else state
+        style = "green" if state == "READY" else "red"
+        table.add_row(
+            str(entry.get("name", "")), str(entry.get("version", "")), f"[{style}]{status}[/]"
+        )
+    return table
+
+
+def _run(coro: Any) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - sanic depends on uvloop on Linux
+        asyncio.run(coro)
+        return
+    uvloop.run(coro)
+
+
+def serve(
+    repositories: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Model repositories (default: the bundled sample repository)."),
+    ] = None,
+    model_repository: Annotated[
+        list[Path] | None,
+        typer.Option("--model-repository", "--model-store", help="tritonserver's spelling."),
+    ] = None,
+    http_port: Annotated[int, typer.Option(help="0 picks a free port.")] = 8000,
+    grpc_port: Annotated[int, typer.Option(help="0 picks a free port.")] = 8001,
+    metrics_port: Annotated[int, typer.Option(help="0 picks a free port.")] = 8002,
+    http_address: str = "0.0.0.0",
+    grpc_address: str = "0.0.0.0",
+    metrics_address: Annotated[str, typer.Option(help="Default: the HTTP address.")] = "",
+    allow_http: Annotated[str, typer.Option(metavar="BOOL")] = "true",
+    allow_grpc: Annotated[str, typer.Option(metavar="BOOL")] = "true",
+    allow_metrics: Annotated[str, typer.Option(metavar="BOOL")] = "true",
+    model_control_mode: Annotated[str, typer.Option(help="none | explicit | poll")] = "none",
+    repository_poll_secs: float = 15.0,
+    load_model: Annotated[
+        list[str] | None, typer.Option(help="Repeatable; '*' loads every model (explicit mode).")
+    ] = None,
+    strict_readiness: Annotated[str, typer.Option(metavar="BOOL")] = "true",
+    exit_on_error: Annotated[str, typer.Option(metavar="BOOL")] = "true",
+    exit_timeout_secs: float = 30.0,
+    http_max_input_size: int = 1 << 26,
+    http_restricted_api: Annotated[
+        list[str] | None, typer.Option(help="<apis>:<key>=<value>, repeatable.")
+    ] = None,
+    grpc_restricted_protocol: Annotated[
+        list[str] | None, typer.Option(help="<protocols>:<key>=<value>, repeatable.")
+    ] = None,
+    allow_client_shm: Annotated[str, typer.Option(metavar="BOOL")] = "false",
+    strict_model_config: Annotated[str, typer.Option(metavar="BOOL")] = "false",
+    disable_auto_complete_config: bool = False,
+    model_config_name: str = "",
+    server_id: Annotated[str, typer.Option("--id")] = "triton",
+    log_verbose: int = 0,
+) -> None:
+    """Serve model repositories like tritonserver (KServe v2 HTTP + gRPC + metrics)."""
+    from repokit.core.settings import LogSettings, ServerSettings
+    from repokit.frontends.http.restricted import parse_restricted_apis
+    from repokit.frontends.runner import ServerHandle, ServeSettings, run_server
+    from repokit.paths import default_sample_repository
+
+    console = Console()
+    repos = [*(repositories or []), *(model_repository or [])]
+    if not repos:
+        repos = [default_sample_repository()]
+    for repo in repos:
+        if not repo.is_dir():
+            raise typer.BadParameter(f"model repository '{repo}' is not a directory")
+    if http_max_input_size <= 0:
+        raise typer.BadParameter("--http-max-input-size must be greater than 0")
+    try:
+        parse_restricted_apis(http_restricted_api or [])
+        core = ServerSettings(
+            repositories=repos,
+            model_control_mode=model_control_mode,  # type: ignore[arg-type]
+            load_models=list(load_model or []),
+            strict_readiness=parse_bool(strict_readiness, "--strict-readiness"),
+            exit_timeout_secs=exit_timeout_secs,
+            strict_model_config=disable_auto_complete_config
+            or parse_bool(strict_model_config, "--strict-model-config"),
+            model_config_name=model_config_name,
+            allow_client_shm=parse_bool(allow_client_shm, "--allow-client-shm"),
+            http_max_input_size=http_max_input_size,
+            repository_poll_secs=repository_poll_secs,
+            exit_on_error=parse_bool(exit_on_error, "--exit-on-error"),
+            server_id=server_id,
+            log=LogSettings(log_verbose_level=log_verbose),
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    settings = ServeSettings(
+        core=core,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        http_address=http_address,
+        grpc_address=grpc_address,
+        metrics_address=metrics_address,
+        allow_http=parse_bool(allow_http, "--allow-http"),
+        allow_grpc=parse_bool(allow_grpc, "--allow-grpc"),
+        allow_metrics=parse_bool(allow_metrics, "--allow-metrics"),
+        http_restricted_api=list(http_restricted_api or []),
+        grpc_restricted_protocol=list(grpc_restricted_protocol or []),
+        access_log=log_verbose > 0,
+    )
+    failed: list[str] = []
+
+    async def on_ready(handle: ServerHandle) -> None:
+        index = handle.service.repository_index()
+        console.print(model_table(index))
+        failures = [e for e in index if e.get("state") == "UNAVAILABLE" and "version" in e]
+        if failures and core.exit_on_error and core.model_control_mode != "explicit":
+            failed.extend(f"{e['name']}: {e.get('reason', '')}" for e in failures)
+            handle.request_stop()  # exit-on-error: tritonserver refuses to start
+            return
+        names = {
+            "HTTP": "HTTPService",
+            "gRPC": "GRPCInferenceService",
+            "Metrics": "Metrics Service",
+        }
+        for kind, address in handle.addresses():
+            console.print(f"Started {names[kind]} at {address}", highlight=False, soft_wrap=True)
+
+    try:
+        _run(run_server(settings, ready_callback=on_ready))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        console.print(f"[red]error: creating server: {exc}[/]")
+        raise typer.Exit(1) from None
+    if failed:
+        console.print("[red]error: creating server: Internal - failed to load all models[/]")
+        for line in failed:
+            console.print(f"  {line}", highlight=False)
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)

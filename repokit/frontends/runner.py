@@ -1,0 +1,248 @@
+"""Server lifecycle: one asyncio loop hosting the HTTP, metrics and gRPC frontends over one
+InferenceService.
+
+:func:`start_server` builds the service (the core's composition root), binds every enabled
+frontend (port 0 picks a free port) and returns a :class:`ServerHandle` with the bound ports;
+``await handle.stop()`` stops accepting, lets the service drain in-flight requests (up to
+``exit_timeout_secs``), closes idle connections and aborts what is left. :func:`run_server`
+does the same until SIGINT/SIGTERM. The CLI (``repokit serve``) is a thin layer over these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sanic import Sanic
+
+from repokit.core.service import InferenceService
+from repokit.core.settings import ServerSettings
+from repokit.frontends.http.app import create_http_app
+from repokit.frontends.http.metrics import create_metrics_app
+
+GRPC_MODULE = "repokit.frontends.grpc"
+
+
+@dataclass
+class ServeSettings:
+    """Everything ``repokit serve`` needs: the core's settings plus the network frontends'."""
+
+    core: ServerSettings = field(default_factory=ServerSettings)
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    http_address: str = "0.0.0.0"
+    grpc_address: str = "0.0.0.0"
+    metrics_address: str = ""  # "" = the HTTP address, as tritonserver
+    allow_http: bool = True
+    allow_grpc: bool = True
+    allow_metrics: bool = True
+    http_restricted_api: list[str] = field(default_factory=list)
+    grpc_restricted_protocol: list[str] = field(default_factory=list)
+    access_log: bool = False
+
+    # the HTTP frontend reads these two from the core settings
+    @property
+    def http_max_input_size(self) -> int:
+        return self.core.http_max_input_size
+
+    @property
+    def allow_client_shm(self) -> bool:
+        return self.core.allow_client_shm
+
+    @property
+    def exit_timeout_secs(self) -> float:
+        return self.core.exit_timeout_secs
+
+
+ServiceFactory = Callable[[ServerSettings], Any]
+
+
+@dataclass
+class _SanicServer:
+    app: Sanic[Any, Any]
+    server: Any  # sanic AsyncioServer
+    port: int
+
+
+@dataclass
+class ServerHandle:
+    """A running server: the service, the bound ports (None when a frontend is disabled)."""
+
+    service: InferenceService
+    settings: ServeSettings
+    http_port: int | None = None
+    metrics_port: int | None = None
+    grpc_port: int | None = None
+    _sanic: list[_SanicServer] = field(default_factory=list)
+    _grpc: Any = None
+    _stopped: bool = False
+    _stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def request_stop(self) -> None:
+        """Ask :func:`run_server` to shut down (as SIGTERM does)."""
+        self._stop_requested.set()
+
+    async def wait_stop_requested(self) -> None:
+        await self._stop_requested.wait()
+
+    def addresses(self) -> list[tuple[str, str]]:
+        """(service, "host:port") for each started frontend."""
+        s = self.settings
+        out: list[tuple[str, str]] = []
+        if self.http_port is not None:
+            out.append(("HTTP", f"{s.http_address}:{self.http_port}"))
+        if self.grpc_port is not None:
+            out.append(("gRPC", f"{s.grpc_address}:{self.grpc_port}"))
+        if self.metrics_port is not None:
+            out.append(("Metrics", f"{s.metrics_address or s.http_address}:{self.metrics_port}"))
+        return out
+
+    async def stop(self) -> None:
+        """Graceful shutdown: stop accepting, drain in-flight requests, close connections."""
+        if self._stopped:
+            return
+        self._stopped = True
+        timeout = float(self.settings.exit_timeout_secs)
+        for entry in self._sanic:
+            entry.server.server.close()
+        grpc_stop = None
+        if self._grpc is not None:
+            grpc_stop = asyncio.ensure_future(self._grpc.stop(timeout))
+        await _maybe_await(_service_call(self.service, "stop", timeout))
+        await _close_connections(self._sanic, timeout)
+        if grpc_stop is not None:
+            await grpc_stop
+        for entry in self._sanic:
+            try:
+                await entry.server.before_stop()
+                await entry.server.after_stop()
+            finally:
+                Sanic.unregister_app(entry.app)
+        self._sanic.clear()
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _service_call(service: InferenceService, name: str, *args: Any) -> Any:
+    method = getattr(service, name, None)
+    if method is None:
+        return None
+    return method(*args)
+
+
+async def _close_connections(servers: list[_SanicServer], timeout: float) -> None:
+    """Close idle keep-alive connections until none is left, then abort the rest."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        open_connections = [c for s in servers for c in s.server.connections]
+        for connection in open_connections:
+            connection.close_if_idle()
+        if not open_connections or loop.time() >= deadline:
+            break
+        await asyncio.sleep(0.05)
+    for s in servers:
+        for connection in list(s.server.connections):
+            connection.abort()
+
+
+async def _start_sanic(app: Sanic[Any, Any], host: str, port: int) -> _SanicServer:
+    server: Any = await app.create_server(
+        host=host, port=port, return_asyncio_server=True, access_log=app.config.ACCESS_LOG
+    )
+    if server is None:  # pragma: no cover - sanic returns a server with return_asyncio_server
+        raise RuntimeError("sanic did not create a server")
+    await server.startup()
+    await server.before_start()
+    await server.after_start()
+    bound = server.server.sockets[0].getsockname()[1]
+    return _SanicServer(app, server, int(bound))
+
+
+def _default_service_factory(settings: ServerSettings) -> Any:
+    compose = importlib.import_module("repokit.core.compose")  # the core's composition root
+    return compose.build_service(settings)
+
+
+def _grpc_factory() -> Callable[[InferenceService, Any], Any] | None:
+    """``create_grpc_server`` from the gRPC frontend, if that module exists."""
+    for name in (f"{GRPC_MODULE}.server", GRPC_MODULE):
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+        except ModuleNotFoundError:
+            return None
+        factory = getattr(importlib.import_module(name), "create_grpc_server", None)
+        if factory is not None:
+            return factory  # type: ignore[no-any-return]
+    return None
+
+
+async def start_server(
+    settings: ServeSettings, service_factory: ServiceFactory | None = None
+) -> ServerHandle:
+    """Build the service, then bind and start every enabled frontend on the running loop."""
+    factory = service_factory or _default_service_factory
+    service: InferenceService = await _maybe_await(factory(settings.core))
+    await _maybe_await(_service_call(service, "start"))
+    handle = ServerHandle(service=service, settings=settings)
+    try:
+        if settings.allow_http:
+            app = create_http_app(service, settings, access_log=settings.access_log)
+            entry = await _start_sanic(app, settings.http_address, settings.http_port)
+            handle._sanic.append(entry)
+            handle.http_port = entry.port
+        if settings.allow_metrics:
+            metrics_app = create_metrics_app(service)
+            host = settings.metrics_address or settings.http_address
+            entry = await _start_sanic(metrics_app, host, settings.metrics_port)
+            handle._sanic.append(entry)
+            handle.metrics_port = entry.port
+        # --- gRPC hook: the gRPC frontend (repokit/frontends/grpc/) shares this loop --------
+        if settings.allow_grpc:
+            create_grpc_server = _grpc_factory()
+            if create_grpc_server is not None:
+                grpc_server = create_grpc_server(service, settings)
+                await grpc_server.start()
+                handle._grpc = grpc_server
+                handle.grpc_port = int(grpc_server.port)
+    except BaseException:
+        await handle.stop()
+        raise
+    return handle
+
+
+async def run_server(
+    settings: ServeSettings,
+    ready_callback: Callable[[ServerHandle], Awaitable[None] | None] | None = None,
+    service_factory: ServiceFactory | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM (or ``handle.request_stop()``), then shut down gracefully."""
+    handle = await start_server(settings, service_factory)
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, handle.request_stop)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover - non-main thread
+                pass
+        if ready_callback is not None:
+            await _maybe_await(ready_callback(handle))
+        await handle.wait_stop_requested()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        await handle.stop()
