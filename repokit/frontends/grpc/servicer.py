@@ -50,7 +50,9 @@ async def guarded(context: Context, call: Callable[[], Awaitable[T]]) -> T:
         raise
     except Exception as exc:  # a bug must not reach the client as a traceback
         _log.exception("gRPC handler failed")
-        await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+        await context.abort(
+            grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+        )
         raise AssertionError("unreachable") from None  # pragma: no cover
 
 
@@ -139,11 +141,19 @@ class InferenceServicer:
             return encode_infer_response(response)
         except RepokitError as error:
             await abort_with(context, error)
+        except Exception as exc:  # a bug must not reach the client as a traceback
+            _log.exception("ModelInfer failed")
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+            )
+            raise AssertionError("unreachable") from None  # pragma: no cover
 
-    def ModelStreamInfer(
+    async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        return StreamSession(self._service, request_iterator).responses()
+        # grpc.aio needs an async generator function here, not one returning a generator
+        async for response in StreamSession(self._service, request_iterator).responses():
+            yield response
 
     # --- repository ----------------------------------------------------------------------
     async def RepositoryIndex(

@@ -137,7 +137,7 @@ class StreamSession:
             await out.put(error_response(msg, error.message))
         except Exception as exc:  # never let one request kill the stream
             _log.exception("stream request failed")
-            await out.put(error_response(msg, f"internal error: {exc}"))
+            await out.put(error_response(msg, f"internal error: {type(exc).__name__}: {exc}"))
 
     async def _run(self, msg: pb.ModelInferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
         service = self._service
