@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from repokit.config.diagnostics import Diagnostic, Severity
+from repokit.config.parse import parse_text
+from repokit.config.report import ModelReport, RepositoryReport
+
 MODEL_PY = """import triton_python_backend_utils as pb_utils
 
 
@@ -62,3 +66,29 @@ def write_model(
         if not ensemble:
             (directory / version / "model.py").write_text(MODEL_PY)
     return directory
+
+
+def manual_report(
+    root: Path,
+    models: dict[str, str | None],
+    versions: dict[str, list[int]] | None = None,
+    broken: dict[str, str] | None = None,
+) -> RepositoryReport:
+    """Write the models and build the report validate would produce for these simple cases
+    (configs parsed as written, given versions, an error finding for each ``broken`` model)."""
+    report = RepositoryReport(root=root)
+    for name, text in models.items():
+        directory = write_model(root, name, text)
+        model = ModelReport(
+            name=name,
+            directory=directory,
+            config_file=directory / "config.pbtxt" if text is not None else None,
+            config=parse_text(text) if text is not None else None,
+            versions=(versions or {}).get(name, [1]),
+        )
+        if broken and name in broken:
+            model.diagnostics.append(
+                Diagnostic("some-rule", Severity.ERROR, name, broken[name], f"{name}/config.pbtxt")
+            )
+        report.models[name] = model
+    return report

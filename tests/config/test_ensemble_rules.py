@@ -8,9 +8,8 @@ import pytest
 
 from repokit.config.diagnostics import Diagnostic, Severity
 from repokit.config.ensemble_rules import check_ensembles
-from repokit.config.parse import parse_text
-from repokit.config.report import ModelReport, RepositoryReport, ValidateOptions
-from tests.config.ensemble_helpers import ensemble_config, python_config, step, write_model
+from repokit.config.report import RepositoryReport, ValidateOptions
+from tests.config.ensemble_helpers import ensemble_config, manual_report, python_config, step
 
 ADD = step("add", {"IN": "E_IN"}, {"OUT": "E_OUT"})
 
@@ -21,23 +20,7 @@ def build(
     versions: dict[str, list[int]] | None = None,
     broken: dict[str, str] | None = None,
 ) -> RepositoryReport:
-    """Write the models and build the report validate_repository would hand to check_ensembles."""
-    report = RepositoryReport(root=root)
-    for name, text in models.items():
-        directory = write_model(root, name, text)
-        config = parse_text(text) if text is not None else None
-        model = ModelReport(
-            name=name,
-            directory=directory,
-            config_file=directory / "config.pbtxt" if text is not None else None,
-            config=config,
-            versions=(versions or {}).get(name, [1]),
-        )
-        if broken and name in broken:
-            model.diagnostics.append(
-                Diagnostic("some-rule", Severity.ERROR, name, broken[name], f"{name}/config.pbtxt")
-            )
-        report.models[name] = model
+    report = manual_report(root, models, versions, broken)
     check_ensembles(report, ValidateOptions())
     return report
 
