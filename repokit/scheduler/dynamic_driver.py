@@ -1,0 +1,187 @@
+"""The asyncio driver of the dynamic batcher: one worker per instance pulls batches.
+
+Each active instance has a worker coroutine. A free worker asks the pure ``BatchPlanner`` for a
+batch; if there is none yet it sleeps until a request arrives or until the planner's wake time
+(queue delay or the nearest queue timeout). Each instance runs one batch at a time, and each
+free instance takes the next batch.
+
+``merge_batches=True`` (backends that take one tensor per input, e.g. onnxruntime): the batch is
+concatenated into one BackendRequest, executed, and the outputs split back into views.
+``merge_batches=False`` (the python backend, which receives the list of requests as Triton's
+does): the requests are passed as a list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from repokit.backends.base import Backend, BackendRequest
+from repokit.errors import unavailable
+from repokit.protocol.generated import model_config_pb2 as mc
+from repokit.scheduler.base import ScheduledResult, Scheduler
+from repokit.scheduler.batch_tensors import (
+    BatchingRules,
+    batching_key,
+    merge_requests,
+    split_result,
+)
+from repokit.scheduler.default import active_instances
+from repokit.scheduler.dynamic_batch import BatchPlanner, DynamicBatchSettings
+from repokit.scheduler.queue_policy import QueuedItem, timeout_error
+from repokit.scheduler.runtime import (
+    BatchHook,
+    Clock,
+    OrderedRelease,
+    Waker,
+    execute_batch,
+    monotonic_clock,
+    settle,
+)
+
+
+@dataclass(eq=False)
+class _Job:
+    request: BackendRequest
+    future: asyncio.Future[ScheduledResult]
+
+
+class DynamicBatchScheduler(Scheduler):
+    """Dynamic batching (and, without ``dynamic_batching`` in the config, plain FIFO)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: mc.ModelConfig | None = None,
+        *,
+        clock: Clock = monotonic_clock,
+        merge_batches: bool = False,
+        instances: Sequence[int] | None = None,
+        on_execution: BatchHook | None = None,
+        settings: DynamicBatchSettings | None = None,
+    ) -> None:
+        config = config if config is not None else backend.context.config
+        self._backend = backend
+        self._clock = clock
+        self._merge = merge_batches
+        self._settings = settings or DynamicBatchSettings.from_config(config)
+        self._rules = BatchingRules.from_config(config)
+        self._instances = (
+            list(instances)
+            if instances is not None
+            else active_instances(config, backend.instance_count)
+        )
+        self._on_execution = on_execution
+        self._planner: BatchPlanner[_Job] = BatchPlanner(self._settings)
+        self._waker = Waker(clock)
+        self._ordered: OrderedRelease[ScheduledResult] | None = (
+            OrderedRelease() if self._settings.preserve_ordering else None
+        )
+        self._workers: list[asyncio.Task[None]] = []
+        self._running = False
+        self._stopping = False
+
+    # --- lifecycle --------------------------------------------------------------------
+    async def start(self) -> None:
+        self._running = True
+        self._stopping = False
+        self._workers = [
+            asyncio.create_task(self._worker(instance), name=f"batcher-{instance}")
+            for instance in self._instances
+        ]
+
+    async def stop(self) -> None:
+        """Finish what is queued (ignoring the queue delay), then stop the workers."""
+        self._stopping = True
+        self._waker.poke()
+        if self._workers:
+            await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+        self._running = False
+
+    @property
+    def pending_count(self) -> int:
+        """Requests queued, not yet executing."""
+        return len(self._planner)
+
+    def wake(self) -> None:
+        """Re-evaluate the queue now (after moving an injected clock)."""
+        self._waker.poke()
+
+    # --- requests -----------------------------------------------------------------------
+    async def submit(
+        self,
+        request: BackendRequest,
+        batch_size: int,
+        *,
+        priority: int = 0,
+        timeout_us: int = 0,
+    ) -> ScheduledResult:
+        """Queue one request and wait for its result.
+
+        Scheduler errors are raised as RepokitError (queue full and queue timeout: UNAVAILABLE;
+        not running); what the model returned, including a model error, is in the result.
+        """
+        if not self._running or self._stopping:
+            raise unavailable("model is not accepting requests: its scheduler is stopped")
+        future: asyncio.Future[ScheduledResult] = asyncio.get_running_loop().create_future()
+        job = _Job(request, future)
+        batching = self._settings.max_batch_size > 0
+        item = self._planner.enqueue(
+            job,
+            now_ns=self._clock(),
+            batch_size=max(1, batch_size) if batching else 1,
+            priority=priority,
+            timeout_us=timeout_us,
+            key=batching_key(request, self._rules) if batching else None,
+        )
+        self._waker.poke()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._planner.queues.remove(item)
+            raise
+
+    # --- workers ------------------------------------------------------------------------
+    async def _worker(self, instance: int) -> None:
+        while True:
+            decision = self._planner.poll(self._clock())
+            for rejected in decision.rejected:
+                future = rejected.payload.future
+                if not future.done():
+                    future.set_exception(timeout_error())
+            if not decision.batch and self._stopping and len(self._planner):
+                decision.batch = self._planner.queues.pop_front(
+                    max(1, self._settings.max_batch_size)
+                )
+            if decision.batch:
+                await self._run(instance, decision.batch)
+                continue
+            if self._stopping:
+                return
+            await self._waker.sleep(decision.wake_at_ns)
+
+    async def _run(self, instance: int, batch: list[QueuedItem[_Job]]) -> None:
+        live = [item for item in batch if not item.payload.future.done()]
+        if not live:
+            return
+        if self._ordered is not None:
+            self._ordered.admit([item.payload.future for item in live])
+        start_ns = self._clock()
+        requests = [item.payload.request for item in live]
+        sizes = [item.batch_size for item in live]
+        if self._merge and self._settings.max_batch_size:
+            merged = merge_requests(requests, self._rules)
+            results, timing = await execute_batch(self._backend, instance, [merged])
+            results = split_result(results[0], requests, sizes, self._rules)
+        else:
+            results, timing = await execute_batch(self._backend, instance, requests)
+        if self._on_execution is not None:
+            self._on_execution(sum(sizes), timing)
+        for item, result in zip(live, results, strict=True):
+            scheduled = ScheduledResult(result, start_ns - item.enqueue_ns, timing)
+            if self._ordered is not None:
+                self._ordered.complete(item.payload.future, scheduled)
+            else:
+                settle(item.payload.future, scheduled)

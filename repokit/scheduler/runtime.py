@@ -1,0 +1,116 @@
+"""Small asyncio pieces shared by the scheduler drivers: clock, waking, hooks, ordered release.
+
+Everything that decides *what* runs lives in the pure planners; these helpers only decide
+*when* a coroutine wakes up and how a finished batch is handed back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing
+from repokit.errors import RepokitError, internal
+
+Clock = Callable[[], int]  # now in nanoseconds (monotonic)
+BatchHook = Callable[[int, Timing], None]  # (batch size, timing) once per execution
+R = TypeVar("R")
+
+
+def monotonic_clock() -> int:
+    return time.monotonic_ns()
+
+
+class ManualClock:
+    """A clock that only moves when told to (tests and simulations)."""
+
+    def __init__(self, start_ns: int = 1_000_000_000) -> None:
+        self.now_ns = start_ns
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def advance_us(self, microseconds: int) -> None:
+        self.now_ns += microseconds * 1000
+
+
+class Waker:
+    """Lets a worker sleep until poked or until a deadline on the scheduler's clock.
+
+    With a clock that is not the loop's own (tests), the deadline is converted with the clock's
+    current reading; a test that moves a ManualClock calls ``poke()`` to re-evaluate.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    def poke(self) -> None:
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._waiters.clear()
+
+    async def sleep(self, wake_at_ns: int = 0) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._waiters.add(fut)
+        handle = None
+        if wake_at_ns:
+            delay_s = max(0.0, (wake_at_ns - self._clock()) / 1e9)
+            handle = loop.call_later(delay_s, _resolve, fut)
+        try:
+            await fut
+        finally:
+            self._waiters.discard(fut)
+            if handle is not None:
+                handle.cancel()
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class OrderedRelease(Generic[R]):
+    """preserve_ordering: results are released in the order requests entered batches."""
+
+    def __init__(self) -> None:
+        self._order: deque[asyncio.Future[R]] = deque()
+        self._ready: dict[int, R] = {}
+
+    def admit(self, futures: Sequence[asyncio.Future[R]]) -> None:
+        self._order.extend(futures)
+
+    def complete(self, fut: asyncio.Future[R], result: R) -> None:
+        self._ready[id(fut)] = result
+        while self._order and id(self._order[0]) in self._ready:
+            head = self._order.popleft()
+            settle(head, self._ready.pop(id(head)))
+
+
+def settle(fut: asyncio.Future[R], result: R) -> None:
+    if not fut.done():
+        fut.set_result(result)
+
+
+async def execute_batch(
+    backend: Backend, instance: int, requests: list[BackendRequest]
+) -> tuple[list[BackendResult], Timing]:
+    """Run one batch; a backend that raises or miscounts yields INTERNAL errors per request."""
+    try:
+        results, timing = await backend.execute(instance, requests)
+    except RepokitError as exc:
+        return [BackendResult(error=exc) for _ in requests], Timing()
+    except Exception as exc:  # a backend bug must not kill the worker
+        error = internal(f"model execution failed: {type(exc).__name__}: {exc}")
+        return [BackendResult(error=error) for _ in requests], Timing()
+    if len(results) != len(requests):
+        error = internal(
+            f"model returned {len(results)} responses for a batch of {len(requests)} requests"
+        )
+        return [BackendResult(error=error) for _ in requests], timing
+    return results, timing
