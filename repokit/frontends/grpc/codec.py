@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy.typing as npt
 
-from repokit.errors import invalid_arg
+from repokit.errors import RepokitError, invalid_arg
 from repokit.frontends.grpc.contents import array_from_contents
 from repokit.frontends.grpc.params import (
     parse_classification,
@@ -34,6 +34,11 @@ class DecodedRequest:
     enable_empty_final_response: bool = False
 
 
+def request_prefix(request_id: str) -> str:
+    """Triton's prefix on request-time errors raised by its core (``LogRequest``)."""
+    return f"[request id: {request_id or '<id_unknown>'}] "
+
+
 def _raw_array(
     datatype: str, shape: tuple[int, ...], raw: bytes, name: str, model: str
 ) -> npt.NDArray[Any]:
@@ -43,6 +48,21 @@ def _raw_array(
         raise invalid_arg(
             f"invalid shape {list(shape)} for input '{name}' for model '{model}': {exc}"
         ) from None
+
+
+def _tensor_data(
+    msg: pb.ModelInferRequest, tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | None
+) -> npt.NDArray[Any]:
+    """Decode one input's contents or raw bytes. Size errors are Triton core errors there,
+    so they carry the core's ``[request id: ...]`` prefix."""
+    try:
+        if raw is None:
+            return array_from_contents(tensor, msg.model_name)
+        return _raw_array(tensor.datatype, tuple(tensor.shape), raw, tensor.name, msg.model_name)
+    except RepokitError as error:
+        if error.message.startswith("unexpected explicit tensor data"):
+            raise
+        raise RepokitError(error.code, request_prefix(msg.id) + error.message) from None
 
 
 def decode_infer_request(msg: pb.ModelInferRequest) -> DecodedRequest:
@@ -71,9 +91,9 @@ def decode_infer_request(msg: pb.ModelInferRequest) -> DecodedRequest:
                     "contents field must not be specified when using raw_input_contents for "
                     f"'{name}' for model '{model}'"
                 )
-            data = array_from_contents(tensor, model)
+            data = _tensor_data(msg, tensor, None)
         elif raw_index < len(raw_contents):
-            data = _raw_array(tensor.datatype, shape, raw_contents[raw_index], name, model)
+            data = _tensor_data(msg, tensor, raw_contents[raw_index])
             raw_index += 1
         else:
             raise invalid_arg(

@@ -3,8 +3,9 @@
 Each request becomes a task, so independent requests complete concurrently and their responses
 are written in completion order; requests of one sequence (same model and ``sequence_id``) are
 chained so the core sees them in arrival order. Failures go in-band in ``error_message`` with
-the request's id, model name and version, and the stream stays open (Triton's
-``stream_infer_handler.cc``). Every response carries the ``triton_final_response`` parameter.
+the request's id (Triton 2.51 sets no model name or version there), and the stream stays
+open (Triton's ``stream_infer_handler.cc``). Every response carries the
+``triton_final_response`` parameter.
 
 Decoupled models: when the core offers ``infer_stream(request)`` (an async iterator of
 responses), each response is sent with ``triton_final_response=false`` and the end of the
@@ -54,11 +55,9 @@ def _final_flagged(msg: pb.ModelInferResponse, final: bool) -> pb.ModelStreamInf
 
 
 def error_response(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
+    """A failed request: the message in-band, and (as Triton 2.51 does) only the request id."""
     return pb.ModelStreamInferResponse(
-        error_message=message,
-        infer_response=pb.ModelInferResponse(
-            id=msg.id, model_name=msg.model_name, model_version=msg.model_version
-        ),
+        error_message=message, infer_response=pb.ModelInferResponse(id=msg.id)
     )
 
 

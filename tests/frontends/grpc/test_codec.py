@@ -67,8 +67,11 @@ def test_wrong_raw_size_names_input_and_model() -> None:
     msg = _request(raw_input_contents=[b"\0" * 12])
     msg.inputs.add(name="A", datatype="FP32", shape=[4])
     assert _fails(msg) == (
-        "input byte size mismatch for input 'A' for model 'm'. Expected 16, got 12"
+        "[request id: <id_unknown>] input byte size mismatch for input 'A' for model 'm'. "
+        "Expected 16, got 12"
     )
+    msg.id = "r7"
+    assert _fails(msg).startswith("[request id: r7] input byte size mismatch")
 
 
 @pytest.mark.parametrize(
