@@ -2,10 +2,13 @@
 
 Decoding follows Triton's ``InferGRPCToInput`` (server ``src/grpc/infer_handler.cc``): per input,
 shared-memory parameters first, then typed ``contents``, then the next unconsumed
-``raw_input_contents`` entry. Raw and shared-memory data are wrapped without copying
-(``numpy.frombuffer`` via :func:`repokit.protocol.tensor_codec.array_from_bytes`); typed contents
-are converted once by numpy. Outputs always go to ``raw_output_contents``, index-aligned with
-``outputs`` (BYTES as 4-byte little-endian length-prefixed elements).
+``raw_input_contents`` entry. Raw data is wrapped without copying (``numpy.frombuffer``);
+typed contents are converted once by numpy. Outputs always go to ``raw_output_contents``,
+index-aligned with ``outputs`` (BYTES as 4-byte little-endian length-prefixed elements).
+
+Raw input bytes are handed to the core as read-only ``uint8`` views (no copy, no check here):
+the core's request checks validate datatype, shape and byte size in Triton's order and words
+and view the bytes as the datatype. Typed contents become flat arrays of the datatype.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
-from repokit.errors import RepokitError, invalid_arg
+from repokit.errors import invalid_arg
 from repokit.frontends.grpc.contents import array_from_contents
 from repokit.frontends.grpc.params import (
     parse_classification,
@@ -24,7 +28,7 @@ from repokit.frontends.grpc.params import (
     set_parameter,
 )
 from repokit.protocol.generated import grpc_service_pb2 as pb
-from repokit.protocol.tensor_codec import array_from_bytes, array_to_bytes
+from repokit.protocol.tensor_codec import array_to_bytes
 from repokit.protocol.types import InferRequest, InferResponse, InputSpec, RequestedOutput
 
 
@@ -34,35 +38,10 @@ class DecodedRequest:
     enable_empty_final_response: bool = False
 
 
-def request_prefix(request_id: str) -> str:
-    """Triton's prefix on request-time errors raised by its core (``LogRequest``)."""
-    return f"[request id: {request_id or '<id_unknown>'}] "
-
-
-def _raw_array(
-    datatype: str, shape: tuple[int, ...], raw: bytes, name: str, model: str
-) -> npt.NDArray[Any]:
-    try:
-        return array_from_bytes(datatype, shape, raw, input_name=name, model_name=model)
-    except ValueError as exc:  # shapes numpy cannot build (negative dims and the like)
-        raise invalid_arg(
-            f"invalid shape {list(shape)} for input '{name}' for model '{model}': {exc}"
-        ) from None
-
-
-def _tensor_data(
-    msg: pb.ModelInferRequest, tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | None
-) -> npt.NDArray[Any]:
-    """Decode one input's contents or raw bytes. Size errors are Triton core errors there,
-    so they carry the core's ``[request id: ...]`` prefix."""
-    try:
-        if raw is None:
-            return array_from_contents(tensor, msg.model_name)
-        return _raw_array(tensor.datatype, tuple(tensor.shape), raw, tensor.name, msg.model_name)
-    except RepokitError as error:
-        if error.message.startswith("unexpected explicit tensor data"):
-            raise
-        raise RepokitError(error.code, request_prefix(msg.id) + error.message) from None
+def _raw_view(raw: bytes) -> npt.NDArray[np.uint8]:
+    """The raw bytes as a read-only uint8 view; the core checks the size against the shape
+    and datatype (in Triton's order, with its ``[request id: ...]`` prefix) and views it."""
+    return np.frombuffer(raw, dtype=np.uint8)
 
 
 def decode_infer_request(msg: pb.ModelInferRequest) -> DecodedRequest:
@@ -91,9 +70,9 @@ def decode_infer_request(msg: pb.ModelInferRequest) -> DecodedRequest:
                     "contents field must not be specified when using raw_input_contents for "
                     f"'{name}' for model '{model}'"
                 )
-            data = _tensor_data(msg, tensor, None)
+            data = array_from_contents(tensor, model)
         elif raw_index < len(raw_contents):
-            data = _tensor_data(msg, tensor, raw_contents[raw_index])
+            data = _raw_view(raw_contents[raw_index])
             raw_index += 1
         else:
             raise invalid_arg(

@@ -5,7 +5,7 @@ INT8/INT16/INT32 (narrowed to the low bytes, as Triton does on little-endian hos
 ``uint_contents`` UINT8/UINT16/UINT32, and one field each for BOOL, INT64, UINT64, FP32, FP64 and
 BYTES. FP16 and BF16 have no typed field: they travel only as raw bytes. Triton checks the fields
 in proto order; a field whose type does not match the declared datatype, or a second non-empty
-field, is an INVALID_ARG error. The element count is checked later by the core (byte size).
+field, is an INVALID_ARG error. The element count is checked later by the core.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from repokit.errors import RepokitError, invalid_arg
-from repokit.protocol.bytes_tensor import serialize_elements
 from repokit.protocol.generated import grpc_service_pb2 as pb
-from repokit.protocol.tensor_codec import array_from_bytes
 
 # field name -> (datatypes it may carry, the protocol type Triton names when it does not fit)
 _FIELDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -71,7 +69,8 @@ def _mismatch(name: str, model: str, field_type: str, datatype: str) -> RepokitE
 def array_from_contents(
     tensor: pb.ModelInferRequest.InferInputTensor, model: str
 ) -> npt.NDArray[Any]:
-    """The tensor's typed contents as an array of its shape (size checked against the shape)."""
+    """The tensor's typed contents as a flat array of its datatype (the core checks the count
+    against the shape and reshapes)."""
     name = tensor.name
     datatype = tensor.datatype
     contents = tensor.contents
@@ -87,21 +86,15 @@ def array_from_contents(
         if datatype not in serves:
             raise _mismatch(name, model, field_type, datatype)
         chosen = field_name
-    shape = tuple(tensor.shape)
     if chosen is None:
-        # contents present but empty: an empty buffer, whose size the shape check judges
-        raw = b""
-    elif chosen == "bytes_contents":
-        raw = serialize_elements(contents.bytes_contents)
-    else:
-        values = np.asarray(getattr(contents, chosen), dtype=_SOURCE_DTYPE[datatype])
-        target = _TARGET_DTYPE.get(datatype)
-        if target is not None:
-            values = values.astype(target)  # keeps the low bytes, as Triton does
-        raw = values.tobytes()
-    try:
-        return array_from_bytes(datatype, shape, raw, input_name=name, model_name=model)
-    except ValueError as exc:
-        raise invalid_arg(
-            f"invalid shape {list(shape)} for input '{name}' for model '{model}': {exc}"
-        ) from None
+        # contents present but empty: no elements, which the core's size check judges
+        return np.empty(0, dtype=object if datatype == "BYTES" else np.uint8)
+    if chosen == "bytes_contents":
+        strings = np.empty(len(contents.bytes_contents), dtype=object)
+        strings[:] = list(contents.bytes_contents)
+        return strings
+    values = np.asarray(getattr(contents, chosen), dtype=_SOURCE_DTYPE[datatype])
+    target = _TARGET_DTYPE.get(datatype)
+    if target is not None:
+        values = values.astype(target)  # keeps the low bytes, as Triton does
+    return values

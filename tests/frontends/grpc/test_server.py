@@ -59,6 +59,8 @@ class IdentityService(InferenceService):
         data = request.inputs[0].data
         if data is None:
             raise invalid_arg("no data")
+        if data.dtype == np.uint8:  # raw bytes from the frontend: view them as FP32
+            data = data.view(np.float32)
         if data.size and float(np.asarray(data).ravel()[0]) < 0:
             raise invalid_arg(f"[request id: {request.id}] negative input")
         return InferResponse(
