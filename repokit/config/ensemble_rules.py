@@ -30,6 +30,7 @@ from repokit.config.report import ModelReport, RepositoryReport, ValidateOptions
 from repokit.protocol.generated import model_config_pb2 as mc
 
 LATEST_VERSION = -1
+CYCLE_RULE = "ensemble-circular-dependency"
 
 
 def _relative_file(report: RepositoryReport, model: ModelReport) -> str:
@@ -82,7 +83,7 @@ def _cycle_findings(ensembles: dict[str, mc.ModelConfig]) -> dict[str, Finding]:
             if upstream == start:
                 chain = " -> ".join(n for n, _ in stack)
                 out[start] = Finding(
-                    "ensemble-circular-dependency",
+                    CYCLE_RULE,
                     f"circular dependency between ensembles: {start} -> ... -> {node} -> {start} "
                     f"(cycle: {chain} -> {start}); an ensemble cannot contain itself",
                     "ensemble_scheduling.step",
@@ -161,11 +162,16 @@ class _EnsembleChecker:
                 continue
             if not upstream.ok:
                 reported.add(step.model_name)
+                cycle = any(d.rule == CYCLE_RULE for d in upstream.diagnostics)
+                note = (
+                    " (Triton 2.51 crashes when it loads an ensemble over a cycle)" if cycle else ""
+                )
                 findings.append(
                     Finding(
                         "ensemble-step-model-invalid",
                         f"ensemble '{name}' depends on '{step.model_name}' which is not valid. "
-                        f"Model '{step.model_name}' failed with error: {_first_error(upstream)}",
+                        f"Model '{step.model_name}' failed with error: {_first_error(upstream)}"
+                        + note,
                         step_path(index, "model_name"),
                     )
                 )

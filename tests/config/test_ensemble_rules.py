@@ -312,6 +312,8 @@ def test_ensemble_depending_on_a_cycle(tmp_path: Path) -> None:
         },
     )
     assert rules(report, "outer") == ["ensemble-step-model-invalid"]
+    # real Triton 2.51 overflows its stack in CircularDependencyCheck on this repository
+    assert "crashes" in only(report, "outer").message
 
 
 # --- checks against the composing models' configs (ValidateEnsembleConfig) ---
