@@ -1,0 +1,78 @@
+"""A real repokit server (HTTP + metrics, port 0) running on its own event loop in a thread,
+so blocking clients such as tritonclient.http can call it from the test thread."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from repokit.core.settings import ServerSettings
+from repokit.frontends.runner import ServerHandle, ServeSettings, start_server
+from repokit.paths import default_sample_repository
+
+PYTHON_MODELS = ("add_sub", "identity")
+
+
+def copy_models(dest: Path, names: tuple[str, ...] = PYTHON_MODELS) -> Path:
+    """A repository with copies of the named sample models."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copytree(default_sample_repository() / name, dest / name)
+    return dest
+
+
+class ServerThread:
+    def __init__(self, settings: ServeSettings) -> None:
+        self.settings = settings
+        self.loop = asyncio.new_event_loop()
+        self.handle: ServerHandle | None = None
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def start(self) -> ServerHandle:
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(start_server(self.settings), self.loop)
+        self.handle = future.result(timeout=120)
+        return self.handle
+
+    def call(self, coro: Any, timeout: float = 60) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.handle is not None:
+            self.call(self.handle.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=30)
+        self.loop.close()
+
+    @property
+    def http_url(self) -> str:
+        assert self.handle is not None and self.handle.http_port is not None
+        return f"127.0.0.1:{self.handle.http_port}"
+
+
+@contextmanager
+def running_server(repository: Path, **overrides: Any) -> Iterator[ServerThread]:
+    core_fields = {
+        k: overrides.pop(k) for k in list(overrides) if k in ServerSettings.__dataclass_fields__
+    }
+    settings = ServeSettings(
+        core=ServerSettings(repositories=[repository], **core_fields),
+        http_port=0,
+        metrics_port=0,
+        grpc_port=0,
+        http_address="127.0.0.1",
+        grpc_address="127.0.0.1",
+        allow_grpc=False,
+        **overrides,
+    )
+    server = ServerThread(settings)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
