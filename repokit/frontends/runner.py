@@ -115,7 +115,7 @@ class ServerHandle:
         grpc_stop = None
         if self._grpc is not None:
             grpc_stop = asyncio.ensure_future(self._grpc.stop(timeout))
-        await _maybe_await(_service_call(self.service, "stop", timeout))
+        await _maybe_await(_service_call(self.service, "stop"))  # drains (exit_timeout_secs)
         await _close_connections(self._sanic, timeout)
         if grpc_stop is not None:
             await grpc_stop
@@ -171,8 +171,16 @@ async def _start_sanic(app: Sanic[Any, Any], host: str, port: int) -> _SanicServ
 
 
 def _default_service_factory(settings: ServerSettings) -> Any:
-    compose = importlib.import_module("repokit.core.compose")  # the core's composition root
-    return compose.build_service(settings)
+    """The core's composition root ``build_service(settings)``."""
+    for name in ("repokit.core.compose", "repokit.core", "repokit.core.service"):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+        build = getattr(module, "build_service", None)
+        if build is not None:
+            return build(settings)
+    raise RuntimeError("repokit.core provides no build_service(settings)")
 
 
 def _grpc_factory() -> Callable[[InferenceService, Any], Any] | None:
