@@ -1,89 +1,245 @@
 """InferenceService: one method per protocol operation; the only thing frontends call.
 
-CONTRACT (scaffolding written first so the frontends can be built in parallel; the core
-engineer replaces every body). All methods raise ``RepokitError`` with Triton's code and
-message on failure; frontends map the code to their status in one table.
+All methods raise ``RepokitError`` with Triton's code and message on failure; frontends map
+the code to their status in one table. Build it with ``repokit.core.compose.build_service``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from typing import Any
 
+from repokit.core.loaded_model import ENSEMBLE_NOT_IMPLEMENTED, LoadedVersion
+from repokit.core.log_settings import LogSettingsStore
+from repokit.core.metrics import MetricSource, render_metrics
+from repokit.core.model_manager import ModelManager
+from repokit.core.outputs import finish_outputs
+from repokit.core.request_checks import prepare
+from repokit.core.settings import ServerSettings
+from repokit.core.shared_memory import SystemSharedMemory
+from repokit.errors import RepokitError, invalid_arg, unavailable
+from repokit.protocol import datatypes
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferRequest, InferResponse
 
+# Triton's extension list in Triton's order, keeping only what repokit implements:
+# not cuda_shared_memory (no GPUs) and not trace (no tracing).
+EXTENSIONS = (
+    "classification",
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "logging",
+)
+
+
+def _tensor_metadata(items: Any, batching: bool) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": item.name,
+            "datatype": datatypes.protocol_name(item.data_type),
+            "shape": ([-1] if batching else []) + list(item.dims),
+        }
+        for item in items
+    ]
+
 
 class InferenceService:
+    def __init__(self, settings: ServerSettings, manager: ModelManager) -> None:
+        self.settings = settings
+        self.manager = manager
+        self.shared_memory = SystemSharedMemory(settings.allow_client_shm)
+        self._logs = LogSettingsStore(settings.log)
+        self._live = False
+        self._exiting = False
+        self._inflight = 0
+
+    # --- lifecycle (build_service's start/stop) ------------------------------------------
+    async def start(self) -> None:
+        await self.manager.start()
+        self._live = True
+
+    async def stop(self) -> None:
+        """Refuse new requests, wait for in-flight ones (exit_timeout_secs), unload models."""
+        self._exiting = True
+        deadline = time.monotonic() + max(0.0, self.settings.exit_timeout_secs)
+        drains = [v.drain() for v in self.manager.all_ready()]
+        if drains:
+            remaining = max(0.0, deadline - time.monotonic())
+            with contextlib.suppress(TimeoutError):  # exit timeout reached: unload anyway
+                await asyncio.wait_for(asyncio.gather(*drains), timeout=remaining)
+        await self.manager.stop()
+        self.shared_memory.close()
+        self._live = False
+
+    @property
+    def inflight_requests(self) -> int:
+        return self._inflight
+
     # --- health & metadata -------------------------------------------------------------
     def server_live(self) -> bool:
-        raise NotImplementedError
+        if self._exiting:
+            raise unavailable("Server exiting")
+        return self._live
 
     def server_ready(self) -> bool:
-        raise NotImplementedError
+        if self._exiting:
+            raise unavailable("Server exiting")
+        return self._live and self.manager.server_ready(self.settings.strict_readiness)
 
     def server_metadata(self) -> dict[str, Any]:
         """{"name": "triton", "version": ..., "extensions": [...]}"""
-        raise NotImplementedError
+        return {
+            "name": self.settings.server_id,
+            "version": self.settings.server_version,
+            "extensions": list(EXTENSIONS),
+        }
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        """NOT_FOUND / UNAVAILABLE errors as Triton's GetModel; False if found but not ready."""
-        raise NotImplementedError
+        """False for unknown, unavailable or unhealthy versions (Triton 2.51 answers 400
+        "Model version not ready" for all of these on HTTP, ready=false on gRPC)."""
+        try:
+            loaded = self.manager.get(name, version)
+        except RepokitError:
+            return False
+        return loaded.healthy()
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         """Triton's model metadata JSON shape (batch dim prepended, BYTES for strings)."""
-        raise NotImplementedError
+        loaded = self.manager.get(name, version)
+        config = loaded.config
+        if version:
+            versions = [str(loaded.version)]
+        else:
+            versions = [str(v.version) for v in self.manager.ready_versions(name)]
+        batching = config.max_batch_size > 0
+        return {
+            "name": name,
+            "versions": versions,
+            "platform": config.platform or config.backend,
+            "inputs": _tensor_metadata(config.input, batching),
+            "outputs": _tensor_metadata(config.output, batching),
+        }
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         """The normalised config of the selected version."""
-        raise NotImplementedError
+        return self.manager.get(name, version).config
 
     def model_config_json(self, name: str, version: str = "") -> dict[str, Any]:
         """The config in Triton's /config JSON form (int64 fields as numbers, defaults printed)."""
-        raise NotImplementedError
+        return self.manager.get(name, version).config_json
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
-        raise NotImplementedError
+        return self.manager.get(name, version).decoupled
 
     # --- inference ---------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
-        raise NotImplementedError
+        if self._exiting:
+            raise unavailable("Server exiting")
+        loaded = self.manager.get(request.model_name, request.model_version)
+        if loaded.is_ensemble or loaded.scheduler is None:
+            raise unavailable(ENSEMBLE_NOT_IMPLEMENTED)
+        for output in request.outputs:
+            if output.shm is not None and output.classification > 0:
+                raise invalid_arg(
+                    "Output can't set both 'shared_memory_region' and 'classification'"
+                )
+        prepared = prepare(loaded.io, request, self.shared_memory.read)
+        return await self._run(loaded, request, prepared.backend_request, prepared.batch_size)
+
+    async def _run(
+        self, loaded: LoadedVersion, request: InferRequest, backend_request: Any, batch: int
+    ) -> InferResponse:
+        scheduler = loaded.scheduler
+        assert scheduler is not None
+        started = time.perf_counter_ns()
+        loaded.begin()
+        self._inflight += 1
+        try:
+            scheduled = await scheduler.submit(backend_request, batch)
+        finally:
+            loaded.end()
+            self._inflight -= 1
+        elapsed = time.perf_counter_ns() - started
+        result = scheduled.result
+        if result.error is not None:
+            loaded.stats.record_failure(elapsed, "BACKEND")
+            raise result.error
+        try:
+            response = finish_outputs(loaded, request, result, self.shared_memory)
+        except RepokitError:
+            loaded.stats.record_failure(elapsed, "OTHER")
+            raise
+        loaded.stats.record_success(batch, elapsed, scheduled.queue_ns, scheduled.timing)
+        return response
 
     # --- statistics & metrics ----------------------------------------------------------
     def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         """{"model_stats": [...]} exactly as Triton's statistics extension JSON."""
-        raise NotImplementedError
+        if not name:
+            loaded = self.manager.all_ready()
+        elif not version:
+            loaded = self.manager.ready_versions(name)
+            if not loaded:
+                raise invalid_arg(f"requested model '{name}' is not available")
+        else:
+            try:
+                loaded = [self.manager.get(name, version)]
+            except RepokitError as exc:
+                if not self.manager.ready_versions(name):
+                    raise invalid_arg(f"requested model '{name}' is not available") from exc
+                raise invalid_arg(
+                    f"requested model version is not available for model '{name}'"
+                ) from exc
+        return {"model_stats": [v.stats.to_json() for v in loaded]}
 
     def metrics_text(self) -> str:
         """Prometheus text exposition with Triton's nv_* families."""
-        raise NotImplementedError
+        sources = [
+            MetricSource(
+                stats=v.stats,
+                pending=v.scheduler.pending_count if v.scheduler is not None else 0,
+                tags=tuple(sorted(v.config.metric_tags.items())),
+            )
+            for v in self.manager.all_ready()
+        ]
+        return render_metrics(sources)
 
     # --- repository ----------------------------------------------------------------------
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        return self.manager.index(ready_only)
 
     async def load_model(
         self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:
-        raise NotImplementedError
+        await self.manager.load(name, config_json, files)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        raise NotImplementedError
+        await self.manager.unload(name, unload_dependents)
 
     # --- system shared memory -----------------------------------------------------------
     def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        raise NotImplementedError
+        self.shared_memory.register(name, key, offset, byte_size)
 
     def shm_unregister(self, name: str = "") -> None:
         """An empty name unregisters every region."""
-        raise NotImplementedError
+        self.shared_memory.unregister(name)
 
     def shm_status(self, name: str = "") -> list[dict[str, Any]]:
-        """[{"name", "key", "offset", "byte_size"}]; unknown name -> INVALID_ARG."""
-        raise NotImplementedError
+        """[{"name", "key", "offset", "byte_size"}]; unknown name -> NOT_FOUND."""
+        return self.shared_memory.status(name)
 
     # --- logging ------------------------------------------------------------------------
     def log_settings(self) -> dict[str, Any]:
-        raise NotImplementedError
+        return self._logs.get()
 
     def update_log_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
+        return self._logs.update(settings)

@@ -1,0 +1,132 @@
+"""One loaded model version: config, backend, scheduler, statistics, labels, in-flight count."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from repokit.backends.base import Backend, ModelContext
+from repokit.core.request_checks import ModelIO
+from repokit.core.statistics import ModelStats
+from repokit.errors import RepokitError, internal
+from repokit.protocol.generated import model_config_pb2 as mc
+from repokit.scheduler.base import Scheduler
+from repokit.scheduler.default import DefaultScheduler
+
+BackendFactory = Callable[[ModelContext], Backend]
+SchedulerFactory = Callable[[Backend, ModelStats], Scheduler]
+
+ENSEMBLE_NOT_IMPLEMENTED = "ensemble scheduling is not implemented yet"
+
+
+def default_scheduler_factory(backend: Backend, stats: ModelStats) -> Scheduler:
+    """Every model gets Triton's default scheduler until the batchers land."""
+    return DefaultScheduler(backend, stats.record_execution)
+
+
+def read_labels(model_dir: Path, config: mc.ModelConfig) -> dict[str, list[str]]:
+    """Label files by output name, one label per line, relative to the model directory."""
+    labels: dict[str, list[str]] = {}
+    for output in config.output:
+        if not output.label_filename:
+            continue
+        path = model_dir / output.label_filename
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise internal(
+                f"failed to open text file for read {path}: {exc.strerror or exc}"
+            ) from exc
+        labels[output.name] = text.split("\n")
+        if labels[output.name] and labels[output.name][-1] == "":
+            labels[output.name].pop()
+    return labels
+
+
+@dataclass(eq=False)
+class LoadedVersion:
+    name: str
+    version: int
+    directory: Path
+    config: mc.ModelConfig
+    config_json: dict[str, object]
+    io: ModelIO
+    stats: ModelStats
+    labels: dict[str, list[str]]
+    backend: Backend | None = None  # None for ensembles
+    scheduler: Scheduler | None = None
+    inflight: int = 0
+    _idle: asyncio.Event | None = field(default=None, repr=False)
+
+    @property
+    def is_ensemble(self) -> bool:
+        return self.config.platform == "ensemble"
+
+    @property
+    def decoupled(self) -> bool:
+        return self.config.model_transaction_policy.decoupled
+
+    def healthy(self) -> bool:
+        return self.backend.health() if self.backend is not None else True
+
+    def begin(self) -> None:
+        self.inflight += 1
+        if self._idle is not None:
+            self._idle.clear()
+
+    def end(self) -> None:
+        self.inflight -= 1
+        if self.inflight == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def drain(self) -> None:
+        """Wait until no request of this version is in flight."""
+        if self.inflight == 0:
+            return
+        if self._idle is None:
+            self._idle = asyncio.Event()
+        await self._idle.wait()
+
+    async def start(
+        self, backend_factory: BackendFactory, scheduler_factory: SchedulerFactory
+    ) -> None:
+        """Create and load the backend and start the scheduler (not for ensembles)."""
+        began = time.perf_counter()
+        if not self.is_ensemble:
+            context = ModelContext(
+                name=self.name,
+                version=self.version,
+                model_dir=self.directory,
+                version_dir=self.directory / str(self.version),
+                repository=self.directory.parent,
+                config=self.config,
+                config_json=json.dumps(self.config_json),
+            )
+            backend = backend_factory(context)
+            await backend.load()
+            self.backend = backend
+            try:
+                scheduler = scheduler_factory(backend, self.stats)
+                await scheduler.start()
+            except BaseException:
+                await backend.unload()
+                raise
+            self.scheduler = scheduler
+        self.stats.load_duration_secs = time.perf_counter() - began
+
+    async def stop(self) -> None:
+        """Drain in-flight requests, stop the scheduler, unload the backend."""
+        await self.drain()
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+        if self.backend is not None:
+            try:
+                await self.backend.unload()
+            except RepokitError:
+                pass  # the version is gone either way; finalize errors are the model's own
+            finally:
+                self.backend = None

@@ -1,0 +1,539 @@
+"""ModelManager: loads, reloads and unloads model versions; answers version selection.
+
+Control modes as tritonserver (§5.4): ``none`` loads every model directory at start,
+``explicit`` only ``--load-model`` names (``*`` = all) and then the load/unload API, ``poll``
+loads all and rescans every ``repository_poll_secs`` (``poll_once`` does one rescan).
+
+Per-version states are Triton's (UNKNOWN/READY/UNAVAILABLE/LOADING/UNLOADING) with reasons;
+an explicitly unloaded version is UNAVAILABLE with reason ``unloaded``. A model whose config
+cannot be read or validated is not loaded and carries a model-level reason. A reload builds
+the new versions first and swaps them in only when they all loaded: a failed reload keeps the
+old versions serving. Unloading (and replacing) a version waits for its in-flight requests.
+One model failing never touches another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repokit.backends.base import Backend, ModelContext
+from repokit.config.parse import ConfigParseError, parse_json
+from repokit.core.config_json import config_to_json
+from repokit.core.loaded_model import (
+    BackendFactory,
+    LoadedVersion,
+    SchedulerFactory,
+    default_scheduler_factory,
+    read_labels,
+)
+from repokit.core.model_source import (
+    ModelDefinition,
+    ModelLoadError,
+    fingerprint,
+    model_directories,
+    read_model,
+)
+from repokit.core.request_checks import ModelIO
+from repokit.core.settings import ServerSettings
+from repokit.core.statistics import ModelStats
+from repokit.errors import RepokitError, internal, invalid_arg, not_found, unavailable
+from repokit.protocol.generated import model_config_pb2 as mc
+
+log = logging.getLogger(__name__)
+
+READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+UNLOADED_REASON = "unloaded"
+NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
+DUPLICATE_REASON = "model appears in two or more repositories"
+_LEADING_INT = re.compile(r"^\s*([+-]?\d+)")
+
+
+@dataclass
+class VersionStatus:
+    version: int
+    state: str
+    reason: str = ""
+    loaded: LoadedVersion | None = None
+
+
+@dataclass
+class ModelRecord:
+    name: str
+    versions: dict[int, VersionStatus] = field(default_factory=dict)
+    known: bool = False  # the config was valid (Triton's lifecycle knows the model)
+    reason: str = ""  # model-level failure
+    fingerprint: str = ""
+    private_dir: Path | None = None  # temp dir holding `file:` load parameters
+    dependencies: tuple[str, ...] = ()  # ensemble composing models
+
+    def ready(self) -> list[VersionStatus]:
+        return [s for s in self.versions.values() if s.state == READY and s.loaded is not None]
+
+
+def _default_backend_factory(context: ModelContext) -> Backend:
+    from repokit.backends.registry import create_backend
+
+    return create_backend(context)
+
+
+def check_model_name(name: str) -> None:
+    if not name.strip():
+        raise invalid_arg("Model name cannot be empty. Please enter a valid name to deploy.")
+    if name.strip() == ".." or "/" in name:
+        raise invalid_arg(
+            f"invalid model name '{name}', model name must not contain path traversal characters"
+        )
+
+
+def _poll_failure(name: str, reason: str = "") -> RepokitError:
+    tail = f": {reason}" if reason else ""
+    return internal(f"failed to load '{name}', failed to poll from model repository{tail}")
+
+
+def write_private_files(name: str, files: dict[str, bytes]) -> Path:
+    """A temp model directory holding only the ``file:<path>`` parameters (as Triton)."""
+    root = Path(tempfile.mkdtemp(prefix="repokit-load-"))
+    target = root / name
+    target.mkdir()
+    try:
+        for key, content in files.items():
+            relative = key[len("file:") :] if key.startswith("file:") else key
+            normalized = os.path.normpath(relative) if relative else ""
+            if (
+                not normalized
+                or os.path.isabs(relative)
+                or normalized in (".", "..")
+                or normalized.startswith("../")
+            ):
+                raise invalid_arg(
+                    f"Invalid file parameter '{key}' with normalized path '{normalized}' must "
+                    "stay within model directory."
+                )
+            path = target / normalized
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return target
+
+
+class ModelManager:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        backend_factory: BackendFactory | None = None,
+        scheduler_factory: SchedulerFactory | None = None,
+    ) -> None:
+        self._settings = settings
+        self._backend_factory = backend_factory or _default_backend_factory
+        self._scheduler_factory = scheduler_factory or default_scheduler_factory
+        self._records: dict[str, ModelRecord] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._poll_task: asyncio.Task[None] | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        mode = self._settings.model_control_mode
+        names = list(self._directories())
+        if mode == "explicit" and "*" not in self._settings.load_models:
+            names = list(dict.fromkeys(self._settings.load_models))
+        await asyncio.gather(*(self._load_quietly(name) for name in names))
+        if mode == "poll" and self._settings.repository_poll_secs > 0:
+            self._poll_task = asyncio.create_task(self._poll_forever())
+
+    async def stop(self) -> None:
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poll_task
+            self._poll_task = None
+        await asyncio.gather(
+            *(self._unload(name, dependents=False) for name in list(self._records))
+        )
+
+    def failed_models(self) -> dict[str, str]:
+        """Models (or versions) that failed to load, with their reasons (for --exit-on-error)."""
+        failed: dict[str, str] = {}
+        for record in self._records.values():
+            if record.reason and not record.ready():
+                failed[record.name] = record.reason
+            for status in record.versions.values():
+                if status.state == UNAVAILABLE and status.reason != UNLOADED_REASON:
+                    failed[record.name] = f"version {status.version}: {status.reason}"
+        return failed
+
+    # --- version selection -----------------------------------------------------------------
+    def get(self, name: str, version: str = "") -> LoadedVersion:
+        """The version a request runs on, with Triton's errors (§0.2)."""
+        record = self._records.get(name)
+        if record is None or (not record.known and not record.versions):
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if not version:
+            ready = record.ready()
+            if not ready:
+                raise not_found(f"Request for unknown model: '{name}' has no available versions")
+            best = max(ready, key=lambda s: s.version)
+            assert best.loaded is not None
+            return best.loaded
+        number = parse_version(version)
+        status = record.versions.get(number)
+        if status is None:
+            raise not_found(f"Request for unknown model: '{name}' version {number} is not found")
+        if status.state != READY or status.loaded is None:
+            raise unavailable(
+                f"Request for unknown model: '{name}' version {number} is not at ready state"
+            )
+        return status.loaded
+
+    def ready_versions(self, name: str) -> list[LoadedVersion]:
+        record = self._records.get(name)
+        if record is None:
+            return []
+        return [s.loaded for s in sorted(record.ready(), key=lambda s: s.version) if s.loaded]
+
+    def all_ready(self) -> list[LoadedVersion]:
+        return [v for name in sorted(self._records) for v in self.ready_versions(name)]
+
+    def server_ready(self, strict: bool) -> bool:
+        if not strict:
+            return True
+        for record in self._records.values():
+            if not record.versions:
+                return False
+            for status in record.versions.values():
+                if status.state == READY and status.loaded is not None:
+                    if not status.loaded.healthy():
+                        return False
+                elif not (status.state == UNAVAILABLE and status.reason == UNLOADED_REASON):
+                    return False
+        return True
+
+    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = []
+        for name in sorted(self._directories()):
+            record = self._records.get(name)
+            if record is None:
+                if not ready_only:
+                    entries.append({"name": name})
+                continue
+            if not record.versions:
+                if not ready_only and record.reason:
+                    entries.append({"name": name, "state": UNAVAILABLE, "reason": record.reason})
+                continue
+            for number in sorted(record.versions):
+                status = record.versions[number]
+                if ready_only and status.state != READY:
+                    continue
+                entry: dict[str, Any] = {"name": name, "version": str(number)}
+                entry["state"] = status.state
+                if status.reason:
+                    entry["reason"] = status.reason
+                entries.append(entry)
+        return entries
+
+    # --- load / unload API -----------------------------------------------------------------
+    async def load(
+        self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        if self._settings.model_control_mode != "explicit":
+            raise unavailable(NOT_EXPLICIT)
+        check_model_name(name)
+        override: mc.ModelConfig | None = None
+        if files and config_json is None:
+            raise _poll_failure(
+                name, "Load parameter 'config' must be specified for model file override"
+            )
+        if config_json is not None:
+            try:
+                override = parse_json(config_json)
+            except ConfigParseError as exc:
+                raise _poll_failure(name, f"Invalid config override: {exc.message}") from exc
+        private: Path | None = None
+        if files:
+            try:
+                private = write_private_files(name, files)
+            except RepokitError as exc:
+                raise _poll_failure(name, exc.message) from exc
+        await self._load(name, override=override, private=private, force=override is not None)
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        if self._settings.model_control_mode != "explicit":
+            raise unavailable(NOT_EXPLICIT)
+        check_model_name(name)
+        await self._unload(name, dependents=unload_dependents)
+
+    # --- poll mode -------------------------------------------------------------------------
+    async def poll_once(self) -> None:
+        """Rescan the repositories: load new and changed models, unload removed ones."""
+        directories = self._directories()
+        for name, paths in directories.items():
+            record = self._records.get(name)
+            if record is None or record.private_dir is not None:
+                if record is None:
+                    await self._load_quietly(name)
+                continue
+            current = fingerprint(paths[0]) if len(paths) == 1 else DUPLICATE_REASON
+            if current != record.fingerprint:
+                await self._load_quietly(name, force=True)
+        for name in list(self._records):
+            record = self._records[name]
+            if name not in directories and record.private_dir is None:
+                await self._unload(name, dependents=False)
+                self._records.pop(name, None)
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.repository_poll_secs)
+            try:
+                await self.poll_once()
+            except Exception:  # keep polling whatever one scan hit
+                log.exception("repository poll failed")
+
+    # --- internals ---------------------------------------------------------------------------
+    def _directories(self) -> dict[str, list[Path]]:
+        return model_directories(self._settings.repositories)
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
+
+    async def _load_quietly(self, name: str, force: bool = False) -> None:
+        try:
+            await self._load(name, force=force)
+        except RepokitError as exc:
+            log.warning("failed to load '%s': %s", name, exc.message)
+
+    def _resolve(
+        self, name: str, override: mc.ModelConfig | None, private: Path | None
+    ) -> tuple[ModelDefinition, str]:
+        paths = self._directories().get(name, [])
+        if len(paths) > 1:
+            record = self._records.setdefault(name, ModelRecord(name))
+            record.reason, record.fingerprint = DUPLICATE_REASON, DUPLICATE_REASON
+            raise _poll_failure(name, DUPLICATE_REASON)
+        if private is None and not paths:
+            raise _poll_failure(name)
+        directory = private if private is not None else paths[0]
+        stamp = fingerprint(directory)
+        try:
+            definition = read_model(
+                name,
+                directory,
+                override=override,
+                config_name=self._settings.model_config_name,
+                strict=self._settings.strict_model_config,
+            )
+        except ModelLoadError as exc:
+            record = self._records.setdefault(name, ModelRecord(name))
+            record.fingerprint = stamp
+            if not record.ready():
+                record.reason, record.known = exc.reason, exc.config_ok
+                self._drop_versions(record)
+            if exc.config_ok:
+                raise invalid_arg(f"load failed for model '{name}': {exc.reason}\n") from exc
+            raise _poll_failure(name, exc.reason) from exc
+        return definition, stamp
+
+    @staticmethod
+    def _drop_versions(record: ModelRecord) -> None:
+        record.versions = {v: s for v, s in record.versions.items() if s.loaded is not None}
+
+    async def _load(
+        self,
+        name: str,
+        *,
+        override: mc.ModelConfig | None = None,
+        private: Path | None = None,
+        force: bool = False,
+        chain: tuple[str, ...] = (),
+        retry_failed: bool = True,
+    ) -> None:
+        if name in chain:
+            cycle = " -> ".join((*chain[chain.index(name) :], name))
+            raise invalid_arg(f"circular dependency between ensembles: {cycle}")
+        try:
+            definition, stamp = self._resolve(name, override, private)
+        except BaseException:
+            if private is not None:
+                shutil.rmtree(private.parent, ignore_errors=True)
+            raise
+        if not force and self._unchanged(name, stamp, private, retry_failed):
+            return
+        dependencies = tuple(
+            dict.fromkeys(s.model_name for s in definition.config.ensemble_scheduling.step)
+        )
+        dependency_error = await self._load_dependencies(name, dependencies, (*chain, name))
+        async with self._lock(name):
+            if not force and self._unchanged(name, stamp, private, retry_failed):
+                return  # loaded meanwhile by a concurrent request (e.g. for an ensemble)
+            await self._install(name, definition, stamp, private, dependencies, dependency_error)
+
+    def _unchanged(
+        self, name: str, stamp: str, private: Path | None, retry_failed: bool = True
+    ) -> bool:
+        """Loaded from the same files already: a plain load is then a no-op (as Triton).
+        With ``retry_failed`` False (ensemble dependencies) a failed attempt counts too."""
+        record = self._records.get(name)
+        return (
+            record is not None
+            and (bool(record.ready()) or (not retry_failed and record.known))
+            and record.fingerprint == stamp
+            and record.private_dir is None
+            and private is None
+        )
+
+    async def _load_dependencies(
+        self, name: str, dependencies: tuple[str, ...], chain: tuple[str, ...]
+    ) -> str:
+        missing: list[str] = []
+        for dependency in dependencies:
+            try:
+                await self._load(dependency, chain=chain, retry_failed=False)
+            except RepokitError as exc:
+                if exc.message.startswith("circular dependency"):
+                    return exc.message
+            if not self.ready_versions(dependency):
+                missing.append(dependency)
+        if missing:
+            return (
+                f"ensemble {name} contains models that are not available or ambiguous: "
+                + ", ".join(missing)
+            )
+        return ""
+
+    def _new_version(self, definition: ModelDefinition, number: int) -> LoadedVersion:
+        config = definition.config
+        return LoadedVersion(
+            name=definition.name,
+            version=number,
+            directory=definition.directory,
+            config=config,
+            config_json=config_to_json(config),
+            io=ModelIO(config),
+            stats=ModelStats(definition.name, number),
+            labels={},
+        )
+
+    async def _start_version(self, loaded: LoadedVersion, dependency_error: str) -> str:
+        """Load one version; the failure reason, or "" when it is READY."""
+        if dependency_error:
+            return dependency_error
+        try:
+            loaded.labels = read_labels(loaded.directory, loaded.config)
+            await loaded.start(self._backend_factory, self._scheduler_factory)
+        except RepokitError as exc:
+            return exc.message
+        except Exception as exc:  # a backend bug must not take other models down
+            log.exception("loading %s version %d failed", loaded.name, loaded.version)
+            return f"{type(exc).__name__}: {exc}"
+        return ""
+
+    async def _install(
+        self,
+        name: str,
+        definition: ModelDefinition,
+        stamp: str,
+        private: Path | None,
+        dependencies: tuple[str, ...],
+        dependency_error: str,
+    ) -> None:
+        record = self._records.setdefault(name, ModelRecord(name))
+        reloading = bool(record.ready())
+        if not reloading:
+            record.reason, record.known = "", True
+            record.versions = {v: VersionStatus(v, LOADING) for v in definition.versions}
+        fresh = {v: self._new_version(definition, v) for v in definition.versions}
+        reasons = await asyncio.gather(
+            *(self._start_version(loaded, dependency_error) for loaded in fresh.values())
+        )
+        failures = {v: r for v, r in zip(fresh, reasons, strict=True) if r}
+        record.fingerprint = stamp
+        if failures and reloading:
+            # a failed reload keeps the versions that serve now
+            await asyncio.gather(*(fresh[v].stop() for v in fresh if v not in failures))
+            if private is not None:
+                shutil.rmtree(private.parent, ignore_errors=True)
+            raise _load_failed(name, failures)
+        old = record.versions
+        old_private = record.private_dir
+        record.versions = {
+            v: VersionStatus(v, UNAVAILABLE, failures[v])
+            if v in failures
+            else VersionStatus(v, READY, "", fresh[v])
+            for v in definition.versions
+        }
+        record.known, record.reason = True, ""
+        record.private_dir = private
+        record.dependencies = dependencies
+        retired = [s.loaded for s in old.values() if s.loaded is not None]
+        for number in old:
+            if number not in record.versions:
+                record.versions[number] = VersionStatus(number, UNLOADING)
+        await asyncio.gather(*(loaded.stop() for loaded in retired))
+        for number in old:
+            if record.versions[number].state == UNLOADING:
+                record.versions[number] = VersionStatus(number, UNAVAILABLE, UNLOADED_REASON)
+        if old_private is not None and old_private != private:
+            shutil.rmtree(old_private.parent, ignore_errors=True)
+        if failures:
+            raise _load_failed(name, failures)
+
+    async def _unload(self, name: str, *, dependents: bool) -> None:
+        record = self._records.get(name)
+        if record is None:
+            return
+        async with self._lock(name):
+            active = [s for s in record.versions.values() if s.loaded is not None]
+            for status in active:
+                status.state = UNLOADING
+            await asyncio.gather(*(s.loaded.stop() for s in active if s.loaded is not None))
+            for status in record.versions.values():
+                status.state, status.reason, status.loaded = UNAVAILABLE, UNLOADED_REASON, None
+            if not record.versions:  # a model that never loaded: forget its failure
+                self._records.pop(name, None)
+            if record.private_dir is not None:
+                shutil.rmtree(record.private_dir.parent, ignore_errors=True)
+                record.private_dir = None
+            dependencies = record.dependencies
+        if dependents:
+            for dependency in dependencies:
+                await self._unload(dependency, dependents=True)
+
+    def records(self) -> Iterator[ModelRecord]:
+        return iter(list(self._records.values()))
+
+
+def _load_failed(name: str, failures: dict[int, str]) -> RepokitError:
+    text = "".join(
+        f"version {v} is at UNAVAILABLE state: {r};\n" for v, r in sorted(failures.items())
+    )
+    return invalid_arg(f"load failed for model '{name}': {text}")
+
+
+def parse_version(text: str) -> int:
+    """A version string as Triton's GetModelVersionFromString (std::stol prefix parsing)."""
+    match = _LEADING_INT.match(text)
+    if match is None:
+        raise invalid_arg(
+            f"failed to get model version from specified version string '{text}' "
+            "(details: stol), version should be an integral value > 0"
+        )
+    value = int(match.group(1))
+    if value < 0:
+        raise invalid_arg(
+            f"invalid model version specified '{text}' , version should be an integral value > 0"
+        )
+    return value

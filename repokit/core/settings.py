@@ -1,0 +1,63 @@
+"""ServerSettings: the one input of the composition root (``build_service``).
+
+Field names and defaults follow tritonserver's command line (§10 of the behaviour reference):
+``repositories`` = ``--model-repository`` (may repeat), ``model_control_mode`` =
+``--model-control-mode``, ``load_models`` = ``--load-model`` and so on. The CLI builds one of
+these and never reaches past it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+ControlMode = Literal["none", "explicit", "poll"]
+LogFormat = Literal["default", "ISO8601"]
+
+SERVER_ID = "triton"
+# The Triton release whose behaviour repokit follows (reported in server metadata).
+SERVER_VERSION = "2.51.0"
+DEFAULT_HTTP_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, tritonserver's --http-max-input-size default
+
+
+@dataclass
+class LogSettings:
+    """Triton's runtime log settings (GET/POST /v2/logging)."""
+
+    log_file: str = ""
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
+    log_verbose_level: int = 0
+    log_format: LogFormat = "default"
+
+
+@dataclass
+class ServerSettings:
+    repositories: list[Path] = field(default_factory=list)
+    model_control_mode: ControlMode = "none"
+    load_models: list[str] = field(default_factory=list)  # --load-model; "*" = every model
+    strict_readiness: bool = True
+    exit_timeout_secs: float = 30.0
+    strict_model_config: bool = False  # --strict-model-config / --disable-auto-complete-config
+    model_config_name: str = ""  # --model-config-name
+    allow_client_shm: bool = False  # --allow-client-shm
+    http_max_input_size: int = DEFAULT_HTTP_MAX_INPUT_SIZE
+    repository_poll_secs: float = 15.0  # --repository-poll-secs
+    exit_on_error: bool = True  # --exit-on-error (the CLI decides what to do with failures)
+    server_id: str = SERVER_ID  # --id
+    server_version: str = SERVER_VERSION
+    log: LogSettings = field(default_factory=LogSettings)
+
+    def __post_init__(self) -> None:
+        self.repositories = [Path(p) for p in self.repositories]
+        if self.model_control_mode not in ("none", "explicit", "poll"):
+            raise ValueError(
+                f"unexpected model control mode '{self.model_control_mode}', "
+                "expected one of none, explicit, poll"
+            )
+        if "*" in self.load_models and len(self.load_models) > 1:
+            raise ValueError(
+                "Wildcard model name '*' must be the ONLY startup model if specified at all."
+            )

@@ -1,0 +1,117 @@
+"""Per model-version counters, rendered as the statistics extension JSON (§9.2).
+
+Updated in the hot path with plain integer adds: everything runs on one event loop, so no
+locks. The same counters feed the Prometheus text in :mod:`repokit.core.metrics`.
+
+What counts (as Triton's ``InferenceStatsAggregator``):
+- a request that passed the checks and ran: success +1 (request duration), queue +1 (time
+  waiting for an instance), compute_input/infer/output +1 each with the execution's durations,
+  inference_count + its batch size (1 for models without batching);
+- a request the backend failed: fail +1, with a failure reason for the metrics;
+- each execution: execution_count +1 and ``batch_stats[batch size]`` +1 per compute phase.
+Requests rejected by the request checks never reach a model and are not counted (as Triton).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from repokit.backends.base import Timing
+
+FAILURE_REASONS = ("REJECTED", "OTHER", "CANCELED", "BACKEND")
+
+
+@dataclass
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int) -> None:
+        self.count += 1
+        self.ns += ns
+
+    def to_json(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass
+class BatchStats:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass
+class ModelStats:
+    name: str
+    version: int
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    load_duration_secs: float = 0.0
+    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
+    batch_stats: dict[int, BatchStats] = field(default_factory=dict)
+
+    def record_success(
+        self, batch_size: int, request_ns: int, queue_ns: int, timing: Timing
+    ) -> None:
+        self.success.add(request_ns)
+        self.queue.add(queue_ns)
+        self.compute_input.add(timing.compute_input_ns)
+        self.compute_infer.add(timing.compute_infer_ns)
+        self.compute_output.add(timing.compute_output_ns)
+        self.inference_count += batch_size if batch_size > 0 else 1
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_failure(self, request_ns: int, reason: str = "BACKEND") -> None:
+        self.fail.add(request_ns)
+        self.failures[reason] = self.failures.get(reason, 0) + 1
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_execution(self, batch_size: int, timing: Timing) -> None:
+        self.execution_count += 1
+        size = batch_size if batch_size > 0 else 1
+        stats = self.batch_stats.get(size)
+        if stats is None:
+            stats = self.batch_stats[size] = BatchStats()
+        stats.compute_input.add(timing.compute_input_ns)
+        stats.compute_infer.add(timing.compute_infer_ns)
+        stats.compute_output.add(timing.compute_output_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": str(self.version),
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.to_json(),
+                "fail": self.fail.to_json(),
+                "queue": self.queue.to_json(),
+                "compute_input": self.compute_input.to_json(),
+                "compute_infer": self.compute_infer.to_json(),
+                "compute_output": self.compute_output.to_json(),
+                "cache_hit": {"count": 0, "ns": 0},
+                "cache_miss": {"count": 0, "ns": 0},
+            },
+            "response_stats": {},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": stats.compute_input.to_json(),
+                    "compute_infer": stats.compute_infer.to_json(),
+                    "compute_output": stats.compute_output.to_json(),
+                }
+                for size, stats in sorted(self.batch_stats.items())
+            ],
+            "memory_usage": [],
+        }

@@ -1,0 +1,43 @@
+"""The scheduler seam: what the core calls to run one request on a loaded model version.
+
+A scheduler wraps a :class:`~repokit.backends.base.Backend`. ``submit`` takes one checked
+request (inputs resolved, batch dimension known) and returns its result together with the
+time it waited for an instance and the durations of the execution that served it. The
+default scheduler (:mod:`repokit.scheduler.default`) runs each request alone on the next free
+instance; the dynamic and sequence batchers implement the same interface and may combine
+requests into one execution. Queues and tasks are created in ``start()``, inside the running
+event loop, never in ``__init__``.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from repokit.backends.base import BackendRequest, BackendResult, Timing
+
+
+@dataclass(frozen=True)
+class ScheduledResult:
+    result: BackendResult
+    queue_ns: int  # from submit() until an instance started the execution
+    timing: Timing  # durations of the execution that served the request
+
+
+class Scheduler(abc.ABC):
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Create queues/tasks inside the running loop; called once before any submit()."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Stop accepting work; requests already submitted still complete."""
+
+    @abc.abstractmethod
+    async def submit(self, request: BackendRequest, batch_size: int) -> ScheduledResult:
+        """Run one request; ``batch_size`` is its batch dimension (0 = model does not batch)."""
+
+    @property
+    @abc.abstractmethod
+    def pending_count(self) -> int:
+        """Requests accepted but not yet executing (nv_inference_pending_request_count)."""

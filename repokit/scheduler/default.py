@@ -1,0 +1,88 @@
+"""Triton's default scheduler: each request runs alone on the next free instance.
+
+Free instance ids wait in an ``asyncio.Queue`` (created in ``start()``); ``submit`` takes one,
+runs the request as a batch of one on it and gives the instance back. Requests are never
+combined. Passive instances (``instance_group.passive``) are created by the backend but get no
+work, as in Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing
+from repokit.errors import RepokitError, internal, unavailable
+from repokit.protocol.generated import model_config_pb2 as mc
+from repokit.scheduler.base import ScheduledResult, Scheduler
+
+
+def active_instances(config: mc.ModelConfig, instance_count: int) -> list[int]:
+    """Ids of the instances that take work: every instance except passive groups' ones."""
+    ids: list[int] = []
+    index = 0
+    for group in config.instance_group:
+        count = max(group.count, 1) * max(len(group.gpus), 1)
+        for _ in range(count):
+            if not group.passive:
+                ids.append(index)
+            index += 1
+    if index != instance_count:  # the backend decided its own instance layout
+        return list(range(instance_count))
+    return ids
+
+
+class DefaultScheduler(Scheduler):
+    def __init__(
+        self, backend: Backend, on_execution: Callable[[int, Timing], None] | None = None
+    ) -> None:
+        """``on_execution(batch_size, timing)`` is called after every execution (statistics)."""
+        self._backend = backend
+        self._on_execution = on_execution
+        self._free: asyncio.Queue[int] | None = None
+        self._pending = 0
+        self._stopped = False
+
+    async def start(self) -> None:
+        self._free = asyncio.Queue()
+        config = self._backend.context.config
+        for instance in active_instances(config, self._backend.instance_count):
+            self._free.put_nowait(instance)
+
+    async def stop(self) -> None:
+        self._stopped = True
+
+    @property
+    def pending_count(self) -> int:
+        return self._pending
+
+    async def submit(self, request: BackendRequest, batch_size: int) -> ScheduledResult:
+        free = self._free
+        if free is None or self._stopped:
+            raise unavailable("model is not accepting requests: its scheduler is stopped")
+        enqueued = time.perf_counter_ns()
+        self._pending += 1
+        try:
+            instance = await free.get()
+        finally:
+            self._pending -= 1
+        started = time.perf_counter_ns()
+        try:
+            results, timing = await self._backend.execute(instance, [request])
+        except RepokitError as exc:
+            results, timing = [BackendResult(error=exc)], Timing()
+        except Exception as exc:  # a backend bug must not take the server down
+            results = [BackendResult(error=internal(f"backend failed: {exc!r}"))]
+            timing = Timing()
+        finally:
+            free.put_nowait(instance)
+        if self._on_execution is not None:
+            self._on_execution(batch_size, timing)
+        if len(results) != 1:
+            result = BackendResult(
+                error=internal(f"backend returned {len(results)} results for 1 request")
+            )
+        else:
+            result = results[0]
+        return ScheduledResult(result=result, queue_ns=started - enqueued, timing=timing)
