@@ -1,0 +1,248 @@
+"""The sequence batcher: Direct and Oldest strategies over ``SequenceSlots`` (asyncio driver).
+
+Each request names its sequence with ``correlation_id`` (uint64 or string) and carries
+``flags`` (1 = START, 2 = END), as ``BackendRequest`` does. The scheduler checks it (Triton's
+request-time rules), queues it on its sequence, and a worker per instance sends batches:
+
+* Direct: the instance's slots in layout order; an empty slot is a *filler* request: the inputs
+  of a real request of the batch with all-zero data, zero implicit state, START/END false,
+  READY false and CORRID 0 (Triton's null request). Its result is discarded.
+* Oldest: the head request of every idle candidate sequence of the instance goes into a
+  per-instance dynamic batcher (``StrategyOldest`` preferred sizes and delay), oldest first.
+
+Control tensors and implicit state are added to each request before execution; the state
+output of request i becomes the state input of request i+1 and is not returned to the client.
+A reaper frees the slot of a sequence idle for ``max_sequence_idle_microseconds`` (1 s default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from repokit.backends.base import Backend, BackendRequest, BackendResult
+from repokit.errors import unavailable
+from repokit.protocol.generated import model_config_pb2 as mc
+from repokit.protocol.types import InferTensor
+from repokit.scheduler.base import ScheduledResult, Scheduler
+from repokit.scheduler.batch_tensors import BatchingRules, merge_requests, split_result
+from repokit.scheduler.default import active_instances
+from repokit.scheduler.dynamic_batch import BatchPlanner, DynamicBatchSettings
+from repokit.scheduler.runtime import (
+    BatchHook,
+    Clock,
+    Waker,
+    execute_batch,
+    monotonic_clock,
+    settle,
+)
+from repokit.scheduler.sequence_controls import (
+    FLAG_END,
+    FLAG_START,
+    ImplicitStates,
+    SequenceControls,
+)
+from repokit.scheduler.sequence_slots import Dispatched, SequenceSlots
+
+DEFAULT_IDLE_US = 1_000_000
+
+
+@dataclass(eq=False)
+class _Job:
+    request: BackendRequest
+    future: asyncio.Future[ScheduledResult]
+    enqueue_ns: int
+
+
+class SequenceBatchScheduler(Scheduler):
+    def __init__(
+        self,
+        backend: Backend,
+        config: mc.ModelConfig | None = None,
+        *,
+        model_dir: Path | None = None,
+        clock: Clock = monotonic_clock,
+        merge_batches: bool = False,
+        instances: Sequence[int] | None = None,
+        on_execution: BatchHook | None = None,
+    ) -> None:
+        config = config if config is not None else backend.context.config
+        sb = config.sequence_batching
+        self._backend = backend
+        self._clock = clock
+        self._merge = merge_batches and config.max_batch_size > 0
+        self._on_execution = on_execution
+        self._rules = BatchingRules.from_config(config)
+        self._controls = SequenceControls(config)
+        self._states = ImplicitStates(config, model_dir or backend.context.model_dir)
+        self._state_outputs = tuple(s.output_name for s in self._states.specs)
+        self._oldest = sb.HasField("oldest")
+        self._direct_delay_ns = int(sb.direct.max_queue_delay_microseconds) * 1000
+        self._direct_min_util = float(sb.direct.minimum_slot_utilization)
+        instance_ids = (
+            list(instances)
+            if instances is not None
+            else active_instances(config, backend.instance_count)
+        )
+        per_instance = max(1, int(config.max_batch_size))
+        if self._oldest and sb.oldest.max_candidate_sequences > 0:
+            per_instance = int(sb.oldest.max_candidate_sequences)
+        idle_us = int(sb.max_sequence_idle_microseconds) or DEFAULT_IDLE_US
+        self.slots: SequenceSlots[_Job] = SequenceSlots(
+            config.name, instance_ids, per_instance, idle_us * 1000
+        )
+        self._planners: dict[int, BatchPlanner[Dispatched[_Job]]] = {}
+        if self._oldest:
+            settings = DynamicBatchSettings.for_oldest_sequences(config)
+            self._planners = {i: BatchPlanner(settings) for i in instance_ids}
+        self._waker = Waker(clock)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._running = False
+        self._stopping = False
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        self._running, self._stopping = True, False
+        self._tasks = [
+            asyncio.create_task(self._worker(i), name=f"sequence-{i}") for i in self.slots.instances
+        ]
+        self._tasks.append(asyncio.create_task(self._reaper(), name="sequence-reaper"))
+
+    async def stop(self) -> None:
+        """Run what is dispatchable, then fail requests still waiting for a slot."""
+        self._stopping = True
+        self._waker.poke()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        self._running = False
+        error = unavailable("model is not accepting requests: its scheduler is stopped")
+        for seq in list(self.slots.backlog):
+            for entry in seq.queue:
+                if not entry.payload.future.done():
+                    entry.payload.future.set_exception(error)
+
+    @property
+    def pending_count(self) -> int:
+        return self.slots.queued_count + sum(len(p) for p in self._planners.values())
+
+    def wake(self) -> None:
+        """Re-evaluate slots, delays and idle sequences now (after moving an injected clock)."""
+        self._waker.poke()
+
+    # --- requests -----------------------------------------------------------------------
+    async def submit(self, request: BackendRequest, batch_size: int) -> ScheduledResult:
+        if not self._running or self._stopping:
+            raise unavailable("model is not accepting requests: its scheduler is stopped")
+        self._controls.check_request(request.correlation_id, batch_size)
+        now = self._clock()
+        job = _Job(request, asyncio.get_running_loop().create_future(), now)
+        self.slots.enqueue(
+            request.correlation_id,
+            job,
+            start=bool(request.flags & FLAG_START),
+            end=bool(request.flags & FLAG_END),
+            now_ns=now,
+        )
+        self._waker.poke()
+        return await job.future
+
+    # --- workers ------------------------------------------------------------------------
+    async def _worker(self, instance: int) -> None:
+        while True:
+            now = self._clock()
+            if self._oldest:
+                planner = self._planners[instance]
+                for dispatched in self.slots.ready_heads(instance):
+                    planner.enqueue(dispatched, now_ns=dispatched[1].enqueue_ns)
+                decision = planner.poll(now)
+                if not decision.batch and self._stopping and len(planner):
+                    decision.batch = planner.queues.pop_front(len(planner))
+                wake = decision.wake_at_ns
+                batch: list[Dispatched[_Job] | None] = [item.payload for item in decision.batch]
+            else:
+                delay = 0 if self._stopping else self._direct_delay_ns
+                batch, wake = self.slots.direct_batch(instance, now, delay, self._direct_min_util)
+            if batch:
+                await self._run(instance, batch)
+                continue
+            if self._stopping:
+                return
+            await self._waker.sleep(wake)
+
+    async def _reaper(self) -> None:
+        while not self._stopping:
+            reaped, next_ns = self.slots.reap(self._clock())
+            if reaped:
+                self._waker.poke()  # backlogged sequences may have got a slot
+            await self._waker.sleep(next_ns)
+
+    async def _run(self, instance: int, batch: list[Dispatched[_Job] | None]) -> None:
+        template = next(d for d in batch if d is not None)[1].payload.request
+        requests = [self._prepare(d) if d is not None else self._filler(template) for d in batch]
+        start_ns = self._clock()
+        if self._merge:
+            merged = merge_requests(requests, self._rules)
+            results, timing = await execute_batch(self._backend, instance, [merged])
+            results = split_result(results[0], requests, [1] * len(requests), self._rules)
+        else:
+            results, timing = await execute_batch(self._backend, instance, requests)
+        if self._on_execution is not None:
+            self._on_execution(len(requests), timing)
+        now = self._clock()
+        for dispatched, result in zip(batch, results, strict=True):
+            if dispatched is None:
+                continue
+            seq, entry = dispatched
+            job = entry.payload
+            if result.error is None and self._states:
+                outputs, seq.data = self._states.take_outputs(result.outputs, seq.data)
+                result = BackendResult(outputs=outputs, parameters=result.parameters)
+            self.slots.complete(seq, now)
+            settle(job.future, ScheduledResult(result, start_ns - job.enqueue_ns, timing))
+        self._waker.poke()
+
+    def _prepare(self, dispatched: Dispatched[_Job]) -> BackendRequest:
+        seq, entry = dispatched
+        request = entry.payload.request
+        inputs = dict(request.inputs)
+        inputs.update(
+            self._controls.tensors(start=entry.start, end=entry.end, ready=True, corrid=seq.corrid)
+        )
+        requested = request.requested_outputs
+        if self._states:
+            if entry.start or seq.data is None:
+                seq.data = self._states.initial()
+            inputs.update(seq.data)
+            if requested:
+                requested = tuple(dict.fromkeys(requested + self._state_outputs))
+        return BackendRequest(
+            inputs=inputs,
+            requested_outputs=requested,
+            parameters=request.parameters,
+            request_id=request.request_id,
+            correlation_id=request.correlation_id,
+            flags=request.flags,
+        )
+
+    def _filler(self, template: BackendRequest) -> BackendRequest:
+        """The request standing in an empty Direct slot: zeros and READY=0."""
+        inputs = {
+            name: InferTensor(name, t.datatype, t.shape, _zeros_like(t))
+            for name, t in template.inputs.items()
+        }
+        inputs.update(self._controls.tensors(start=False, end=False, ready=False, corrid=0))
+        if self._states:
+            inputs.update(self._states.null(self._states.initial()))
+        return BackendRequest(inputs=inputs, requested_outputs=template.requested_outputs)
+
+
+def _zeros_like(tensor: InferTensor) -> npt.NDArray[Any]:
+    if tensor.datatype == "BYTES":
+        return np.full(tensor.shape, b"", dtype=object)
+    return np.zeros(tensor.shape, dtype=tensor.data.dtype)

@@ -1,0 +1,188 @@
+"""Sequence slots, backlog and idle expiry of the sequence batcher (pure; time passed in).
+
+Every active instance has ``slots_per_instance`` sequence slots (``max(1, max_batch_size)`` for
+Direct, ``max_candidate_sequences`` for Oldest). A START takes the free slot with the lowest
+index, ties going to the lowest instance (Triton's ready-slot priority queue), so sequences
+spread over instances first. With no free slot the sequence waits in a FIFO backlog, queueing
+its requests; a slot freed by END (when the END request is dispatched) or by idle expiry goes to
+the oldest backlogged sequence.
+
+A sequence has at most one request dispatched at a time (``busy``), so its requests execute in
+order and each sees the implicit state left by the previous one.
+
+Direct batches keep the slot layout: position ``i`` of the batch is slot ``i`` of the instance,
+up to the highest slot that holds a sequence; slots without a ready request are ``None`` (the
+driver fills them with a zero request whose READY control is false, as Triton's null request).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from repokit.scheduler.sequence_controls import CorrelationId, missing_start_error
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class SeqEntry(Generic[T]):
+    payload: T
+    start: bool
+    end: bool
+    enqueue_ns: int
+
+
+@dataclass(eq=False)
+class LiveSequence(Generic[T]):
+    corrid: CorrelationId
+    queue: deque[SeqEntry[T]] = field(default_factory=deque)
+    slot: tuple[int, int] | None = None  # (instance, slot index)
+    busy: bool = False
+    ended: bool = False  # END dispatched: the sequence no longer owns a slot
+    last_ns: int = 0
+    data: Any = None  # the driver's per-sequence data (implicit state)
+
+
+Dispatched = tuple[LiveSequence[T], SeqEntry[T]]
+
+
+class SequenceSlots(Generic[T]):
+    def __init__(
+        self, model: str, instances: list[int], slots_per_instance: int, idle_ns: int
+    ) -> None:
+        self.model = model
+        self.instances = list(instances)
+        self.slots_per_instance = max(1, slots_per_instance)
+        self.idle_ns = idle_ns
+        self._owners: dict[int, list[LiveSequence[T] | None]] = {
+            i: [None] * self.slots_per_instance for i in self.instances
+        }
+        self._free: list[tuple[int, int]] = [
+            (index, instance)
+            for instance in self.instances
+            for index in range(self.slots_per_instance)
+        ]
+        heapq.heapify(self._free)
+        self._live: dict[CorrelationId, LiveSequence[T]] = {}
+        self.backlog: deque[LiveSequence[T]] = deque()
+
+    # --- requests -----------------------------------------------------------------------
+    def enqueue(
+        self, corrid: CorrelationId, payload: T, *, start: bool, end: bool, now_ns: int
+    ) -> LiveSequence[T]:
+        """Queue a request of a sequence; INVALID_ARG when an unknown sequence lacks START."""
+        seq = self._live.get(corrid)
+        if seq is None:
+            if not start:
+                raise missing_start_error(corrid, self.model)
+            seq = LiveSequence(corrid, last_ns=now_ns)
+            self._live[corrid] = seq
+            if self._free:
+                self._bind(seq, heapq.heappop(self._free))
+            else:
+                self.backlog.append(seq)
+        seq.queue.append(SeqEntry(payload, start, end, now_ns))
+        seq.last_ns = now_ns
+        if end:  # a later request of this id needs START again (Triton forgets it at END)
+            del self._live[corrid]
+        return seq
+
+    def instance_of(self, seq: LiveSequence[T]) -> int | None:
+        return seq.slot[0] if seq.slot is not None else None
+
+    def has_ready(self, instance: int) -> bool:
+        return any(s is not None and s.queue and not s.busy for s in self._owners[instance])
+
+    # --- dispatch -----------------------------------------------------------------------
+    def direct_batch(
+        self, instance: int, now_ns: int, delay_ns: int = 0, min_utilization: float = 0.0
+    ) -> tuple[list[Dispatched[T] | None], int]:
+        """The next Direct batch of an instance in slot layout, or ([], wake time)."""
+        owners = self._owners[instance]
+        ready = [i for i, s in enumerate(owners) if s is not None and s.queue and not s.busy]
+        if not ready:
+            return [], 0
+        if delay_ns and len(ready) < min_utilization * self.slots_per_instance:
+            oldest = min(owners[i].queue[0].enqueue_ns for i in ready)  # type: ignore[union-attr]
+            if now_ns - oldest < delay_ns:
+                return [], oldest + delay_ns
+        highest = max(i for i, s in enumerate(owners) if s is not None)
+        batch: list[Dispatched[T] | None] = [None] * (highest + 1)
+        for i in ready:
+            seq = owners[i]
+            assert seq is not None
+            batch[i] = self._dispatch(seq)
+        for item in batch:
+            if item is not None and item[1].end:
+                self._release(item[0])
+        return batch, 0
+
+    def ready_heads(self, instance: int) -> list[Dispatched[T]]:
+        """Oldest strategy: dispatch the head request of every idle candidate sequence."""
+        heads = [
+            self._dispatch(s)
+            for s in self._owners[instance]
+            if s is not None and s.queue and not s.busy
+        ]
+        heads.sort(key=lambda d: d[1].enqueue_ns)
+        for seq, entry in heads:
+            if entry.end:
+                self._release(seq)
+        return heads
+
+    def complete(self, seq: LiveSequence[T], now_ns: int) -> None:
+        """The dispatched request of ``seq`` finished: its next request may go."""
+        seq.busy = False
+        seq.last_ns = max(seq.last_ns, now_ns)
+
+    # --- idle expiry --------------------------------------------------------------------
+    def reap(self, now_ns: int) -> tuple[list[CorrelationId], int]:
+        """Free the slots of sequences idle for ``idle_ns``; returns (ids, next check time)."""
+        reaped: list[CorrelationId] = []
+        next_ns = 0
+        for owners in self._owners.values():
+            for seq in owners:
+                if seq is None or seq.busy or seq.queue:
+                    continue
+                due = seq.last_ns + self.idle_ns
+                if due <= now_ns:
+                    reaped.append(seq.corrid)
+                    self._release(seq)
+                elif next_ns == 0 or due < next_ns:
+                    next_ns = due
+        return reaped, next_ns
+
+    # --- internals ----------------------------------------------------------------------
+    def _dispatch(self, seq: LiveSequence[T]) -> Dispatched[T]:
+        seq.busy = True
+        return seq, seq.queue.popleft()
+
+    def _bind(self, seq: LiveSequence[T], free: tuple[int, int]) -> None:
+        index, instance = free
+        seq.slot = (instance, index)
+        self._owners[instance][index] = seq
+
+    def _release(self, seq: LiveSequence[T]) -> None:
+        if self._live.get(seq.corrid) is seq:
+            del self._live[seq.corrid]
+        seq.ended = True
+        if seq.slot is None:
+            return
+        instance, index = seq.slot
+        seq.slot = None
+        self._owners[instance][index] = None
+        heapq.heappush(self._free, (index, instance))
+        while self.backlog and self._free:
+            self._bind(self.backlog.popleft(), heapq.heappop(self._free))
+
+    def slot_owner(self, instance: int, index: int) -> CorrelationId | None:
+        seq = self._owners[instance][index]
+        return None if seq is None else seq.corrid
+
+    @property
+    def queued_count(self) -> int:
+        slotted = sum(len(s.queue) for o in self._owners.values() for s in o if s is not None)
+        return slotted + sum(len(s.queue) for s in self.backlog)
