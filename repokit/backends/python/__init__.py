@@ -1,0 +1,1 @@
+"""Triton python-backend compatible runtime (one process per instance; see backend.py)."""

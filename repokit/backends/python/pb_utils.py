@@ -1,0 +1,413 @@
+"""repokit's implementation of Triton's ``triton_python_backend_utils`` module.
+
+A python-backend model does ``import triton_python_backend_utils as pb_utils``; the instance
+process (:mod:`repokit.backends.python.stub`) registers this module under that name before it
+imports the model. It runs inside that process only, so it imports nothing but numpy and the
+standard library.
+
+Supported: Tensor, InferenceRequest (as passed to ``execute``), InferenceResponse, TritonError,
+TritonModelException, Logger, ModelConfig (for ``auto_complete_config``), the lookup helpers and
+the type conversion helpers and constants of Triton's module. Not supported: BLS
+(``InferenceRequest.exec``), decoupled response senders and GPU tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from repokit.backends.python.pb_model_config import ModelConfig as ModelConfig
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
+_CONFIG_TO_NUMPY: dict[str, Any] = {
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+# TYPE_* enum values of model_config.proto, in order from TYPE_BOOL = 1
+_ENUM_TO_NUMPY: tuple[Any, ...] = (
+    None,
+    np.bool_,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.object_,
+)
+
+
+# --- errors -----------------------------------------------------------------------------
+class TritonError:
+    """An error a model returns in an InferenceResponse (``code`` defaults to INTERNAL)."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    _NAMES = (
+        "UNKNOWN",
+        "INTERNAL",
+        "NOT_FOUND",
+        "INVALID_ARG",
+        "UNAVAILABLE",
+        "UNSUPPORTED",
+        "ALREADY_EXISTS",
+        "CANCELLED",
+    )
+
+    def __init__(self, message: str, code: int = INTERNAL) -> None:
+        self._message = str(message)
+        self._code = int(code) if 0 <= int(code) < len(self._NAMES) else self.INTERNAL
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+    def code_name(self) -> str:
+        return self._NAMES[self._code]
+
+    def __repr__(self) -> str:
+        return f"TritonError({self._message!r}, {self.code_name()})"
+
+
+class TritonModelException(Exception):
+    """Raised by this module's API on misuse (Triton's pb_utils.TritonModelException)."""
+
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+# --- tensors ------------------------------------------------------------------------------
+class _Capsule:
+    """Wraps a raw DLPack capsule so ``numpy.from_dlpack`` can import it (CPU only)."""
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, stream: Any = None, **_: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+def _as_tensor_array(name: str, data: Any) -> npt.NDArray[Any]:
+    if not isinstance(data, np.ndarray):
+        raise TritonModelException(
+            f"Tensor '{name}' must be created from a numpy array, got {type(data).__name__}"
+        )
+    if data.dtype.kind in ("S", "U"):
+        return data.astype(object)
+    return data
+
+
+class Tensor:
+    """A named CPU tensor backed by a numpy array (BYTES tensors are object arrays)."""
+
+    def __init__(self, name: str, data: Any) -> None:
+        self._name = str(name)
+        self._array = _as_tensor_array(self._name, data)
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> npt.NDArray[Any]:
+        return self._array
+
+    def shape(self) -> list[int]:
+        return [int(d) for d in self._array.shape]
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def triton_dtype(self) -> int | None:
+        return numpy_to_triton_type(self._array.dtype.type)
+
+    def to_dlpack(self) -> Any:
+        if self._array.dtype == np.object_:
+            raise TritonModelException("DLPack does not support BYTES tensors")
+        return self._array.__dlpack__()
+
+    @staticmethod
+    def from_dlpack(name: str, capsule: Any) -> Tensor:
+        source = capsule if hasattr(capsule, "__dlpack__") else _Capsule(capsule)
+        try:
+            array = np.from_dlpack(source)
+        except (BufferError, TypeError, RuntimeError) as exc:
+            raise TritonModelException(f"unable to import DLPack tensor '{name}': {exc}") from None
+        return Tensor(name, array)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype})"
+
+
+class InferenceRequest:
+    """A request as ``execute`` receives it."""
+
+    def __init__(
+        self,
+        model_name: str = "",
+        inputs: Sequence[Tensor] = (),
+        requested_output_names: Iterable[str] = (),
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        flags: int = 0,
+        parameters: str | dict[str, Any] = "{}",
+        model_version: int = -1,
+        timeout: int = 0,
+        **_: Any,
+    ) -> None:
+        self._model_name = model_name
+        self._inputs = list(inputs)
+        self._requested = set(requested_output_names)
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._flags = flags
+        self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters)
+        self._model_version = model_version
+        self._timeout = timeout
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def requested_output_names(self) -> set[str]:
+        return self._requested
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def get_request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def parameters(self) -> str:
+        return self._parameters
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def model_name(self) -> str:
+        return self._model_name
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def get_response_sender(self) -> Any:
+        raise TritonModelException("decoupled response senders are not supported by repokit")
+
+    def exec(self, *_: Any, **__: Any) -> InferenceResponse:
+        raise TritonModelException(
+            "BLS requests (InferenceRequest.exec) are not supported by repokit"
+        )
+
+    async def async_exec(self, *_: Any, **__: Any) -> InferenceResponse:
+        raise TritonModelException(
+            "BLS requests (InferenceRequest.exec) are not supported by repokit"
+        )
+
+
+class InferenceResponse:
+    """The response for one request: output tensors, or an error."""
+
+    def __init__(
+        self,
+        output_tensors: Sequence[Tensor] | None = None,
+        error: TritonError | None = None,
+        parameters: dict[str, Any] | str | None = None,
+    ) -> None:
+        self._outputs = list(output_tensors or [])
+        for tensor in self._outputs:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException(
+                    f"InferenceResponse output_tensors must be Tensor objects, got '{type(tensor)}'"
+                )
+        if error is not None and not isinstance(error, TritonError):
+            raise TritonModelException(
+                f"InferenceResponse error must be a TritonError, got '{type(error)}'"
+            )
+        self._error = error
+        if isinstance(parameters, str):
+            parameters = json.loads(parameters) if parameters else {}
+        self._parameters: dict[str, Any] = dict(parameters or {})
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._outputs
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        return json.dumps(self._parameters)
+
+    def parameter_dict(self) -> dict[str, Any]:
+        return self._parameters
+
+
+# --- logging ------------------------------------------------------------------------------
+class LogLevel:
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+class Logger:
+    """Model logging; lines go to the instance process's stderr (the server's log)."""
+
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
+    _PREFIX = ("I", "W", "E", "V")
+
+    @staticmethod
+    def log(message: str, level: int = LogLevel.INFO) -> None:
+        prefix = Logger._PREFIX[level] if 0 <= level < len(Logger._PREFIX) else "I"
+        sys.stderr.write(f"{prefix} [python model] {message}\n")
+        sys.stderr.flush()
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        Logger.log(message, LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        Logger.log(message, LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        Logger.log(message, LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        Logger.log(message, LogLevel.VERBOSE)
+
+
+# --- lookup helpers ---------------------------------------------------------------------------
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    for tensor in inference_request.inputs():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    for tensor in inference_response.output_tensors():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def _config_entry(model_config: dict[str, Any], key: str, name: str) -> dict[str, Any] | None:
+    for entry in model_config.get(key, []):
+        if entry.get("name") == name:
+            return dict(entry)
+    return None
+
+
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return _config_entry(model_config, "input", name)
+
+
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return _config_entry(model_config, "output", name)
+
+
+def requested_output_names(inference_request: InferenceRequest) -> set[str]:
+    return inference_request.requested_output_names()
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    policy = model_config.get("model_transaction_policy") or {}
+    return bool(policy.get("decoupled", False))
+
+
+# --- type helpers ---------------------------------------------------------------------------
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    return _CONFIG_TO_NUMPY[triton_type_string]
+
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    return _ENUM_TO_NUMPY[data_type] if 0 < data_type < len(_ENUM_TO_NUMPY) else None
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    if data_type in (np.object_, np.bytes_):
+        return 13
+    for value, candidate in enumerate(_ENUM_TO_NUMPY):
+        if candidate is not None and candidate == data_type:
+            return value
+    return None
+
+
+def serialize_byte_tensor(input_tensor: npt.NDArray[Any]) -> npt.NDArray[Any] | None:
+    """Length-prefixed bytes of a BYTES tensor as a 0-d object array (as Triton's helper)."""
+    if input_tensor.size == 0:
+        return np.empty(0, dtype=object)
+    if input_tensor.dtype.kind not in ("O", "S"):
+        return None
+    parts: list[bytes] = []
+    for item in np.ravel(input_tensor, order="C").tolist():
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(struct.pack("<I", len(data)))
+        parts.append(data)
+    result = np.empty((), dtype=object)
+    result[()] = b"".join(parts)
+    return result
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes) -> npt.NDArray[np.object_]:
+    data = bytes(encoded_tensor)
+    items: list[bytes] = []
+    offset = 0
+    while offset + 4 <= len(data):
+        (length,) = struct.unpack_from("<I", data, offset)
+        offset += 4
+        items.append(data[offset : offset + length])
+        offset += length
+    result = np.empty(len(items), dtype=object)
+    result[:] = items
+    return result
