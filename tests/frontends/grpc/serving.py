@@ -1,0 +1,98 @@
+"""Test helpers: a real repokit server (HTTP + gRPC, port 0) on its own loop in a thread, so
+synchronous clients (tritonclient) can call it from the test thread; and sample repositories."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import textwrap
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from repokit.core.settings import ServerSettings
+from repokit.frontends.runner import ServerHandle, ServeSettings, start_server
+from repokit.paths import default_sample_repository
+
+#: sample models Triton's CPU build can serve too (python backend only)
+PYTHON_MODELS = ("add_sub", "identity", "accumulate", "batcher")
+
+_TYPES_CONFIG = """
+name: "types"
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "B" data_type: TYPE_STRING dims: [ -1 ] },
+  { name: "Z" data_type: TYPE_BOOL dims: [ -1 ] },
+  { name: "H" data_type: TYPE_FP16 dims: [ -1 ] },
+  { name: "I" data_type: TYPE_INT8 dims: [ -1 ] }
+]
+output [
+  { name: "B_OUT" data_type: TYPE_STRING dims: [ -1 ] },
+  { name: "Z_OUT" data_type: TYPE_BOOL dims: [ -1 ] },
+  { name: "H_OUT" data_type: TYPE_FP16 dims: [ -1 ] },
+  { name: "I_OUT" data_type: TYPE_INT8 dims: [ -1 ] }
+]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+_TYPES_MODEL = '''
+"""Returns each input unchanged as <name>_OUT (BYTES, BOOL, FP16, INT8)."""
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            outputs = []
+            for name in ("B", "Z", "H", "I"):
+                data = pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+                outputs.append(pb_utils.Tensor(name + "_OUT", data))
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
+        return responses
+'''
+
+
+def make_repository(root: Path, with_types_model: bool = True) -> Path:
+    """A copy of the python sample models (and a ``types`` echo model) under ``root``."""
+    repo = root / "models"
+    repo.mkdir()
+    source = default_sample_repository()
+    for name in PYTHON_MODELS:
+        shutil.copytree(source / name, repo / name)
+    if with_types_model:
+        (repo / "types" / "1").mkdir(parents=True)
+        (repo / "types" / "config.pbtxt").write_text(textwrap.dedent(_TYPES_CONFIG))
+        (repo / "types" / "1" / "model.py").write_text(_TYPES_MODEL)
+    return repo
+
+
+@contextmanager
+def running_server(repo: Path, **core: Any) -> Iterator[ServerHandle]:
+    """Serve ``repo`` on 127.0.0.1 with every port chosen by the OS."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="repokit-server", daemon=True)
+    thread.start()
+    settings = ServeSettings(
+        core=ServerSettings(repositories=[repo], **core),
+        http_port=0,
+        grpc_port=0,
+        metrics_port=0,
+        http_address="127.0.0.1",
+        grpc_address="127.0.0.1",
+        allow_http=False,  # gRPC tests need only the gRPC port
+        allow_metrics=False,
+    )
+    try:
+        handle = asyncio.run_coroutine_threadsafe(start_server(settings), loop).result(120)
+        try:
+            yield handle
+        finally:
+            asyncio.run_coroutine_threadsafe(handle.stop(), loop).result(120)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
