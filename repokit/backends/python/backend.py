@@ -74,6 +74,17 @@ class _Instance:
         return not self.dead and self.process.poll() is None
 
 
+def _settle(pending: set[asyncio.Task[Any]]) -> Any:
+    """A done-callback that forgets a finished exchange and marks its exception retrieved."""
+
+    def done(task: asyncio.Task[Any]) -> None:
+        pending.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+    return done
+
+
 def instance_names(context: ModelContext) -> list[str]:
     """``<group name>_<i>`` for every instance, as Triton names them (``add_sub_0_0`` ...)."""
     names: list[str] = []
@@ -212,7 +223,7 @@ class PythonBackend(Backend):
 
         task = asyncio.ensure_future(exchange())
         instance.exchanges.add(task)
-        task.add_done_callback(instance.exchanges.discard)
+        task.add_done_callback(_settle(instance.exchanges))
         return await asyncio.shield(task)
 
     # --- execute -------------------------------------------------------------------------
