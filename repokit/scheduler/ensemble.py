@@ -1,0 +1,153 @@
+"""The ensemble scheduler: ``ensemble_scheduling`` steps run as a DAG.
+
+A step starts as soon as every ensemble tensor in its ``input_map`` exists; steps whose inputs
+are ready run concurrently. Tensors are routed by name only (``input_map`` / ``output_map``
+rename the same numpy arrays, never copy them). Each step calls the injected
+``infer(model_name, version, request)`` — the core's entry point for a composing model, so the
+composing models keep their own schedulers and statistics, and an ensemble step may itself be
+an ensemble. ``version`` is the step's ``model_version`` (-1 = latest READY).
+
+The request's parameters, id, correlation id and sequence flags are passed to every step. A
+failing step fails the request with the step's code and message prefixed by
+``in ensemble '<name>', ``; the result holds the requested ensemble outputs (all when none were
+requested). ``max_inflight_requests`` (0 = unlimited) bounds the in-flight calls of each step
+across all requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from repokit.backends.base import BackendRequest, BackendResult, Timing
+from repokit.errors import RepokitError, internal, unavailable
+from repokit.protocol.generated import model_config_pb2 as mc
+from repokit.protocol.types import InferTensor
+from repokit.scheduler.base import ScheduledResult, Scheduler
+
+InferCallable = Callable[[str, int, BackendRequest], Awaitable[BackendResult]]
+
+
+@dataclass(frozen=True)
+class EnsembleStep:
+    index: int
+    model_name: str
+    model_version: int
+    input_map: tuple[tuple[str, str], ...]  # (model input, ensemble tensor)
+    output_map: tuple[tuple[str, str], ...]  # (model output, ensemble tensor)
+
+    @property
+    def needs(self) -> frozenset[str]:
+        return frozenset(tensor for _, tensor in self.input_map)
+
+
+def ensemble_steps(config: mc.ModelConfig) -> tuple[EnsembleStep, ...]:
+    return tuple(
+        EnsembleStep(
+            index=i,
+            model_name=step.model_name,
+            model_version=int(step.model_version),
+            input_map=tuple(sorted(step.input_map.items())),
+            output_map=tuple(sorted(step.output_map.items())),
+        )
+        for i, step in enumerate(config.ensemble_scheduling.step)
+    )
+
+
+class EnsembleScheduler(Scheduler):
+    def __init__(self, config: mc.ModelConfig, infer: InferCallable) -> None:
+        self._name = config.name
+        self._infer = infer
+        self._steps = ensemble_steps(config)
+        self._outputs = tuple(o.name for o in config.output)
+        self._max_inflight = int(config.ensemble_scheduling.max_inflight_requests)
+        self._limits: dict[int, asyncio.Semaphore] = {}
+        self._running = False
+        self._pending = 0
+
+    async def start(self) -> None:
+        if self._max_inflight:
+            self._limits = {s.index: asyncio.Semaphore(self._max_inflight) for s in self._steps}
+        self._running = True
+
+    async def stop(self) -> None:
+        self._running = False
+
+    @property
+    def pending_count(self) -> int:
+        return self._pending
+
+    async def submit(self, request: BackendRequest, batch_size: int) -> ScheduledResult:
+        if not self._running:
+            raise unavailable("model is not accepting requests: its scheduler is stopped")
+        self._pending += 1
+        try:
+            result = await self._run(request)
+        finally:
+            self._pending -= 1
+        return ScheduledResult(result=result, queue_ns=0, timing=Timing())
+
+    async def _run(self, request: BackendRequest) -> BackendResult:
+        tensors: dict[str, InferTensor] = dict(request.inputs)
+        waiting = list(self._steps)
+        running: dict[asyncio.Task[BackendResult], EnsembleStep] = {}
+        try:
+            while True:
+                for step in [s for s in waiting if s.needs <= tensors.keys()]:
+                    waiting.remove(step)
+                    task = asyncio.create_task(self._call(step, request, tensors))
+                    running[task] = step
+                if not running:
+                    break
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    step = running.pop(task)
+                    result = task.result()
+                    if result.error is not None:
+                        return BackendResult(error=self._prefixed(result.error))
+                    routes = dict(step.output_map)
+                    for out in result.outputs:
+                        target = routes.get(out.name)
+                        if target is not None:
+                            tensors[target] = InferTensor(
+                                target, out.datatype, out.shape, out.data, out.parameters
+                            )
+        finally:
+            for task in running:
+                task.cancel()
+        wanted = request.requested_outputs or self._outputs
+        missing = [name for name in wanted if name not in tensors]
+        if missing:
+            return BackendResult(
+                error=internal(f"in ensemble '{self._name}', no step produced output(s) {missing}")
+            )
+        return BackendResult(outputs=[tensors[name] for name in wanted])
+
+    async def _call(
+        self, step: EnsembleStep, request: BackendRequest, tensors: dict[str, InferTensor]
+    ) -> BackendResult:
+        step_request = BackendRequest(
+            inputs={
+                model_input: InferTensor(
+                    model_input, tensors[t].datatype, tensors[t].shape, tensors[t].data
+                )
+                for model_input, t in step.input_map
+            },
+            requested_outputs=tuple(name for name, _ in step.output_map),
+            parameters=dict(request.parameters),
+            request_id=request.request_id,
+            correlation_id=request.correlation_id,
+            flags=request.flags,
+        )
+        limit = self._limits.get(step.index)
+        try:
+            if limit is None:
+                return await self._infer(step.model_name, step.model_version, step_request)
+            async with limit:
+                return await self._infer(step.model_name, step.model_version, step_request)
+        except RepokitError as exc:
+            return BackendResult(error=exc)
+
+    def _prefixed(self, error: RepokitError) -> RepokitError:
+        return RepokitError(error.code, f"in ensemble '{self._name}', {error.message}")

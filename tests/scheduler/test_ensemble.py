@@ -1,0 +1,190 @@
+"""Ensemble DAG routing, concurrency, errors, nesting and backpressure (fake composing models)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from repokit.backends.base import BackendRequest, BackendResult
+from repokit.errors import Code, RepokitError, invalid_arg
+from repokit.protocol.types import InferTensor
+from repokit.scheduler.ensemble import EnsembleScheduler
+from tests.scheduler.helpers import config, tensor
+
+# A -> add_sub(A, B) -> sum, diff ; sum -> double -> S2 ; diff -> double -> D2 (parallel)
+ENSEMBLE = """
+name: "ens" platform: "ensemble" max_batch_size: 4
+input [ { name: "A" data_type: TYPE_FP32 dims: [ 2 ] }, { name: "B" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "S2" data_type: TYPE_FP32 dims: [ 2 ] }, { name: "D2" data_type: TYPE_FP32 dims: [ 2 ] } ]
+ensemble_scheduling {
+  %s
+  step [
+    { model_name: "add_sub" model_version: -1
+      input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+      output_map { key: "OUTPUT0" value: "sum" } output_map { key: "OUTPUT1" value: "diff" } },
+    { model_name: "double" model_version: 2
+      input_map { key: "X" value: "sum" } output_map { key: "Y" value: "S2" } },
+    { model_name: "double" model_version: 2
+      input_map { key: "X" value: "diff" } output_map { key: "Y" value: "D2" } }
+  ]
+}
+"""  # noqa: E501
+
+
+class Models:
+    """The composing models as the core's infer callable would run them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, BackendRequest]] = []
+        self.double_gate: asyncio.Event | None = None
+        self.running_doubles = 0
+        self.max_parallel_doubles = 0
+        self.fail: str | None = None
+
+    async def infer(self, model: str, version: int, req: BackendRequest) -> BackendResult:
+        self.calls.append((model, version, req))
+        if model == self.fail:
+            return BackendResult(error=invalid_arg(f"{model} failed"))
+        if model == "add_sub":
+            a, b = req.inputs["INPUT0"].data, req.inputs["INPUT1"].data
+            return BackendResult(outputs=[tensor("OUTPUT0", a + b), tensor("OUTPUT1", a - b)])
+        if model == "double":
+            self.running_doubles += 1
+            self.max_parallel_doubles = max(self.max_parallel_doubles, self.running_doubles)
+            if self.double_gate is not None:
+                await self.double_gate.wait()
+            self.running_doubles -= 1
+            x = req.inputs["X"].data
+            return BackendResult(outputs=[InferTensor("Y", "FP32", x.shape, x * 2)])
+        raise invalid_arg(f"unknown model {model}")
+
+
+def ens_request(**kw: object) -> BackendRequest:
+    a = np.array([[1, 2]], dtype=np.float32)
+    b = np.array([[10, 20]], dtype=np.float32)
+    return BackendRequest(
+        inputs={"A": tensor("A", a), "B": tensor("B", b)},
+        requested_outputs=(),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def started(models: Models, extra: str = "") -> EnsembleScheduler:
+    sched = EnsembleScheduler(config(ENSEMBLE % extra), models.infer)
+    await sched.start()
+    return sched
+
+
+async def test_tensors_are_routed_through_the_dag_without_copies() -> None:
+    models = Models()
+    sched = await started(models)
+    req = ens_request(correlation_id=5, flags=1, parameters={"p": 1})
+    res = (await sched.submit(req, 1)).result
+    assert res.error is None
+    out = {t.name: t.data.tolist() for t in res.outputs}
+    assert out == {"S2": [[22, 44]], "D2": [[-18, -36]]}
+    first_model, version, first_req = models.calls[0]
+    assert (first_model, version) == ("add_sub", -1)
+    assert first_req.inputs["INPUT0"].data is req.inputs["A"].data  # same array, renamed
+    assert first_req.requested_outputs == ("OUTPUT0", "OUTPUT1")
+    assert first_req.correlation_id == 5 and first_req.flags == 1
+    assert first_req.parameters == {"p": 1}
+    assert [c[1] for c in models.calls[1:]] == [2, 2]
+
+
+async def test_independent_steps_run_concurrently() -> None:
+    models = Models()
+    models.double_gate = asyncio.Event()
+    sched = await started(models)
+    task = asyncio.create_task(sched.submit(ens_request(), 1))
+    for _ in range(50):
+        await asyncio.sleep(0)
+        if models.running_doubles == 2:
+            break
+    assert models.running_doubles == 2  # both doubles wait at the same time
+    models.double_gate.set()
+    assert (await task).result.error is None
+
+
+async def test_only_requested_outputs_are_returned() -> None:
+    sched = await started(Models())
+    req = ens_request()
+    req.requested_outputs = ("D2",)
+    res = (await sched.submit(req, 1)).result
+    assert [t.name for t in res.outputs] == ["D2"]
+
+
+async def test_a_failing_step_fails_the_request_with_the_ensemble_prefix() -> None:
+    models = Models()
+    models.fail = "double"
+    sched = await started(models)
+    res = (await sched.submit(ens_request(), 1)).result
+    assert res.error is not None and res.error.code is Code.INVALID_ARG
+    assert res.error.message == "in ensemble 'ens', double failed"
+
+
+async def test_a_step_raising_is_reported_the_same_way() -> None:
+    cfg = config((ENSEMBLE % "").replace('model_name: "add_sub"', 'model_name: "nope"'))
+    sched = EnsembleScheduler(cfg, Models().infer)
+    await sched.start()
+    res = (await sched.submit(ens_request(), 1)).result
+    assert res.error is not None and res.error.message == "in ensemble 'ens', unknown model nope"
+
+
+async def test_ensembles_of_ensembles() -> None:
+    models = Models()
+    inner = await started(models)
+    outer_cfg = config(
+        """
+        name: "outer" platform: "ensemble" max_batch_size: 4
+        input [ { name: "P" data_type: TYPE_FP32 dims: [ 2 ] }, { name: "Q" data_type: TYPE_FP32 dims: [ 2 ] } ]
+        output [ { name: "R" data_type: TYPE_FP32 dims: [ 2 ] } ]
+        ensemble_scheduling { step [ { model_name: "ens" model_version: -1
+          input_map { key: "A" value: "P" } input_map { key: "B" value: "Q" }
+          output_map { key: "S2" value: "R" } } ] }
+        """  # noqa: E501
+    )
+
+    async def route(model: str, version: int, req: BackendRequest) -> BackendResult:
+        if model == "ens":
+            return (await inner.submit(req, 1)).result
+        return await models.infer(model, version, req)
+
+    outer = EnsembleScheduler(outer_cfg, route)
+    await outer.start()
+    req = BackendRequest(
+        inputs={
+            "P": tensor("P", np.array([[1, 1]], np.float32)),
+            "Q": tensor("Q", np.array([[2, 2]], np.float32)),
+        },
+        requested_outputs=(),
+    )
+    res = (await outer.submit(req, 1)).result
+    assert [t.name for t in res.outputs] == ["R"] and res.outputs[0].data.tolist() == [[6, 6]]
+    models.fail = "add_sub"
+    res = (await outer.submit(req, 1)).result
+    assert res.error is not None
+    assert res.error.message == "in ensemble 'outer', in ensemble 'ens', add_sub failed"
+
+
+async def test_max_inflight_requests_bounds_each_step() -> None:
+    models = Models()
+    models.double_gate = asyncio.Event()
+    sched = await started(models, "max_inflight_requests: 1")
+    tasks = [asyncio.create_task(sched.submit(ens_request(), 1)) for _ in range(3)]
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert models.running_doubles == 2  # one per step (two steps), not one per request
+    assert sched.pending_count == 3
+    models.double_gate.set()
+    results = await asyncio.gather(*tasks)
+    assert all(r.result.error is None for r in results)
+
+
+async def test_submit_before_start_is_unavailable() -> None:
+    sched = EnsembleScheduler(config(ENSEMBLE % ""), Models().infer)
+    with pytest.raises(RepokitError) as err:
+        await sched.submit(ens_request(), 1)
+    assert err.value.code is Code.UNAVAILABLE

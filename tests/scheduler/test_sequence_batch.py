@@ -1,0 +1,256 @@
+"""The sequence batcher driver: control tensors, fillers, implicit state, errors, Oldest."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from repokit.backends.base import BackendRequest, BackendResult, Timing
+from repokit.errors import Code, ConfigError, RepokitError
+from repokit.protocol.types import InferTensor
+from repokit.scheduler.base import ScheduledResult
+from repokit.scheduler.runtime import ManualClock
+from repokit.scheduler.sequence_batch import SequenceBatchScheduler
+from repokit.scheduler.sequence_controls import FLAG_END, FLAG_START
+from tests.scheduler.helpers import RecordingBackend, config, tensor
+
+SEQ = """
+name: "seq" max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END fp32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+  %s
+}
+"""
+
+
+def seq_request(
+    corrid: int | str, value: int, *, start: bool = False, end: bool = False
+) -> BackendRequest:
+    return BackendRequest(
+        inputs={"INPUT0": tensor("INPUT0", np.array([[value]], dtype=np.int32), "INT32")},
+        requested_outputs=(),
+        correlation_id=corrid,
+        flags=(FLAG_START if start else 0) | (FLAG_END if end else 0),
+    )
+
+
+async def until(predicate: object, rounds: int = 200) -> None:
+    for _ in range(rounds):
+        if predicate():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition not reached")
+
+
+async def scheduler(
+    backend: RecordingBackend, extra: str = "", clock: ManualClock | None = None
+) -> SequenceBatchScheduler:
+    sched = SequenceBatchScheduler(
+        backend, config(SEQ % extra), model_dir=Path("."), clock=clock or ManualClock()
+    )
+    await sched.start()
+    return sched
+
+
+def values(req: BackendRequest, name: str) -> list[object]:
+    return np.asarray(req.inputs[name].data).reshape(-1).tolist()
+
+
+async def test_control_tensors_carry_start_end_ready_and_corrid() -> None:
+    backend = RecordingBackend()
+    sched = await scheduler(backend)
+    await sched.submit(seq_request(77, 1, start=True), 1)
+    await sched.submit(seq_request(77, 2, end=True), 1)
+    first, last = backend.batches[0][1][0], backend.batches[1][1][0]
+    assert values(first, "START") == [1] and values(last, "START") == [0]
+    assert values(first, "END") == [0.0] and values(last, "END") == [1.0]
+    assert values(first, "READY") == [True]
+    assert values(first, "CORRID") == [77]
+    assert first.inputs["START"].shape == (1, 1) and first.inputs["START"].datatype == "INT32"
+    assert first.inputs["END"].data.dtype == np.float32
+    assert first.inputs["READY"].datatype == "BOOL"
+    assert first.inputs["CORRID"].data.dtype == np.uint64
+    await sched.stop()
+
+
+async def test_empty_slots_are_filled_with_zero_requests_that_are_not_ready() -> None:
+    backend = RecordingBackend()
+    sched = await scheduler(backend)
+    await sched.submit(seq_request(1, 5, start=True), 1)  # slot 0
+    await sched.submit(seq_request(2, 6, start=True), 1)  # slot 1
+    result = await sched.submit(seq_request(2, 7), 1)  # only slot 1 has work
+    batch = backend.batches[-1][1]
+    assert len(batch) == 2
+    filler, real = batch
+    assert values(filler, "READY") == [False] and values(filler, "INPUT0") == [0]
+    assert values(filler, "CORRID") == [0] and values(filler, "START") == [0]
+    assert values(real, "READY") == [True] and values(real, "INPUT0") == [7]
+    assert result.result.outputs[0].data.reshape(-1).tolist() == [14]
+    await sched.stop()
+
+
+async def test_backlogged_sequence_runs_when_a_slot_ends() -> None:
+    backend = RecordingBackend()
+    cfg = SEQ.replace("max_batch_size: 4", "max_batch_size: 1")
+    sched = SequenceBatchScheduler(backend, config(cfg % ""), clock=ManualClock())
+    await sched.start()
+    await sched.submit(seq_request(1, 1, start=True), 1)
+    waiting = asyncio.create_task(sched.submit(seq_request(2, 2, start=True), 1))
+    await until(lambda: sched.pending_count == 1)
+    assert not waiting.done() and len(backend.batches) == 1
+    await sched.submit(seq_request(1, 3, end=True), 1)
+    await waiting
+    assert [values(b[1][0], "CORRID") for b in backend.batches] == [[1], [1], [2]]
+    await sched.stop()
+
+
+async def test_idle_expiry_frees_the_slot_and_the_late_request_gets_tritons_error() -> None:
+    clock = ManualClock()
+    backend = RecordingBackend()
+    sched = await scheduler(backend, "max_sequence_idle_microseconds: 500", clock)
+    await sched.submit(seq_request(9, 1, start=True), 1)
+    clock.advance_us(500)
+    sched.wake()
+    await until(lambda: sched.slots.slot_owner(0, 0) is None)
+    with pytest.raises(RepokitError) as err:
+        await sched.submit(seq_request(9, 2), 1)
+    assert err.value.message == (
+        "inference request for sequence 9 to model 'seq' must specify the START flag on the "
+        "first request of the sequence"
+    )
+    await sched.stop()
+
+
+async def test_default_idle_timeout_is_one_second() -> None:
+    sched = SequenceBatchScheduler(RecordingBackend(), config(SEQ % ""))
+    assert sched.slots.idle_ns == 1_000_000_000
+
+
+NON_ZERO = "inference request to model 'seq' must specify a non-zero or non-empty correlation ID"
+BATCH_1 = (
+    "inference request to model 'seq' must specify batch-size 1 due to requirements of "
+    "sequence batcher"
+)
+CORRID_TYPE = (
+    "sequence batching control 'CORRID' data-type is 'BYTES', but model 'seq' expects 'UINT64'"
+)
+
+
+@pytest.mark.parametrize(
+    ("corrid", "batch", "message"),
+    [
+        (0, 1, NON_ZERO),
+        ("", 1, NON_ZERO),
+        (5, 2, BATCH_1),
+        ("abc", 1, CORRID_TYPE),
+        ("x" * 129, 1, "string correlation ID cannot be longer than 128 characters"),
+    ],
+)
+async def test_request_errors_match_triton(corrid: int | str, batch: int, message: str) -> None:
+    sched = await scheduler(RecordingBackend())
+    with pytest.raises(RepokitError) as err:
+        await sched.submit(seq_request(corrid, 1, start=True), batch)
+    assert err.value.code is Code.INVALID_ARG and err.value.message == message
+    await sched.stop()
+
+
+async def test_string_correlation_ids_with_a_string_corrid_control() -> None:
+    backend = RecordingBackend()
+    cfg = (SEQ % "").replace("data_type: TYPE_UINT64", "data_type: TYPE_STRING")
+    sched = SequenceBatchScheduler(backend, config(cfg), clock=ManualClock())
+    await sched.start()
+    await sched.submit(seq_request("session-a", 1, start=True), 1)
+    assert values(backend.batches[0][1][0], "CORRID") == [b"session-a"]
+    with pytest.raises(RepokitError):
+        await sched.submit(seq_request(12, 1, start=True), 1)
+    await sched.stop()
+
+
+class AccumulatingBackend(RecordingBackend):
+    """OUTPUT0 = STATE_IN + INPUT0 and STATE_OUT = the same (an implicit-state accumulator)."""
+
+    async def execute(
+        self, instance: int, requests: list[BackendRequest]
+    ) -> tuple[list[BackendResult], Timing]:
+        self.batches.append((instance, requests))
+        results = []
+        for req in requests:
+            total = req.inputs["STATE_IN"].data + req.inputs["INPUT0"].data
+            results.append(
+                BackendResult(
+                    outputs=[
+                        InferTensor("OUTPUT0", "INT32", total.shape, total),
+                        InferTensor("STATE_OUT", "INT32", total.shape, total),
+                    ]
+                )
+            )
+        return results, Timing()
+
+
+STATE = """state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32
+  dims: [ 1 ] %s } ]"""
+
+
+async def test_implicit_state_is_carried_between_requests_and_reset_at_start() -> None:
+    backend = AccumulatingBackend()
+    sched = await scheduler(backend, STATE % "")
+    outs = []
+    for value, start in ((1, True), (2, False), (3, False), (10, True)):
+        res = await sched.submit(seq_request(4, value, start=start), 1)
+        outs.append(res.result)
+    assert [r.outputs[0].data.reshape(-1).tolist() for r in outs] == [[1], [3], [6], [10]]
+    assert all([t.name for t in r.outputs] == ["OUTPUT0"] for r in outs)  # state is internal
+    assert backend.batches[0][1][0].inputs["STATE_IN"].shape == (1, 1)
+    await sched.stop()
+
+
+async def test_initial_state_from_a_data_file(tmp_path: Path) -> None:
+    (tmp_path / "initial_state").mkdir()
+    (tmp_path / "initial_state" / "init.bin").write_bytes(np.int32(100).tobytes())
+    backend = AccumulatingBackend()
+    init = 'initial_state { name: "init" data_type: TYPE_INT32 dims: [ 1 ] data_file: "init.bin" }'
+    sched = SequenceBatchScheduler(
+        backend, config(SEQ % (STATE % init)), model_dir=tmp_path, clock=ManualClock()
+    )
+    await sched.start()
+    res = await sched.submit(seq_request(4, 5, start=True), 1)
+    assert res.result.outputs[0].data.reshape(-1).tolist() == [105]
+    await sched.stop()
+    (tmp_path / "initial_state" / "init.bin").write_bytes(b"\x01")
+    with pytest.raises(ConfigError) as err:
+        SequenceBatchScheduler(backend, config(SEQ % (STATE % init)), model_dir=tmp_path)
+    assert err.value.message == (
+        "initial_state setting expects 4 bytes, but the data provided from init.binonly has 1 bytes"
+    )
+
+
+async def test_oldest_strategy_batches_heads_of_different_sequences() -> None:
+    backend = RecordingBackend()
+    backend.gate = asyncio.Event()
+    sched = await scheduler(backend, "oldest { max_candidate_sequences: 8 }")
+    first = asyncio.create_task(sched.submit(seq_request(1, 1, start=True), 1))
+    await until(lambda: len(backend.batches) == 1)
+    others = [
+        asyncio.create_task(sched.submit(seq_request(c, c, start=True), 1)) for c in (2, 3, 4)
+    ]
+    same_seq = asyncio.create_task(sched.submit(seq_request(1, 9), 1))
+    await until(lambda: sched.pending_count == 4)
+    backend.gate.set()
+    results: list[ScheduledResult] = await asyncio.gather(first, *others, same_seq)
+    sizes = [len(reqs) for _, reqs in backend.batches]
+    # sequence 1's second request runs only after its first finished: 1, then 2/3/4 + 1's next
+    assert sizes == [1, 4]
+    assert sorted(values(r, "CORRID")[0] for r in backend.batches[1][1]) == [1, 2, 3, 4]
+    assert results[-1].result.outputs[0].data.reshape(-1).tolist() == [18]
+    assert sched.slots.slots_per_instance == 8
+    await sched.stop()
