@@ -401,3 +401,25 @@ class TritonPythonModel:
     assert result.outputs[0].datatype == "BYTES"
     assert result.outputs[0].data.tolist() == strings.tolist()
     await backend.unload()
+
+
+async def test_auto_complete_config_result_is_kept(tmp_path: Path) -> None:
+    code = (
+        ADD_SUB
+        + """
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input(
+            {"name": "EXTRA", "data_type": "TYPE_INT32", "dims": [1]})
+        return auto_complete_model_config
+"""
+    )
+    backend = await load(tmp_path, "auto", code, count=2)
+    assert backend.completed_config_json is not None
+    names = [i["name"] for i in json.loads(backend.completed_config_json)["input"]]
+    assert names == ["INPUT0", "INPUT1", "EXTRA"]
+    await backend.unload()
+    failing = code.replace('"TYPE_INT32", "dims": [1]', '"TYPE_INT32", "dims": [1], "x": 1')
+    error = await load_error(tmp_path / "f", "auto", failing)
+    assert error.code is Code.INTERNAL
+    assert error.message.startswith("ValueError: input 'EXTRA' in auto-complete-config")

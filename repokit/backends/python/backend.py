@@ -16,12 +16,12 @@ The server talks to an instance over a Unix socketpair with framed pickle-5 mess
 and read into their own memory without extra copies. The event loop awaits the socket, so a
 busy or hung instance never blocks it.
 
-Measured on this machine (2 shared cores, Python 3.11, numpy 2), add_sub with FP32[16] x 2 in
-and out, one request per execute, sequential round trips:
-- in-process call of the same ``execute`` with pb_utils objects: ~10 us;
-- through an instance process: ~75 us per request (the IPC overhead is ~65 us: two socket
-  wake-ups, pickling and building the pb_utils objects on each side);
-- identity on a 1 MB FP32 tensor: ~0.45 ms per round trip (2 MB across the socket).
+Measured on this machine (2 shared cores, Python 3.11, numpy 2; sequential round trips
+through ``PythonBackend.execute``, one request per execute):
+- add_sub (FP32[1,16] x 2 in and out): ~3 us when its ``execute`` is called in-process with
+  pb_utils objects, ~75-90 us through the instance process, so the IPC costs ~75-85 us per
+  request (two socket wake-ups, pickling, building the pb_utils objects on each side);
+- identity on a 1 MB FP32 tensor: ~0.26 ms per round trip (2 MB across the socket).
 
 Failures
 --------
