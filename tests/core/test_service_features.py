@@ -387,3 +387,36 @@ def test_log_settings(service: InferenceService) -> None:
             service.update_log_settings({"log_warning": False, **change})
         assert (error.value.code, error.value.message) == (code, message)
     assert service.log_settings()["log_warning"] is True  # nothing applied on error
+
+
+async def test_sample_repository_on_the_real_backends(tmp_path: Path) -> None:
+    """The sample python and ONNX models through the backend registry (no test backend)."""
+    import shutil
+
+    from repokit.core.compose import build_service
+    from repokit.paths import default_sample_repository
+
+    repo = tmp_path / "models"
+    shutil.copytree(default_sample_repository(), repo)
+    svc = build_service(ServerSettings(repositories=[repo]))
+    await svc.start()
+    try:
+        assert all(e["state"] == "READY" for e in svc.repository_index())
+        assert svc.server_ready() is True
+        for model in ("add_sub", "add_sub_onnx"):
+            request = add_sub_request(2)
+            request.model_name = model
+            response = await svc.infer(request)
+            out = {t.name: t.data for t in response.outputs}
+            np.testing.assert_allclose(out["OUTPUT0"], f32(2, 16) * 2 + 1)
+            np.testing.assert_allclose(out["OUTPUT1"], np.full((2, 16), -1.0))
+        data = np.arange(5, dtype=np.float32)
+        identity = await svc.infer(
+            InferRequest("identity", inputs=[InputSpec("INPUT0", "FP32", (5,), data)])
+        )
+        np.testing.assert_array_equal(identity.outputs[0].data, data)
+        # the sequence model loads (its batcher comes with the batching issue)
+        assert svc.model_ready("accumulate")
+        assert svc.model_config_json("accumulate") == TRITON_CONFIGS["accumulate"]
+    finally:
+        await svc.stop()
