@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import inspect
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,11 +159,20 @@ async def _close_connections(servers: list[_SanicServer], timeout: float) -> Non
 
 
 async def _start_sanic(app: Sanic[Any, Any], host: str, port: int) -> _SanicServer:
+    # Bind the socket ourselves: Sanic treats port 0 as "unset" and would pick 8000.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
     server: Any = await app.create_server(
-        host=host, port=port, return_asyncio_server=True, access_log=app.config.ACCESS_LOG
+        sock=sock, return_asyncio_server=True, access_log=app.config.ACCESS_LOG
     )
-    if server is None:  # pragma: no cover - sanic returns a server with return_asyncio_server
-        raise RuntimeError("sanic did not create a server")
     await server.startup()
     await server.before_start()
     await server.after_start()

@@ -144,7 +144,7 @@ def test_bytes_bool_fp16(client: httpclient.InferenceServerClient) -> None:
     ]
     result = client.infer("passthrough", json_inputs, outputs=outputs)
     assert result.as_numpy("OUT_BOOL").tolist() == [True, False, True]
-    assert result.as_numpy("OUT_BYTES").tolist() == [b"x", b"yz"]
+    assert result.as_numpy("OUT_BYTES").tolist() == ["x", "yz"]  # JSON strings come back as str
     with pytest.raises(InferenceServerException, match="sending FP16 data via JSON"):
         client.infer(
             "passthrough",
@@ -160,7 +160,7 @@ def test_classification(client: httpclient.InferenceServerClient) -> None:
     out = result.get_output("OUTPUT0")
     assert out["datatype"] == "BYTES" and out["shape"] == [1, 3]
     assert result.as_numpy("OUTPUT0").tolist() == [
-        [b"15.500000:15", b"14.500000:14", b"13.500000:13"]
+        ["15.500000:15", "14.500000:14", "13.500000:13"]
     ]
 
 
