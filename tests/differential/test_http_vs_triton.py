@@ -83,7 +83,8 @@ def triton(repository: Path) -> Iterator[Triton]:
 
 @pytest.fixture(scope="module")
 def repokit(repository: Path) -> Iterator[ServerThread]:
-    with running_server(repository) as srv:
+    # Triton 2.51 predates --allow-client-shm (client shm was always on)
+    with running_server(repository, allow_client_shm=True) as srv:
         yield srv
 
 
@@ -303,14 +304,21 @@ def _cases() -> list[Case]:
             {"Content-Encoding": "br"},
         ),
         Case("index", "POST", "/v2/repository/index"),
-        Case("index_bad_ready", "POST", "/v2/repository/index", _json({"ready": 1})),
+        Case(
+            "index_bad_ready",
+            "POST",
+            "/v2/repository/index",
+            _json({"ready": 1}),
+            json_error_500=True,
+        ),
         Case("index_get", "GET", "/v2/repository/index"),
         Case("load_none_mode", "POST", "/v2/repository/models/add_sub/load"),
         Case("load_trailing", "POST", "/v2/repository/models/add_sub/load/"),
         Case("named_repo", "POST", "/v2/repository/other/index"),
+        Case("named_repo_load", "POST", "/v2/repository/other/models/add_sub/load"),
         Case("shm_status", "GET", "/v2/systemsharedmemory/status"),
         Case(
-            "shm_register_disabled",
+            "shm_register_missing_key",
             "POST",
             "/v2/systemsharedmemory/region/r/register",
             _json({"key": "/k", "byte_size": 8}),

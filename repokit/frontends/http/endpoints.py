@@ -128,8 +128,7 @@ class Endpoints:
         return document
 
     async def repository_index(self, request: Request, route: Route) -> HTTPResponse:
-        if route.repository:
-            raise RepokitError(Code.UNSUPPORTED, "'repository_name' specification is not supported")
+        # Triton ignores a repository name on the index (it only rejects it on load/unload)
         document = self._optional_json(request)
         ready = False
         if document is not None and "ready" in document:
