@@ -1,0 +1,123 @@
+"""Model warmup (§4.9, core ``TritonModelInstance::GenerateWarmupData``). Warmup samples become
+real inference requests, so they are also checked like requests (required inputs, data types,
+shapes, batch size) before the load can succeed."""
+
+from __future__ import annotations
+
+import os
+
+from repokit.config.rules.context import RuleContext
+from repokit.config.rules.io import element_count
+from repokit.config.rules.state import byte_size
+from repokit.protocol.generated import model_config_pb2 as mc
+
+WARMUP_FOLDER = "warmup"
+
+
+def _type_name(data_type: int) -> str:
+    return mc.DataType.Name(data_type)
+
+
+def check_warmup(ctx: RuleContext) -> None:
+    config = ctx.config
+    if config.HasField("ensemble_scheduling"):
+        return  # the ensemble rules own this case
+    inputs = {io.name: io for io in config.input}
+    required = [io.name for io in config.input if not io.optional]
+    for s, sample in enumerate(config.model_warmup):
+        if sample.batch_size == 0:
+            continue  # Triton skips these samples
+        path = f"model_warmup[{s}]"
+        label = sample.name or str(s)
+        variable = False
+        for key in sorted(sample.inputs):
+            if element_count(list(sample.inputs[key].dims)) == -1:
+                variable = True
+                ctx.report("warmup-dims-variable",
+                           "warmup setting expects all variable-size dimensions are specified "
+                           f"for input '{key}' (sample '{label}')",
+                           path=f"{path}.inputs[{key}].dims")
+        if variable:
+            continue
+        for key in sorted(sample.inputs):
+            _check_input_data(ctx, f"{path}.inputs[{key}]", key, sample.inputs[key])
+        _check_against_model(ctx, path, label, sample, inputs, required)
+
+
+def _check_input_data(ctx: RuleContext, path: str, key: str, data: mc.ModelWarmup.Input) -> None:
+    choice = data.WhichOneof("input_data_type")
+    if choice is None:
+        ctx.report("warmup-data-missing",
+                   f"warmup setting expects input '{key}' to have input_data_type set (one of "
+                   "zero_data, random_data, input_data_file)", path=path)
+        return
+    if choice != "input_data_file":
+        return
+    file_path = ctx.model.path / WARMUP_FOLDER / data.input_data_file
+    rel = ctx.relative(file_path)
+    try:
+        size = os.stat(file_path).st_size if file_path.is_file() else -1
+    except OSError:
+        size = -1
+    if size < 0:
+        ctx.report("warmup-file-missing",
+                   f"failed to open text file for read {rel}: warmup input_data_file "
+                   f"'{data.input_data_file}' must exist under <model>/warmup/",
+                   path=f"{path}.input_data_file")
+        return
+    expected = byte_size(data.data_type, list(data.dims))
+    if data.data_type != mc.TYPE_STRING and size < expected:
+        ctx.report("warmup-file-too-small",
+                   f"warmup setting expects {expected} bytes, but the data provided from "
+                   f"{data.input_data_file}only has {size} bytes",
+                   path=f"{path}.input_data_file", file=rel)
+
+
+def _check_against_model(
+    ctx: RuleContext,
+    path: str,
+    label: str,
+    sample: mc.ModelWarmup,
+    inputs: dict[str, mc.ModelInput],
+    required: list[str],
+) -> None:
+    model = ctx.name
+    given = set(sample.inputs)
+    missing = [name for name in required if name not in given]
+    if missing:
+        ctx.report("warmup-input-missing",
+                   f"warmup sample '{label}' misses required input(s) {missing}; Triton fails "
+                   f"the load with \"expected {len(required)} inputs but got "
+                   f"{len(given & set(inputs))} inputs for model '{model}'\"",
+                   path=f"{path}.inputs")
+    for key in sorted(given):
+        data = sample.inputs[key]
+        io = inputs.get(key)
+        if io is None:
+            ctx.report("warmup-input-not-model-input",
+                       f"warmup input '{key}' is not an input of model '{model}'; Triton sends "
+                       "it as an override (control/state) input", path=f"{path}.inputs[{key}]")
+            continue
+        if data.data_type != io.data_type:
+            ctx.report("warmup-data-type-mismatch",
+                       f"inference input '{key}' data-type is "
+                       f"'{_type_name(data.data_type)}', but model '{model}' expects "
+                       f"'{_type_name(io.data_type)}' (warmup sample '{label}')",
+                       path=f"{path}.inputs[{key}].data_type")
+        config_dims = list(io.dims)
+        dims = list(data.dims)
+        if len(dims) != len(config_dims) or any(
+            c != -1 and c != d for c, d in zip(config_dims, dims, strict=False)
+        ):
+            ctx.report("warmup-shape-mismatch",
+                       f"unexpected shape for input '{key}' for model '{model}'. Expected "
+                       f"{config_dims}, got {dims} (warmup sample '{label}'; dims exclude the "
+                       "batch dimension)", path=f"{path}.inputs[{key}].dims")
+    limit = max(1, ctx.config.max_batch_size)
+    if sample.batch_size > limit:
+        ctx.report("warmup-batch-size-too-large",
+                   f"warmup sample '{label}' has batch_size {sample.batch_size} but model "
+                   f"'{model}' allows at most {limit} (max_batch_size "
+                   f"{ctx.config.max_batch_size}); Triton: \"batch size {sample.batch_size} "
+                   f"for '...', max allowed is {ctx.config.max_batch_size}\"",
+                   path=f"{path}.batch_size")
