@@ -55,21 +55,6 @@ def step_path(index: int, member: str = "", key: str | None = None) -> str:
     return path
 
 
-def check_not_ensemble_platform(config: mc.ModelConfig) -> list[Finding]:
-    """ensemble_scheduling on a model whose platform is not 'ensemble'."""
-    if not config.HasField("ensemble_scheduling") or config.platform == ENSEMBLE_PLATFORM:
-        return []
-    return [
-        Finding(
-            "ensemble-scheduling-not-ensemble-platform",
-            f"ensemble scheduling cannot be set for model '{config.name}' whose platform is not "
-            f"ensemble (platform is '{config.platform}'); set platform: \"ensemble\" or remove "
-            "ensemble_scheduling",
-            "ensemble_scheduling",
-        )
-    ]
-
-
 def _check_forbidden_fields(config: mc.ModelConfig) -> list[Finding]:
     name = config.name
     out: list[Finding] = []

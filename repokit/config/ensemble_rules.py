@@ -22,7 +22,6 @@ from repokit.config.ensemble_composing import ComposingCheck
 from repokit.config.ensemble_graph import (
     ENSEMBLE_PLATFORM,
     Finding,
-    check_not_ensemble_platform,
     check_scheduling,
     step_path,
 )
@@ -117,9 +116,6 @@ class _EnsembleChecker:
         self.done: set[str] = set()
 
     def run(self) -> None:
-        for model in self.report.models.values():
-            if model.config is not None:
-                _add(self.report, model, check_not_ensemble_platform(model.config))
         for name, config in self.ensembles.items():
             _add(self.report, self.report.models[name], check_scheduling(config))
         for name, finding in _cycle_findings(self.ensembles).items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from repokit.config.diagnostics import Diagnostic, Severity
 from repokit.config.ensemble_rules import check_ensembles
 from repokit.config.report import RepositoryReport, ValidateOptions
+from repokit.config.validate import validate_repository
+from repokit.paths import sample_repos_dir
 from tests.config.ensemble_helpers import ensemble_config, manual_report, python_config, step
 
 ADD = step("add", {"IN": "E_IN"}, {"OUT": "E_OUT"})
@@ -181,14 +184,11 @@ def test_dangling_intermediate_tensor(tmp_path: Path) -> None:
     assert "'EXTRA'" in finding.message
 
 
-def test_scheduling_on_non_ensemble_platform(tmp_path: Path) -> None:
+def test_scheduling_on_non_ensemble_platform_is_left_to_model_config_rules(tmp_path: Path) -> None:
+    # ValidateModelConfig's rule (ensemble-scheduling-platform) reports it; no second finding
     text = python_config("add", extra="ensemble_scheduling { " + ADD + " }")
     report = build(tmp_path, {"add": text})
-    finding = only(report, "add")
-    assert finding.rule == "ensemble-scheduling-not-ensemble-platform"
-    assert "ensemble scheduling cannot be set for model 'add' whose platform is not ensemble" in (
-        finding.message
-    )
+    assert report.models["add"].diagnostics == []
 
 
 def test_missing_step_models_are_listed(tmp_path: Path) -> None:
@@ -516,3 +516,18 @@ def test_composing_checks_wait_for_static_checks(tmp_path: Path) -> None:
         },
     )
     assert rules(report, "ens") == ["ensemble-optimization"]
+
+
+ENSEMBLE_CASES = sorted((sample_repos_dir() / "invalid").glob("ensemble-*/expected.json"))
+
+
+def test_there_is_an_invalid_case_per_ensemble_rule() -> None:
+    assert len(ENSEMBLE_CASES) == 24
+
+
+@pytest.mark.parametrize("expected", ENSEMBLE_CASES, ids=lambda p: p.parent.name)
+def test_invalid_sample_yields_exactly_its_rule(expected: Path) -> None:
+    case = json.loads(expected.read_text())
+    report = validate_repository(expected.parent, ValidateOptions())
+    errors = [d.rule for d in report.models[case["model"]].diagnostics if d.is_error]
+    assert errors == [case["rule"]]
