@@ -10,16 +10,14 @@ from __future__ import annotations
 import enum
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from repokit.config.diagnostics import Diagnostic, Severity
+from repokit.config.diagnostics import Severity
 from repokit.config.report import RepositoryReport
-
-_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
 class FailOn(str, enum.Enum):
@@ -41,83 +39,35 @@ def exit_code(report: RepositoryReport, fail_on: FailOn) -> int:
     return 1 if any(d.severity in failing for d in report.all_diagnostics()) else 0
 
 
-def _location(d: Diagnostic) -> str:
-    where = d.file
-    if where and d.line:
-        where += f":{d.line}" + (f":{d.column}" if d.column else "")
-    if d.path:
-        where = f"{where} {d.path}" if where else d.path
-    return where
-
-
-def render_text(report: RepositoryReport, console: Console) -> None:
-    """Grouped by model; one summary line. Quiet about models with nothing to say."""
-    groups: list[tuple[str, list[Diagnostic]]] = [("(repository)", report.diagnostics)]
-    groups += [(name, report.models[name].diagnostics) for name in sorted(report.models)]
-    for title, diagnostics in groups:
-        if not diagnostics:
-            continue
-        console.print(f"[bold]{escape(title)}[/]")
-        for d in diagnostics:
-            style = _STYLE[d.severity]
-            where = _location(d)
-            console.print(
-                f"  [{style}]{d.severity.value}[/] [dim]{escape(d.rule)}[/] "
-                + (f"{escape(where)}: " if where else "")
-                + escape(d.message),
-                soft_wrap=True,
-            )
-    counts = {s: 0 for s in Severity}
-    for d in report.all_diagnostics():
-        counts[d.severity] += 1
-    console.print(
-        f"{len(report.models)} models: {counts[Severity.ERROR]} errors, "
-        f"{counts[Severity.WARNING]} warnings, {counts[Severity.INFO]} notes"
-    )
-
-
-def _sarif(report: RepositoryReport) -> dict[str, object]:
-    level: dict[Severity, Literal["error", "warning", "note"]] = {
-        Severity.ERROR: "error",
-        Severity.WARNING: "warning",
-        Severity.INFO: "note",
-    }
-    diagnostics = report.all_diagnostics()
-    results = []
-    for d in diagnostics:
-        location: dict[str, object] = {"artifactLocation": {"uri": d.file or "."}}
-        if d.line:
-            location["region"] = {"startLine": d.line, "startColumn": max(d.column, 1)}
-        result: dict[str, object] = {
-            "ruleId": d.rule,
-            "level": level[d.severity],
-            "message": {"text": d.message},
-            "locations": [{"physicalLocation": location}],
-        }
-        if d.path:
-            result["properties"] = {"model": d.model, "fieldPath": d.path}
-        results.append(result)
-    rules = sorted({d.rule for d in diagnostics})
-    return {
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {"driver": {"name": "repokit", "rules": [{"id": r} for r in rules]}},
-                "originalUriBaseIds": {"%SRCROOT%": {"uri": report.root.as_uri() + "/"}},
-                "results": results,
-            }
-        ],
-    }
+LINT_RULES = {
+    "lint-no-dynamic-batching": "a batching-capable model without dynamic batching",
+    "lint-preferred-batch-size-unsorted": "preferred batch sizes not in increasing order",
+    "lint-preferred-batch-size-duplicate": "a preferred batch size listed twice",
+    "lint-preferred-batch-size-above-max": "a preferred batch size above max_batch_size",
+    "lint-preferred-batch-size-zero-delay": "preferred batch sizes with a zero queue delay",
+    "lint-cpu-instances-above-cores": "more CPU instances than cores",
+    "lint-tensorrt-no-warmup": "a TensorRT model without warmup",
+    "lint-tensorrt-dynamic-dims-no-profiles": "TensorRT dynamic dims without profiles",
+    "lint-labels-count-mismatch": "label file lines differ from the output size",
+    "lint-ensemble-step-pinned-version": "an ensemble step pinned under a latest policy",
+    "lint-unused-model-files": "files or versions no loaded version uses",
+}
 
 
 def render(report: RepositoryReport, output: OutputFormat, console: Console) -> None:
+    from repokit.cli.render import render_text, to_sarif
+
     if output is OutputFormat.text:
         render_text(report, console)
     elif output is OutputFormat.json:
-        console.print_json(json.dumps(report.to_dict()))
+        console.out(json.dumps(report.to_dict(), indent=2), highlight=False)
     else:
-        console.print_json(json.dumps(_sarif(report)))
+        from repokit.config.rules.catalog import RULES
+
+        rules = {rule_id: info.summary for rule_id, info in RULES.items()} | LINT_RULES
+        console.out(
+            json.dumps(to_sarif(report.all_diagnostics(), rules), indent=2), highlight=False
+        )
 
 
 def lint(

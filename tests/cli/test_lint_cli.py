@@ -8,8 +8,9 @@ from pathlib import Path
 from rich.console import Console
 from typer.testing import CliRunner
 
-from repokit.cli.lint import FailOn, exit_code, render_text
+from repokit.cli.lint import LINT_RULES, FailOn, exit_code
 from repokit.cli.main import make_app
+from repokit.cli.render import render_text
 from repokit.config.diagnostics import Diagnostic, Severity
 from repokit.config.report import ModelReport, RepositoryReport
 from tests.config.ensemble_helpers import ensemble_config, python_config, step, write_model
@@ -50,7 +51,7 @@ def test_advice_does_not_fail_by_default(tmp_path: Path) -> None:
     code, output = run(str(advice_repo(tmp_path)), "--cores", "4")
     assert code == 0
     assert "lint-no-dynamic-batching" in output
-    assert "1 models: 0 errors, 1 warnings" in output
+    assert "1 model checked, 0 would fail to load: 0 errors, 1 warning" in output
 
 
 def test_fail_on_warning(tmp_path: Path) -> None:
@@ -108,4 +109,13 @@ def test_exit_code_levels() -> None:
 def test_text_is_quiet_for_a_clean_repository() -> None:
     console = Console(record=True, width=200)
     render_text(_report(), console)
-    assert console.export_text().strip() == "1 models: 0 errors, 0 warnings, 0 notes"
+    assert console.export_text().strip() == (
+        "1 model checked, 0 would fail to load: 0 errors, 0 warnings"
+    )
+
+
+def test_every_lint_rule_has_a_summary() -> None:
+    from repokit.config.lint import RULES
+
+    assert len(LINT_RULES) >= len(RULES)
+    assert all(rule.startswith("lint-") for rule in LINT_RULES)
