@@ -33,6 +33,8 @@ class BackendRequest:
     request_id: str = ""
     correlation_id: int | str = 0
     flags: int = 0  # 1 = SEQUENCE_START, 2 = SEQUENCE_END (Triton's TRITONSERVER_REQUEST_FLAG_*)
+    priority: int = 0  # the request's priority level (0 = the model's default level)
+    timeout_us: int = 0  # the request's queue timeout (0 = the queue policy's)
 
 
 @dataclass

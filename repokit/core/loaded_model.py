@@ -11,21 +11,24 @@ from pathlib import Path
 
 from repokit.backends.base import Backend, ModelContext
 from repokit.core.request_checks import ModelIO
+from repokit.core.scheduling import (
+    StepRunner,
+    config_scheduler_factory,
+    ensemble_scheduler,
+    warm_up,
+)
 from repokit.core.statistics import ModelStats
 from repokit.errors import RepokitError, internal
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.base import Scheduler
-from repokit.scheduler.default import DefaultScheduler
 
 BackendFactory = Callable[[ModelContext], Backend]
 SchedulerFactory = Callable[[Backend, ModelStats], Scheduler]
 
-ENSEMBLE_NOT_IMPLEMENTED = "ensemble scheduling is not implemented yet"
-
 
 def default_scheduler_factory(backend: Backend, stats: ModelStats) -> Scheduler:
-    """Every model gets Triton's default scheduler until the batchers land."""
-    return DefaultScheduler(backend, stats.record_execution)
+    """The scheduler the model's config asks for (default, dynamic or sequence batcher)."""
+    return config_scheduler_factory(backend, stats)
 
 
 def read_labels(model_dir: Path, config: mc.ModelConfig) -> dict[str, list[str]]:
@@ -92,11 +95,22 @@ class LoadedVersion:
         await self._idle.wait()
 
     async def start(
-        self, backend_factory: BackendFactory, scheduler_factory: SchedulerFactory
+        self,
+        backend_factory: BackendFactory,
+        scheduler_factory: SchedulerFactory,
+        run_step: StepRunner | None = None,
     ) -> None:
-        """Create and load the backend and start the scheduler (not for ensembles)."""
+        """Load the backend, warm every instance up, start the scheduler. Ensembles get an
+        ensemble scheduler whose steps go through ``run_step`` (the core's composing-model
+        entry point)."""
         began = time.perf_counter()
-        if not self.is_ensemble:
+        if self.is_ensemble:
+            if run_step is None:
+                raise internal(f"ensemble '{self.name}' needs a step runner to be scheduled")
+            ensemble = ensemble_scheduler(self.config, run_step)
+            await ensemble.start()
+            self.scheduler = ensemble
+        else:
             context = ModelContext(
                 name=self.name,
                 version=self.version,
@@ -110,9 +124,11 @@ class LoadedVersion:
             await backend.load()
             self.backend = backend
             try:
+                await warm_up(backend)
                 scheduler = scheduler_factory(backend, self.stats)
                 await scheduler.start()
             except BaseException:
+                self.backend = None
                 await backend.unload()
                 raise
             self.scheduler = scheduler

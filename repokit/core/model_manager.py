@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repokit.backends.base import Backend, ModelContext
+from repokit.backends.base import Backend, BackendRequest, BackendResult, ModelContext
 from repokit.config.parse import ConfigParseError, parse_json
 from repokit.core.config_json import config_to_json
+from repokit.core.dispatch import run_composing
 from repokit.core.loaded_model import (
     BackendFactory,
     LoadedVersion,
@@ -195,6 +196,12 @@ class ModelManager:
                 f"Request for unknown model: '{name}' version {number} is not at ready state"
             )
         return status.loaded
+
+    async def run_step(self, name: str, version: int, request: BackendRequest) -> BackendResult:
+        """An ensemble step on a composing model (``version`` -1 = the latest READY one):
+        the composing model's own checks, scheduler and statistics."""
+        loaded = self.get(name, "" if version < 0 else str(version))
+        return await run_composing(loaded, request)
 
     def ready_versions(self, name: str) -> list[LoadedVersion]:
         record = self._records.get(name)
@@ -433,7 +440,7 @@ class ModelManager:
             return dependency_error
         try:
             loaded.labels = read_labels(loaded.directory, loaded.config)
-            await loaded.start(self._backend_factory, self._scheduler_factory)
+            await loaded.start(self._backend_factory, self._scheduler_factory, self.run_step)
         except RepokitError as exc:
             return exc.message
         except Exception as exc:  # a backend bug must not take other models down

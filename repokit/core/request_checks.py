@@ -324,5 +324,7 @@ def prepare(io: ModelIO, request: InferRequest, read_shm: ShmReader) -> Prepared
         request_id=request.id,
         correlation_id=request.sequence_id,
         flags=flags,
+        priority=request.priority,
+        timeout_us=request.timeout_us,
     )
     return PreparedRequest(backend_request, batch_size)

@@ -11,7 +11,8 @@ import contextlib
 import time
 from typing import Any
 
-from repokit.core.loaded_model import ENSEMBLE_NOT_IMPLEMENTED, LoadedVersion
+from repokit.core.dispatch import record_ran, submit
+from repokit.core.loaded_model import LoadedVersion
 from repokit.core.log_settings import LogSettingsStore
 from repokit.core.metrics import MetricSource, render_metrics
 from repokit.core.model_manager import ModelManager
@@ -145,8 +146,6 @@ class InferenceService:
         if self._exiting:
             raise unavailable("Server exiting")
         loaded = self.manager.get(request.model_name, request.model_version)
-        if loaded.is_ensemble or loaded.scheduler is None:
-            raise unavailable(ENSEMBLE_NOT_IMPLEMENTED)
         for output in request.outputs:
             if output.shm is not None and output.classification > 0:
                 raise invalid_arg(
@@ -158,17 +157,11 @@ class InferenceService:
     async def _run(
         self, loaded: LoadedVersion, request: InferRequest, backend_request: Any, batch: int
     ) -> InferResponse:
-        scheduler = loaded.scheduler
-        assert scheduler is not None
-        started = time.perf_counter_ns()
-        loaded.begin()
         self._inflight += 1
         try:
-            scheduled = await scheduler.submit(backend_request, batch)
+            scheduled, elapsed = await submit(loaded, backend_request, batch)
         finally:
-            loaded.end()
             self._inflight -= 1
-        elapsed = time.perf_counter_ns() - started
         result = scheduled.result
         if result.error is not None:
             loaded.stats.record_failure(elapsed, "BACKEND")
@@ -178,7 +171,7 @@ class InferenceService:
         except RepokitError:
             loaded.stats.record_failure(elapsed, "OTHER")
             raise
-        loaded.stats.record_success(batch, elapsed, scheduled.queue_ns, scheduled.timing)
+        record_ran(loaded, batch, elapsed, scheduled)
         return response
 
     # --- statistics & metrics ----------------------------------------------------------

@@ -34,8 +34,16 @@ class Scheduler(abc.ABC):
         """Stop accepting work; requests already submitted still complete."""
 
     @abc.abstractmethod
-    async def submit(self, request: BackendRequest, batch_size: int) -> ScheduledResult:
-        """Run one request; ``batch_size`` is its batch dimension (0 = model does not batch)."""
+    async def submit(
+        self,
+        request: BackendRequest,
+        batch_size: int,
+        *,
+        priority: int = 0,
+        timeout_us: int = 0,
+    ) -> ScheduledResult:
+        """Run one request; ``batch_size`` is its batch dimension (0 = model does not batch).
+        ``priority`` and ``timeout_us`` are the request's (only the dynamic batcher uses them)."""
 
     @property
     @abc.abstractmethod

@@ -57,7 +57,14 @@ class DefaultScheduler(Scheduler):
     def pending_count(self) -> int:
         return self._pending
 
-    async def submit(self, request: BackendRequest, batch_size: int) -> ScheduledResult:
+    async def submit(
+        self,
+        request: BackendRequest,
+        batch_size: int,
+        *,
+        priority: int = 0,
+        timeout_us: int = 0,
+    ) -> ScheduledResult:
         free = self._free
         if free is None or self._stopped:
             raise unavailable("model is not accepting requests: its scheduler is stopped")

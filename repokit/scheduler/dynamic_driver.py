@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from repokit.backends.base import Backend, BackendRequest
-from repokit.errors import unavailable
+from repokit.errors import RepokitError, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.base import ScheduledResult, Scheduler
 from repokit.scheduler.batch_tensors import (
@@ -38,6 +38,7 @@ from repokit.scheduler.runtime import (
     execute_batch,
     monotonic_clock,
     settle,
+    with_request_id,
 )
 
 
@@ -128,14 +129,17 @@ class DynamicBatchScheduler(Scheduler):
         future: asyncio.Future[ScheduledResult] = asyncio.get_running_loop().create_future()
         job = _Job(request, future)
         batching = self._settings.max_batch_size > 0
-        item = self._planner.enqueue(
-            job,
-            now_ns=self._clock(),
-            batch_size=max(1, batch_size) if batching else 1,
-            priority=priority,
-            timeout_us=timeout_us,
-            key=batching_key(request, self._rules) if batching else None,
-        )
+        try:
+            item = self._planner.enqueue(
+                job,
+                now_ns=self._clock(),
+                batch_size=max(1, batch_size) if batching else 1,
+                priority=priority,
+                timeout_us=timeout_us,
+                key=batching_key(request, self._rules) if batching else None,
+            )
+        except RepokitError as exc:  # queue full: Triton prefixes the request id
+            raise with_request_id(exc, request.request_id) from None
         self._waker.poke()
         try:
             return await future

@@ -78,7 +78,14 @@ class EnsembleScheduler(Scheduler):
     def pending_count(self) -> int:
         return self._pending
 
-    async def submit(self, request: BackendRequest, batch_size: int) -> ScheduledResult:
+    async def submit(
+        self,
+        request: BackendRequest,
+        batch_size: int,
+        *,
+        priority: int = 0,
+        timeout_us: int = 0,
+    ) -> ScheduledResult:
         if not self._running:
             raise unavailable("model is not accepting requests: its scheduler is stopped")
         self._pending += 1
@@ -139,6 +146,8 @@ class EnsembleScheduler(Scheduler):
             request_id=request.request_id,
             correlation_id=request.correlation_id,
             flags=request.flags,
+            priority=request.priority,
+            timeout_us=request.timeout_us,
         )
         limit = self._limits.get(step.index)
         try:

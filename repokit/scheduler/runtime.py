@@ -92,6 +92,11 @@ class OrderedRelease(Generic[R]):
             settle(head, self._ready.pop(id(head)))
 
 
+def with_request_id(error: RepokitError, request_id: str) -> RepokitError:
+    """``[request id: <id>] <message>`` as Triton's ``LogRequest()`` prefixes enqueue errors."""
+    return RepokitError(error.code, f"[request id: {request_id or '<id_unknown>'}] {error.message}")
+
+
 def settle(fut: asyncio.Future[R], result: R) -> None:
     if not fut.done():
         fut.set_result(result)

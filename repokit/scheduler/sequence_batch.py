@@ -136,7 +136,14 @@ class SequenceBatchScheduler(Scheduler):
         self._waker.poke()
 
     # --- requests -----------------------------------------------------------------------
-    async def submit(self, request: BackendRequest, batch_size: int) -> ScheduledResult:
+    async def submit(
+        self,
+        request: BackendRequest,
+        batch_size: int,
+        *,
+        priority: int = 0,
+        timeout_us: int = 0,
+    ) -> ScheduledResult:
         if not self._running or self._stopping:
             raise unavailable("model is not accepting requests: its scheduler is stopped")
         self._controls.check_request(request.correlation_id, batch_size)

@@ -129,9 +129,17 @@ async def test_explicit_mode_loads_only_what_is_asked(tmp_path: Path, controls: 
         await svc.load_model("add_sub_ensemble")  # loads its composing models too
         assert svc.model_ready("add_sub_ensemble")
         assert svc.model_ready("add_sub") and svc.model_ready("add_sub_onnx")
-        with pytest.raises(RepokitError) as error:
-            await svc.infer(identity_request("add_sub_ensemble"))
-        assert error.value.message == "ensemble scheduling is not implemented yet"
+        a = np.arange(16, dtype=np.float32).reshape(1, 16)
+        b = np.ones((1, 16), dtype=np.float32)
+        response = await svc.infer(
+            InferRequest(
+                "add_sub_ensemble",
+                inputs=[InputSpec("A", "FP32", (1, 16), a), InputSpec("B", "FP32", (1, 16), b)],
+            )
+        )
+        outputs = {t.name: t.data for t in response.outputs}
+        np.testing.assert_array_equal(outputs["TWICE_A"], 2 * a)
+        np.testing.assert_array_equal(outputs["TWICE_B"], 2 * b)
         await svc.unload_model("add_sub_ensemble", unload_dependents=True)
         assert not svc.model_ready("add_sub")
     finally:

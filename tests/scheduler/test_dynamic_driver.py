@@ -147,7 +147,7 @@ async def test_queue_full_fails_immediately_instead_of_waiting() -> None:
     await until(lambda: sched.pending_count == 1)
     with pytest.raises(RepokitError) as err:
         await run(sched, request(INPUT0=[[3, 3]]))
-    assert err.value.message == "Exceeds maximum queue size"
+    assert err.value.message == "[request id: <id_unknown>] Exceeds maximum queue size"
     backend.gate.set()
     await asyncio.gather(running, queued)
     await sched.stop()
