@@ -246,21 +246,36 @@ async def run_server(
     ready_callback: Callable[[ServerHandle], Awaitable[None] | None] | None = None,
     service_factory: ServiceFactory | None = None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM (or ``handle.request_stop()``), then shut down gracefully."""
-    handle = await start_server(settings, service_factory)
+    """Serve until SIGINT/SIGTERM (or ``handle.request_stop()``), then shut down gracefully.
+    Signal handlers are installed before the models load, so an early SIGTERM still exits
+    cleanly once startup is done."""
     loop = asyncio.get_running_loop()
+    early_stop = asyncio.Event()
+    target: list[ServerHandle] = []
+
+    def on_signal() -> None:
+        early_stop.set()
+        for handle in target:
+            handle.request_stop()
+
     installed: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - non-main thread
+            pass
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, handle.request_stop)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError):  # pragma: no cover - non-main thread
-                pass
-        if ready_callback is not None:
-            await _maybe_await(ready_callback(handle))
-        await handle.wait_stop_requested()
+        handle = await start_server(settings, service_factory)
+        target.append(handle)
+        try:
+            if early_stop.is_set():
+                return
+            if ready_callback is not None:
+                await _maybe_await(ready_callback(handle))
+            await handle.wait_stop_requested()
+        finally:
+            await handle.stop()
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
-        await handle.stop()
