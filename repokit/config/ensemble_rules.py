@@ -31,6 +31,34 @@ from repokit.protocol.generated import model_config_pb2 as mc
 LATEST_VERSION = -1
 CYCLE_RULE = "ensemble-circular-dependency"
 
+# Every rule id this module and its two helpers report, with a one-line summary (for SARIF).
+ENSEMBLE_RULES: dict[str, str] = {
+    "ensemble-instance-group": "an ensemble must not have instance_group",
+    "ensemble-optimization": "an ensemble must not have optimization",
+    "ensemble-model-warmup": "an ensemble must not have model_warmup",
+    "ensemble-no-steps": "ensemble_scheduling needs at least one step",
+    "ensemble-step-model-name-missing": "every step needs model_name",
+    "ensemble-step-input-map-missing": "every step needs an input_map",
+    "ensemble-step-output-map-missing": "every step needs an output_map",
+    "ensemble-tensor-produced-twice": "an ensemble tensor is written by one step only",
+    "ensemble-input-unused": "every ensemble input must be consumed by a step",
+    "ensemble-output-not-produced": "every ensemble output must be written by a step",
+    "ensemble-output-not-written": "every ensemble output must be computable from the inputs",
+    "ensemble-tensor-unused": "no dangling intermediate tensors",
+    "ensemble-step-model-missing": "every step model must exist in the repository",
+    "ensemble-step-model-invalid": "every step model must load",
+    "ensemble-step-version-not-loaded": "a step's model_version must be loaded by its policy",
+    "ensemble-circular-dependency": "ensembles must not contain themselves",
+    "ensemble-max-batch-size": "step models must allow the ensemble's max_batch_size",
+    "ensemble-step-unknown-input": "input_map keys must be inputs of the step model",
+    "ensemble-step-input-not-mapped": "non-optional step model inputs must be mapped",
+    "ensemble-step-unknown-output": "output_map keys must be outputs of the step model",
+    "ensemble-tensor-datatype-mismatch": "data types must agree along every edge",
+    "ensemble-tensor-shape-mismatch": "shapes must agree along every edge",
+    "ensemble-decoupled-mixed-inputs": "a step must not mix different decoupled branches",
+    "ensemble-step-io-unknown": "step IO is auto-completed; its checks were skipped (info)",
+}
+
 
 def _relative_file(report: RepositoryReport, model: ModelReport) -> str:
     path = model.config_file or model.directory

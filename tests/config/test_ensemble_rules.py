@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from repokit.config.diagnostics import Diagnostic, Severity
-from repokit.config.ensemble_rules import check_ensembles
+from repokit.config.ensemble_rules import ENSEMBLE_RULES, check_ensembles
 from repokit.config.report import RepositoryReport, ValidateOptions
 from repokit.config.validate import validate_repository
 from repokit.paths import sample_repos_dir
@@ -518,11 +518,26 @@ def test_composing_checks_wait_for_static_checks(tmp_path: Path) -> None:
     assert rules(report, "ens") == ["ensemble-optimization"]
 
 
-ENSEMBLE_CASES = sorted((sample_repos_dir() / "invalid").glob("ensemble-*/expected.json"))
+ENSEMBLE_CASES = sorted(
+    p
+    for p in (sample_repos_dir() / "invalid").glob("ensemble-*/expected.json")
+    if json.loads(p.read_text())["rule"] in ENSEMBLE_RULES
+)
 
 
-def test_there_is_an_invalid_case_per_ensemble_rule() -> None:
-    assert len(ENSEMBLE_CASES) == 24
+def test_there_is_an_invalid_case_per_ensemble_error_rule() -> None:
+    covered = {json.loads(p.read_text())["rule"] for p in ENSEMBLE_CASES}
+    errors = set(ENSEMBLE_RULES) - {"ensemble-step-io-unknown"}
+    assert covered == errors
+
+
+def test_every_reported_rule_is_listed(tmp_path: Path) -> None:
+    source = "".join(
+        (Path(__file__).parents[2] / "repokit" / "config" / name).read_text()
+        for name in ("ensemble_rules.py", "ensemble_graph.py", "ensemble_composing.py")
+    )
+    for rule in ENSEMBLE_RULES:
+        assert source.count(f'"{rule}"') >= 2, rule  # listed and reported
 
 
 @pytest.mark.parametrize("expected", ENSEMBLE_CASES, ids=lambda p: p.parent.name)
