@@ -62,9 +62,11 @@ def render(report: RepositoryReport, output: OutputFormat, console: Console) -> 
     elif output is OutputFormat.json:
         console.out(json.dumps(report.to_dict(), indent=2), highlight=False)
     else:
+        from repokit.config.ensemble_rules import ENSEMBLE_RULES
         from repokit.config.rules.catalog import RULES
 
-        rules = {rule_id: info.summary for rule_id, info in RULES.items()} | LINT_RULES
+        rules = {rule_id: info.summary for rule_id, info in RULES.items()}
+        rules |= ENSEMBLE_RULES | LINT_RULES
         console.out(
             json.dumps(to_sarif(report.all_diagnostics(), rules), indent=2), highlight=False
         )
