@@ -53,7 +53,7 @@ def parse_file(path: Path) -> mc.ModelConfig:
     return parse_text(text)
 
 
-def _normalize_enums(value: Any, desc: descriptor.Descriptor) -> Any:
+def _normalize_enums(value: Any, desc: Any) -> Any:
     """Upper-case enum names in a JSON object so that matching is case-insensitive."""
     if not isinstance(value, dict):
         return value
@@ -84,7 +84,7 @@ def _normalize_field(item: Any, field: descriptor.FieldDescriptor) -> Any:
         if isinstance(item, dict):
             return {k: _normalize_scalar(v, value_field) for k, v in item.items()}
         return item
-    if field.label == descriptor.FieldDescriptor.LABEL_REPEATED and isinstance(item, list):
+    if field.is_repeated and isinstance(item, list):
         return [_normalize_scalar(v, field) for v in item]
     return _normalize_scalar(item, field)
 
@@ -100,7 +100,7 @@ def parse_json(text: str) -> mc.ModelConfig:
     config = mc.ModelConfig()
     try:
         json_format.ParseDict(
-            _normalize_enums(data, mc.ModelConfig.DESCRIPTOR), config, ignore_unknown_fields=False
+            _normalize_enums(data, config.DESCRIPTOR), config, ignore_unknown_fields=False
         )
     except json_format.ParseError as exc:
         raise ConfigParseError(str(exc)) from exc
