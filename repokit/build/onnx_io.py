@@ -1,0 +1,346 @@
+"""ONNX model signatures, Triton's onnxruntime autocomplete, and config-vs-model checks.
+
+Offline equivalents of what Triton's onnxruntime backend does at load time:
+
+* ``autocomplete_onnx_config`` = ``ModelState::AutoCompleteConfig``: it runs only when the config
+  lists no inputs or no outputs. A model "can batch" when every input and output has a dynamic
+  first dimension; then an unset max_batch_size becomes the server's default-max-batch-size
+  (4) and, above 1, ``dynamic_batching {}`` is added when no scheduler is configured. A model
+  that cannot batch while max_batch_size > 0 is an autofill error. Missing inputs/outputs are
+  filled from the model (batch dimension dropped; a scalar gets dims [1], plus an empty reshape
+  when batching).
+* ``check_onnx_config`` = the instance's ``ValidateInputs``/``ValidateOutputs``: every config
+  tensor must exist in the model with the same datatype and a compatible shape (a dynamic
+  model dimension matches anything, fixed dimensions must be equal, ranks must agree, the
+  first model dimension must be dynamic when the config batches), and every model input must be
+  fed by the config (an input, a sequence control, a state or a batch input).
+
+``check_onnx_config`` is what ``repokit validate --deep`` calls; rule ids start with ``onnx-``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repokit.config.diagnostics import Diagnostic, Severity
+from repokit.protocol.generated import model_config_pb2 as mc
+
+DEFAULT_MAX_BATCH_SIZE = 4  # tritonserver --backend-config=default-max-batch-size default
+DYNAMIC = -1
+# operator -> indices of its inputs that TensorRT treats as shape tensors
+_SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,),
+    "Expand": (1,),
+    "ConstantOfShape": (0,),
+    "Tile": (1,),
+    "Resize": (3,),
+    "Slice": (1, 2, 3, 4),
+    "Range": (0, 1, 2),
+}
+
+# onnx TensorProto.DataType values -> model config TYPE_*
+_ONNX_TO_CONFIG: dict[int, int] = {
+    1: mc.TYPE_FP32,
+    2: mc.TYPE_UINT8,
+    3: mc.TYPE_INT8,
+    4: mc.TYPE_UINT16,
+    5: mc.TYPE_INT16,
+    6: mc.TYPE_INT32,
+    7: mc.TYPE_INT64,
+    8: mc.TYPE_STRING,
+    9: mc.TYPE_BOOL,
+    10: mc.TYPE_FP16,
+    11: mc.TYPE_FP64,
+    12: mc.TYPE_UINT32,
+    13: mc.TYPE_UINT64,
+    16: mc.TYPE_BF16,
+}
+
+
+class OnnxModelError(Exception):
+    """The ONNX file cannot be read or uses something Triton cannot express."""
+
+
+@dataclass(frozen=True)
+class OnnxTensor:
+    name: str
+    data_type: int  # mc.TYPE_*; mc.TYPE_INVALID when Triton has no equivalent
+    dims: tuple[int, ...]  # -1 for dynamic (symbolic or unknown) dimensions
+    shape_operand: bool = False  # an int input used as a shape (a TensorRT shape tensor)
+
+    @property
+    def type_name(self) -> str:
+        return str(mc.DataType.Name(self.data_type))
+
+
+@dataclass(frozen=True)
+class OnnxSignature:
+    inputs: tuple[OnnxTensor, ...]
+    outputs: tuple[OnnxTensor, ...]
+
+    def input(self, name: str) -> OnnxTensor | None:
+        return next((t for t in self.inputs if t.name == name), None)
+
+    def output(self, name: str) -> OnnxTensor | None:
+        return next((t for t in self.outputs if t.name == name), None)
+
+    @property
+    def can_batch(self) -> bool:
+        """Triton's rule: every input and output has a dynamic first dimension."""
+        return all(t.dims and t.dims[0] == DYNAMIC for t in (*self.inputs, *self.outputs))
+
+
+def _tensor(value: object, shape_operands: set[str]) -> OnnxTensor:
+    name = str(value.name)  # type: ignore[attr-defined]
+    type_proto = value.type  # type: ignore[attr-defined]
+    if not type_proto.HasField("tensor_type"):
+        raise OnnxModelError(f"'{name}' is not a tensor (sequences and maps are not supported)")
+    tensor_type = type_proto.tensor_type
+    dims: tuple[int, ...] = ()
+    if tensor_type.HasField("shape"):
+        dims = tuple(
+            int(d.dim_value) if d.HasField("dim_value") else DYNAMIC for d in tensor_type.shape.dim
+        )
+    data_type = _ONNX_TO_CONFIG.get(int(tensor_type.elem_type), mc.TYPE_INVALID)
+    is_int = data_type in (mc.TYPE_INT32, mc.TYPE_INT64)
+    return OnnxTensor(name, data_type, dims, is_int and name in shape_operands)
+
+
+def read_onnx_signature(path: Path) -> OnnxSignature:
+    """Inputs (initializers excluded) and outputs of an ONNX file, without its weights."""
+    import onnx
+
+    model_file = path / "model.onnx" if path.is_dir() else path
+    try:
+        model = onnx.load(str(model_file), load_external_data=False)
+    except FileNotFoundError:
+        raise OnnxModelError(f"'{model_file}' does not exist") from None
+    except Exception as exc:
+        raise OnnxModelError(f"'{model_file}' is not a readable ONNX model: {exc}") from None
+    graph = model.graph
+    initializers = {i.name for i in graph.initializer}
+    shape_operands: set[str] = set()
+    for node in graph.node:
+        for index in _SHAPE_OPERANDS.get(node.op_type, ()):
+            if index < len(node.input):
+                shape_operands.add(node.input[index])
+    try:
+        inputs = tuple(
+            _tensor(v, shape_operands) for v in graph.input if v.name not in initializers
+        )
+        outputs = tuple(_tensor(v, set()) for v in graph.output)
+    except OnnxModelError as exc:
+        raise OnnxModelError(f"'{model_file}': {exc}") from None
+    return OnnxSignature(inputs, outputs)
+
+
+def _fill_io(target: object, tensors: tuple[OnnxTensor, ...], max_batch_size: int) -> None:
+    for tensor in tensors:
+        io = target.add()  # type: ignore[attr-defined]
+        io.name = tensor.name
+        io.data_type = tensor.data_type
+        dims = list(tensor.dims[1:] if max_batch_size > 0 else tensor.dims)
+        if not dims:
+            dims = [1]
+            if max_batch_size > 0:
+                io.reshape.SetInParent()
+        io.dims.extend(dims)
+
+
+def autocomplete_onnx_config(
+    config: mc.ModelConfig,
+    signature: OnnxSignature,
+    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+) -> tuple[list[str], str]:
+    """Complete ``config`` in place as Triton's onnxruntime backend does.
+
+    Returns (what was filled, as field names; an autofill error message or "")."""
+    filled: list[str] = []
+    has_inputs = bool(config.input) or bool(config.batch_input)
+    if has_inputs and config.output:
+        return filled, ""
+    if signature.can_batch:
+        if config.max_batch_size == 0:
+            config.max_batch_size = max(default_max_batch_size, 0)
+            filled.append("max_batch_size")
+        scheduler = config.WhichOneof("scheduling_choice")
+        if config.max_batch_size > 1 and scheduler is None:
+            config.dynamic_batching.SetInParent()
+            filled.append("dynamic_batching")
+    elif config.max_batch_size != 0:
+        return filled, (
+            f"autofill failed for model '{config.name}': model does not support batching while "
+            "non-zero max_batch_size is specified"
+        )
+    if not has_inputs:
+        _fill_io(config.input, signature.inputs, config.max_batch_size)
+        filled.append("input")
+    if not config.output:
+        _fill_io(config.output, signature.outputs, config.max_batch_size)
+        filled.append("output")
+    return filled, ""
+
+
+def _fed_inputs(config: mc.ModelConfig) -> set[str]:
+    """Model inputs the server feeds besides config.input: controls, states, batch inputs."""
+    names: set[str] = set()
+    if config.HasField("sequence_batching"):
+        sequence = config.sequence_batching
+        names.update(c.name for c in sequence.control_input)
+        names.update(s.input_name for s in sequence.state)
+    for batch_input in config.batch_input:
+        names.update(batch_input.target_name)
+    return names
+
+
+def _shape_text(dims: tuple[int, ...] | list[int]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+class _Checker:
+    def __init__(self, config: mc.ModelConfig, model: str, file: str) -> None:
+        self.config = config
+        self.model = model or config.name
+        self.file = file
+        self.found: list[Diagnostic] = []
+
+    def error(self, rule: str, message: str, path: str = "") -> None:
+        self.found.append(Diagnostic(rule, Severity.ERROR, self.model, message, self.file, path))
+
+    def check_side(
+        self,
+        side: str,
+        declared: Sequence[Any],
+        actual: tuple[OnnxTensor, ...],
+    ) -> None:
+        by_name = {t.name: t for t in actual}
+        batching = self.config.max_batch_size > 0
+        for index, io in enumerate(declared):
+            path = f"{side}[{index}]"
+            tensor = by_name.get(io.name)
+            if tensor is None:
+                allowed = ", ".join(sorted(by_name)) or "(none)"
+                self.error(
+                    f"onnx-{side}-unknown",
+                    f"{side} '{io.name}' does not exist in the model; the model's {side}s are: "
+                    f"{allowed}",
+                    f"{path}.name",
+                )
+                continue
+            if io.data_type != tensor.data_type:
+                self.error(
+                    f"onnx-{side}-data-type-mismatch",
+                    f"configuration expects datatype {mc.DataType.Name(io.data_type)} for "
+                    f"{side} '{io.name}', model provides {tensor.type_name}",
+                    f"{path}.data_type",
+                )
+            dims = tuple(io.reshape.shape) if io.HasField("reshape") else tuple(io.dims)
+            self.check_dims(side, io.name, path, dims, tensor.dims, batching)
+
+    def check_dims(
+        self,
+        side: str,
+        name: str,
+        path: str,
+        dims: tuple[int, ...],
+        model_dims: tuple[int, ...],
+        batching: bool,
+    ) -> None:
+        field = (
+            f"{path}.reshape.shape" if path and self._has_reshape(side, name) else f"{path}.dims"
+        )
+        if not model_dims:  # a scalar: Triton only checks that every config dim is 1
+            if not batching and any(d != 1 for d in dims):
+                self.error(
+                    f"onnx-{side}-dims-mismatch",
+                    f"{side} '{name}' is a scalar in the model; the config must give dims [1], "
+                    f"not {_shape_text(dims)}",
+                    field,
+                )
+            return
+        if batching and model_dims[0] != DYNAMIC:
+            self.error(
+                f"onnx-{side}-batch-unsupported",
+                f"max_batch_size is {self.config.max_batch_size} but the model's {side} '{name}' "
+                f"has shape {_shape_text(model_dims)}: its first dimension must be dynamic (-1) "
+                "for the model to batch; set max_batch_size: 0 or export the model with a "
+                "dynamic batch dimension",
+                "max_batch_size",
+            )
+            return
+        debatched = model_dims[1:] if batching else model_dims
+        if len(debatched) != len(dims):
+            extra = " (plus the batch dimension)" if batching else ""
+            self.error(
+                f"onnx-{side}-rank-mismatch",
+                f"{side} '{name}' has {len(dims)} dims {_shape_text(dims)} in the config{extra} "
+                f"but the model's shape is {_shape_text(model_dims)}",
+                field,
+            )
+            return
+        for axis, (want, have) in enumerate(zip(dims, debatched, strict=True)):
+            if want != DYNAMIC and have != DYNAMIC and want != have:
+                self.error(
+                    f"onnx-{side}-dims-mismatch",
+                    f"{side} '{name}' dims {_shape_text(dims)} differ from the model's shape "
+                    f"{_shape_text(model_dims)} at dimension {axis}: config {want}, model {have}",
+                    f"{field}[{axis}]",
+                )
+
+    def _has_reshape(self, side: str, name: str) -> bool:
+        tensors = self.config.input if side == "input" else self.config.output
+        return any(t.name == name and t.HasField("reshape") for t in tensors)
+
+    def check_unfed_inputs(self, signature: OnnxSignature) -> None:
+        fed = {i.name for i in self.config.input} | _fed_inputs(self.config)
+        for tensor in signature.inputs:
+            if tensor.name not in fed:
+                self.error(
+                    "onnx-input-missing",
+                    f"the model has input '{tensor.name}' ({tensor.type_name} "
+                    f"{_shape_text(tensor.dims)}) that the config does not list; Triton refuses "
+                    f"to load a model whose config expects {len(self.config.input)} inputs while "
+                    f"the model provides {len(signature.inputs)}",
+                    "input",
+                )
+
+
+def check_config_against_signature(
+    config: mc.ModelConfig, signature: OnnxSignature, model: str = "", file: str = ""
+) -> list[Diagnostic]:
+    """Contradictions between a complete config and the model's signature (errors)."""
+    checker = _Checker(config, model, file)
+    checker.check_side("input", config.input, signature.inputs)
+    checker.check_side("output", config.output, signature.outputs)
+    checker.check_unfed_inputs(signature)
+    return checker.found
+
+
+def check_onnx_config(
+    config: mc.ModelConfig,
+    model_path: Path,
+    model: str = "",
+    file: str = "",
+    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+) -> list[Diagnostic]:
+    """``repokit validate --deep`` for onnxruntime models: autocomplete a copy of ``config`` as
+    Triton would, then report what contradicts the model at ``model_path`` (a model.onnx file
+    or a directory holding one). ``config`` itself is not modified."""
+    name = model or config.name
+    try:
+        signature = read_onnx_signature(model_path)
+    except OnnxModelError as exc:
+        return [Diagnostic("onnx-model-unreadable", Severity.ERROR, name, str(exc), file)]
+    completed = mc.ModelConfig()
+    completed.CopyFrom(config)
+    _filled, failure = autocomplete_onnx_config(completed, signature, default_max_batch_size)
+    if failure:
+        return [
+            Diagnostic(
+                "onnx-autofill-failed", Severity.ERROR, name, failure, file, "max_batch_size"
+            )
+        ]
+    return check_config_against_signature(completed, signature, name, file)
