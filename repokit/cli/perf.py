@@ -1,0 +1,348 @@
+"""``repokit perf``: perf_analyzer-style load testing; ``repokit perf compare A.json B.json``.
+
+Options keep perf_analyzer's names. Exit codes: 0 success, 2 no stable measurement, 3 bad
+options or input data (including option parsing errors), 99 anything else. While a level is
+measured a live view shows the current window, throughput so far and the stability of the last
+three windows; a table of all levels follows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
+
+from repokit.perf.errors import GENERIC_ERROR, OPTION_ERROR, PerfError
+from repokit.perf.options import (
+    PerfOptions,
+    parse_concurrency_range,
+    parse_header,
+    parse_id_range,
+    parse_rate_range,
+    parse_shape,
+)
+from repokit.perf.report import LevelResult, PerfReport
+from repokit.perf.statistics import STABILITY_WINDOW, WindowSummary
+
+
+class _PerfGroup(TyperGroup):
+    """Option parsing errors exit 3 (perf_analyzer's OPTION_ERROR), not click's 2."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except Exception as exc:  # click's UsageError (typer vendors click privately)
+            if getattr(exc, "exit_code", None) == 2:
+                exc.exit_code = OPTION_ERROR  # type: ignore[attr-defined]
+            raise
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1000:,.0f}"
+
+
+def _spread(values: list[float]) -> str:
+    if len(values) < STABILITY_WINDOW or min(values) <= 0:
+        return "-"
+    last = values[-STABILITY_WINDOW:]
+    return f"{(max(last) / min(last) - 1) * 100:.1f}%"
+
+
+class LiveView:
+    """Observer rendering the current window with rich.Live (cli is the only rich user)."""
+
+    def __init__(self, console: Console, stability_percentage: float) -> None:
+        self.console = console
+        self.threshold = stability_percentage
+        self.live: Live | None = None
+
+    def level_started(self, label: str) -> None:
+        self.live = Live(
+            Text(f"{label}: starting"), console=self.console, refresh_per_second=4, transient=True
+        )
+        self.live.start()
+
+    def _render(self, progress: Any) -> Group:
+        windows: list[WindowSummary] = progress.windows
+        head = Text.assemble(
+            (f"{progress.level_label}", "bold"),
+            f"  window {progress.trial}/{progress.max_trials}  ",
+            f"{progress.elapsed_s:.1f} s of {progress.target}  ",
+            (f"{progress.throughput:,.1f} infer/s so far", "cyan"),
+        )
+        fraction = 0.0
+        if progress.target.endswith(" s"):
+            fraction = min(progress.elapsed_s / float(progress.target[:-2]), 1.0)
+        else:
+            fraction = min(progress.completed / max(int(progress.target.split()[0]), 1), 1.0)
+        table = Table(box=None, pad_edge=False)
+        for column in ("window", "infer/s", "avg us", "p99 us"):
+            table.add_column(column, justify="right")
+        for i, w in enumerate(windows[-STABILITY_WINDOW:], start=max(len(windows) - 2, 1)):
+            table.add_row(
+                str(i),
+                f"{w.throughput:,.1f}",
+                _us(w.avg_latency_ns),
+                _us(w.percentiles_ns.get(99, 0)),
+            )
+        stability = Text(
+            f"stability over last {STABILITY_WINDOW}: throughput "
+            f"{_spread([w.throughput for w in windows])}, latency "
+            f"{_spread([float(w.stabilizing_latency_ns) for w in windows])} "
+            f"(need <= {self.threshold:g}%)"
+        )
+        return Group(head, ProgressBar(total=1.0, completed=fraction, width=50), table, stability)
+
+    def window_progress(self, progress: Any) -> None:
+        if self.live is not None:
+            self.live.update(self._render(progress))
+
+    def window_done(self, progress: Any, summary: WindowSummary) -> None:
+        self.window_progress(progress)
+
+    def level_done(self, result: LevelResult) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+        s = result.summary
+        state = "stable" if result.stable else "[red]unstable[/red]"
+        self.console.print(
+            f"{result.label}: {s.throughput:,.1f} infer/s, latency avg {_us(s.avg_latency_ns)} "
+            f"us, p99 {_us(s.percentiles_ns.get(99, 0))} us ({state}, {len(result.windows)} "
+            "windows)"
+        )
+        for warning in result.warnings:
+            self.console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def render_report(report: PerfReport, console: Console) -> None:
+    title = f"{report.model} v{report.version} over {report.protocol} ({report.url})"
+    table = Table(title=title)
+    level_name = "Concurrency" if report.mode == "concurrency" else "Request rate"
+    columns = [level_name, "infer/s", "avg us", "p50", "p90", "p95", "p99", "send", "recv"]
+    if report.include_server_stats:
+        columns += ["queue", "compute in", "infer", "compute out"]
+    for column in columns:
+        table.add_column(column, justify="right")
+    for result in report.results:
+        s = result.summary
+        level = str(int(result.value)) if report.mode == "concurrency" else f"{result.value:g}"
+        row = [level, f"{s.throughput:,.1f}", _us(s.avg_latency_ns)]
+        row += [_us(s.percentiles_ns.get(p, 0)) for p in (50, 90, 95, 99)]
+        row += [_us(s.avg_send_ns), _us(s.avg_recv_ns)]
+        if report.include_server_stats:
+            b = result.server
+            row += (
+                [
+                    _us(b.queue_ns),
+                    _us(b.compute_input_ns),
+                    _us(b.compute_infer_ns),
+                    _us(b.compute_output_ns),
+                ]
+                if b
+                else ["-"] * 4
+            )
+        table.add_row(*row)
+        if b := result.server:
+            for name, part in b.composing.items():
+                table.add_row(
+                    f"  {name}",
+                    "",
+                    _us(part.avg_request_ns),
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    _us(part.queue_ns),
+                    _us(part.compute_input_ns),
+                    _us(part.compute_infer_ns),
+                    _us(part.compute_output_ns),
+                )
+    console.print(table)
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    if report.message:
+        console.print(f"[red]{report.message}[/red]")
+
+
+def render_compare(a: PerfReport, b: PerfReport, names: tuple[str, str], console: Console) -> None:
+    from repokit.perf.export import compare_rows
+
+    table = Table(title=f"A = {names[0]}   B = {names[1]}")
+    for column in ("level", "A infer/s", "B infer/s", "B/A", "A p99 us", "B p99 us", "B/A p99"):
+        table.add_column(column, justify="right")
+
+    def num(value: Any, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+
+    for row in compare_rows(a, b):
+        table.add_row(
+            f"{row['value']:g}",
+            num(row["a_throughput"], ",.1f"),
+            num(row["b_throughput"], ",.1f"),
+            num(row.get("throughput_ratio"), ".2f"),
+            num(row["a_p99_us"], ",.0f"),
+            num(row["b_p99_us"], ",.0f"),
+            num(row.get("p99_ratio"), ".2f"),
+        )
+    console.print(table)
+
+
+def _fail(console: Console, error: PerfError) -> None:
+    console.print(f"[red]error:[/red] {error.message}", highlight=False)
+    raise typer.Exit(error.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    perf_app = typer.Typer(
+        cls=_PerfGroup,
+        invoke_without_command=True,
+        no_args_is_help=False,
+        help="Load-test a model on any KServe v2 server (perf_analyzer "
+        "options; `repokit perf compare A.json B.json`).",
+    )
+
+    @perf_app.callback()
+    def perf(
+        ctx: typer.Context,
+        model: Annotated[str, typer.Option("-m", "--model-name", help="model name")] = "",
+        version: Annotated[str, typer.Option("-x", "--model-version")] = "",
+        url: Annotated[str, typer.Option("-u", "--url")] = "",
+        protocol: Annotated[str, typer.Option("-i", "--protocol", help="http or grpc")] = "http",
+        batch_size: Annotated[int, typer.Option("-b", "--batch-size")] = 1,
+        concurrency_range: Annotated[str | None, typer.Option("--concurrency-range")] = None,
+        request_rate_range: Annotated[str | None, typer.Option("--request-rate-range")] = None,
+        request_distribution: Annotated[str, typer.Option("--request-distribution")] = "constant",
+        request_intervals: Annotated[Path | None, typer.Option("--request-intervals")] = None,
+        latency_threshold: Annotated[
+            float, typer.Option("-l", "--latency-threshold", help="ms")
+        ] = 0.0,
+        max_threads: Annotated[int, typer.Option("--max-threads")] = 16,
+        async_mode: Annotated[bool, typer.Option("-a", "--async")] = False,
+        streaming: Annotated[bool, typer.Option("--streaming")] = False,
+        measurement_mode: Annotated[str, typer.Option("--measurement-mode")] = "time_windows",
+        measurement_interval: Annotated[
+            float, typer.Option("-p", "--measurement-interval", help="ms")
+        ] = 5000.0,
+        measurement_request_count: Annotated[int, typer.Option("--measurement-request-count")] = 50,
+        stability_percentage: Annotated[float, typer.Option("-s", "--stability-percentage")] = 10,
+        max_trials: Annotated[int, typer.Option("-r", "--max-trials")] = 10,
+        percentile: Annotated[int, typer.Option("--percentile")] = -1,
+        warmup_request_count: Annotated[int, typer.Option("--warmup-request-count")] = 0,
+        shape: Annotated[list[str] | None, typer.Option("--shape")] = None,
+        input_data: Annotated[list[str] | None, typer.Option("--input-data")] = None,
+        string_length: Annotated[int, typer.Option("--string-length")] = 128,
+        string_data: Annotated[str | None, typer.Option("--string-data")] = None,
+        sequence_length: Annotated[int | None, typer.Option("--sequence-length")] = None,
+        sequence_length_variation: Annotated[
+            float, typer.Option("--sequence-length-variation")
+        ] = 20.0,
+        sequence_id_range: Annotated[str, typer.Option("--sequence-id-range")] = "1",
+        num_of_sequences: Annotated[int, typer.Option("--num-of-sequences")] = 4,
+        shared_memory: Annotated[str, typer.Option("--shared-memory")] = "none",
+        output_shared_memory_size: Annotated[
+            int, typer.Option("--output-shared-memory-size")
+        ] = 102400,
+        input_tensor_format: Annotated[str, typer.Option("--input-tensor-format")] = "binary",
+        output_tensor_format: Annotated[str, typer.Option("--output-tensor-format")] = "binary",
+        header: Annotated[list[str] | None, typer.Option("-H", "--header")] = None,
+        csv_file: Annotated[Path | None, typer.Option("-f", "--filename")] = None,
+        verbose_csv: Annotated[bool, typer.Option("--verbose-csv")] = False,
+        profile_export_file: Annotated[Path | None, typer.Option("--profile-export-file")] = None,
+        collect_metrics: Annotated[bool, typer.Option("--collect-metrics")] = False,
+        metrics_url: Annotated[str, typer.Option("--metrics-url")] = "",
+        metrics_interval: Annotated[float, typer.Option("--metrics-interval", help="ms")] = 1000,
+        plot: Annotated[Path | None, typer.Option("--plot", help="write a PNG")] = None,
+    ) -> None:
+        """Measure throughput and latency until stable (perf_analyzer's method)."""
+        if ctx.invoked_subcommand is not None:
+            return
+        console = Console(stderr=False)
+        try:
+            if not model:
+                raise PerfError("-m (model name) is required", OPTION_ERROR)
+            options = PerfOptions(
+                model=model,
+                version=version,
+                url=url,
+                protocol=protocol,
+                batch_size=batch_size,
+                concurrency_range=parse_concurrency_range(concurrency_range)
+                if concurrency_range
+                else None,
+                request_rate_range=parse_rate_range(request_rate_range)
+                if request_rate_range
+                else None,
+                request_distribution=request_distribution,
+                request_intervals=request_intervals,
+                latency_threshold_ms=latency_threshold,
+                max_threads=max_threads,
+                async_mode=async_mode,
+                streaming=streaming,
+                measurement_mode=measurement_mode,
+                measurement_interval_ms=measurement_interval,
+                measurement_request_count=measurement_request_count,
+                stability_percentage=stability_percentage,
+                max_trials=max_trials,
+                percentile=percentile,
+                warmup_request_count=warmup_request_count,
+                shapes=dict(parse_shape(s) for s in shape or []),
+                input_data=list(input_data or []),
+                string_length=string_length,
+                string_data=string_data,
+                sequence_length=sequence_length or 20,
+                sequence_length_specified=sequence_length is not None,
+                sequence_length_variation=sequence_length_variation,
+                sequence_id_range=parse_id_range(sequence_id_range),
+                num_of_sequences=num_of_sequences,
+                shared_memory=shared_memory,
+                output_shared_memory_size=output_shared_memory_size,
+                input_tensor_format=input_tensor_format,
+                output_tensor_format=output_tensor_format,
+                headers=dict(parse_header(h) for h in header or []),
+                csv_file=csv_file,
+                verbose_csv=verbose_csv,
+                profile_export_file=profile_export_file,
+                collect_metrics=collect_metrics,
+                metrics_url=metrics_url,
+                metrics_interval_ms=metrics_interval,
+                plot_file=plot,
+            )
+            from repokit.perf.profiler import run_perf_blocking
+
+            report = run_perf_blocking(options, LiveView(console, stability_percentage))
+        except PerfError as error:
+            _fail(console, error)
+            return
+        except (OSError, RuntimeError, ValueError) as error:
+            _fail(console, PerfError(f"unexpected failure: {error!r}", GENERIC_ERROR))
+            return
+        render_report(report, console)
+        raise typer.Exit(report.exit_code)
+
+    @perf_app.command("compare")
+    def compare(
+        first: Annotated[Path, typer.Argument(help="profile export of run A")],
+        second: Annotated[Path, typer.Argument(help="profile export of run B")],
+    ) -> None:
+        """Show two runs (files from --profile-export-file) side by side."""
+        from repokit.perf.export import load_report
+
+        console = Console()
+        try:
+            a, b = load_report(first), load_report(second)
+        except PerfError as error:
+            _fail(console, error)
+            return
+        render_compare(a, b, (str(first), str(second)), console)
+
+    app.add_typer(perf_app, name="perf")

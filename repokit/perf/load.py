@@ -1,0 +1,208 @@
+"""Load drivers: closed-loop concurrency and open-loop request schedules (rate or intervals).
+
+:class:`ConcurrencyLoad` keeps N requests outstanding: N workers, each with its own connection,
+send a request as soon as the previous one answers (perf_analyzer's sync mode; its async mode
+keeps the same N outstanding, which an asyncio worker per request slot also does).
+:class:`ScheduleLoad` sends requests at scheduled times (constant or Poisson rate, or intervals
+from a file) on a pool of connections of at most ``max_connections``; a request whose send is
+more than :data:`DELAY_TOLERANCE_NS` late, or that had to wait for a free connection, is marked
+delayed. Both append completed requests to a :class:`RequestLog`, stop on the first failed
+request (the profiler reports it) and end open sequences with an END request when stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from repokit.perf.statistics import RequestLog
+from repokit.perf.transports.base import Connection, Transport
+from repokit.perf.workload import Sequence, SequenceSource, Workload, outputs_match
+
+DELAY_TOLERANCE_NS = 2_000_000  # event-loop timers fire up to ~1 ms late
+
+
+@dataclass
+class Slot:
+    connection: Connection
+    sequence: Sequence | None = None
+    position: int = 0
+
+
+class _LoadBase:
+    def __init__(
+        self,
+        transport: Transport,
+        workload: Workload,
+        log: RequestLog,
+        clock: Callable[[], int],
+        sequences: SequenceSource | None = None,
+    ) -> None:
+        self.transport = transport
+        self.workload = workload
+        self.log = log
+        self.clock = clock
+        self.sequences = sequences
+        self.failure: str | None = None
+        self.stopping = False
+        self.failed = asyncio.Event()
+        self._flat = workload.flat()
+        self._validating = workload.validating
+        self._tasks: list[asyncio.Task[None]] = []
+        self._slots: list[Slot] = []
+
+    def _fail(self, message: str) -> None:
+        if self.failure is None:
+            self.failure = message
+        self.stopping = True
+        self.failed.set()
+
+    def _pick(self, slot: Slot) -> tuple[Any, Any, Any]:
+        """(prepared request, expected outputs, sequence flags) for the slot's next request."""
+        if self.sequences is None:
+            request, expected = self._flat[slot.position % len(self._flat)]
+            slot.position += 1
+            return request, expected, None
+        if slot.sequence is None or slot.sequence.done:
+            slot.sequence = self.sequences.next_sequence()
+        step, flags = slot.sequence.next_step()
+        stream = self.workload.streams[slot.sequence.stream]
+        expected_stream = self.workload.expected[slot.sequence.stream]
+        index = step % len(stream)
+        return stream[index], expected_stream[index], flags
+
+    async def _send(self, slot: Slot, delayed: bool = False, record: bool = True) -> bool:
+        request, expected, flags = self._pick(slot)
+        self.log.sent += 1
+        timing = await slot.connection.infer(request, flags, self._validating and record)
+        if timing.error is not None:
+            self._fail(timing.error)
+            return False
+        if record and expected is not None:
+            mismatch = outputs_match(timing.outputs, expected)
+            if mismatch is not None:
+                self._fail(f"response validation failed: {mismatch}")
+                return False
+        if record:
+            self.log.add(
+                timing.start,
+                timing.end,
+                timing.sent - timing.start,
+                timing.end - timing.received,
+                flags is not None and flags.end,
+                delayed,
+            )
+        return True
+
+    async def _close_sequences(self) -> None:
+        for slot in self._slots:
+            if slot.sequence is not None and not slot.sequence.done and self.failure is None:
+                slot.sequence.length = slot.sequence.sent + 1
+                with contextlib.suppress(Exception):
+                    await self._send(slot, record=False)
+            with contextlib.suppress(Exception):
+                await slot.connection.close()
+        self._slots.clear()
+
+    async def stop(self) -> None:
+        self.stopping = True
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await self._close_sequences()
+
+
+class ConcurrencyLoad(_LoadBase):
+    async def start(self, concurrency: int, request_limit: int | None = None) -> None:
+        """Start ``concurrency`` workers (stopping after ``request_limit`` requests if given)."""
+        self.stopping = False
+        self._budget = request_limit
+        for _ in range(concurrency):
+            slot = Slot(await self.transport.connect())
+            self._slots.append(slot)
+            self._tasks.append(asyncio.create_task(self._worker(slot)))
+
+    async def _worker(self, slot: Slot) -> None:
+        record = self._budget is None
+        while not self.stopping:
+            if self._budget is not None:
+                if self._budget <= 0:
+                    return
+                self._budget -= 1
+            if not await self._send(slot, record=record):
+                return
+
+    async def wait_done(self) -> None:
+        await asyncio.gather(*self._tasks)
+
+
+def constant_intervals(rate: float) -> Iterator[int]:
+    interval = round(1e9 / rate)
+    while True:
+        yield interval
+
+
+def poisson_intervals(rate: float, seed: int) -> Iterator[int]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    while True:
+        for value in rng.exponential(1e9 / rate, size=1024):
+            yield max(int(value), 0)
+
+
+def file_intervals(values_us: list[int]) -> Iterator[int]:
+    while True:
+        for value in values_us:
+            yield value * 1000
+
+
+class ScheduleLoad(_LoadBase):
+    async def start(self, intervals: Iterator[int], max_connections: int) -> None:
+        self.stopping = False
+        self._idle: asyncio.Queue[Slot] = asyncio.Queue()
+        self._max_connections = max_connections
+        initial = max_connections if self.sequences is not None else min(4, max_connections)
+        for _ in range(initial):
+            slot = Slot(await self.transport.connect())
+            self._slots.append(slot)
+            self._idle.put_nowait(slot)
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._tasks.append(asyncio.create_task(self._dispatch(intervals)))
+
+    async def _acquire(self) -> tuple[Slot, bool]:
+        if not self._idle.empty():
+            return self._idle.get_nowait(), False
+        if len(self._slots) < self._max_connections:
+            slot = Slot(await self.transport.connect())
+            self._slots.append(slot)
+            return slot, False
+        return await self._idle.get(), True
+
+    async def _dispatch(self, intervals: Iterator[int]) -> None:
+        clock = self.clock
+        scheduled = clock()
+        while not self.stopping:
+            scheduled += next(intervals)
+            wait = scheduled - clock()
+            if wait > 0:
+                await asyncio.sleep(wait / 1e9)
+                if self.stopping:
+                    break
+            slot, waited = await self._acquire()
+            delayed = waited or clock() - scheduled > DELAY_TOLERANCE_NS
+            task = asyncio.create_task(self._one(slot, delayed))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+        if self._inflight:
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+
+    async def _one(self, slot: Slot, delayed: bool) -> None:
+        try:
+            await self._send(slot, delayed)
+        finally:
+            self._idle.put_nowait(slot)

@@ -1,0 +1,272 @@
+"""Options of ``repokit perf`` (perf_analyzer's names and defaults) and their validation.
+
+:class:`PerfOptions` is plain data; :func:`parse_concurrency_range`, :func:`parse_rate_range`,
+:func:`parse_shape` and :func:`parse_id_range` turn perf_analyzer's option strings into values;
+:func:`validate_options` checks the combination and raises ``PerfError(exit 3)`` naming the
+offending option. Defaults match perf_analyzer except ``--measurement-interval``, where time
+windows last exactly the interval (perf_analyzer sleeps 1.2x the interval; throughput is divided
+by the real duration in both, so results do not change).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from repokit.perf.errors import option_error
+
+DEFAULT_HTTP_URL = "localhost:8000"
+DEFAULT_GRPC_URL = "localhost:8001"
+PROTOCOLS = ("http", "grpc")
+MEASUREMENT_MODES = ("time_windows", "count_windows")
+DISTRIBUTIONS = ("constant", "poisson")
+SHARED_MEMORY_KINDS = ("none", "system")
+TENSOR_FORMATS = ("binary", "json")
+
+
+@dataclass(frozen=True)
+class ConcurrencyRange:
+    start: int
+    end: int  # 0 = step up until --latency-threshold is reached
+    step: int
+
+    def levels(self, limit: int = 1024) -> list[int]:
+        stop = self.end if self.end > 0 else limit
+        return list(range(self.start, stop + 1, self.step))
+
+
+@dataclass(frozen=True)
+class RateRange:
+    start: float
+    end: float  # 0 = step up until --latency-threshold is reached
+    step: float
+
+    def levels(self, limit: int = 1000) -> list[float]:
+        if self.end == 0:
+            return [self.start + i * self.step for i in range(limit)]
+        count = math.floor((self.end - self.start) / self.step + 1e-9) + 1
+        return [self.start + i * self.step for i in range(max(count, 1))]
+
+
+@dataclass
+class PerfOptions:
+    model: str
+    version: str = ""
+    url: str = ""
+    protocol: str = "http"
+    batch_size: int = 1
+    concurrency_range: ConcurrencyRange | None = None
+    request_rate_range: RateRange | None = None
+    request_distribution: str = "constant"
+    request_intervals: Path | None = None
+    latency_threshold_ms: float = 0.0
+    max_threads: int = 16
+    async_mode: bool = False
+    streaming: bool = False
+    measurement_mode: str = "time_windows"
+    measurement_interval_ms: float = 5000.0
+    measurement_request_count: int = 50
+    count_window_poll_s: float = 1.0
+    stability_percentage: float = 10.0
+    max_trials: int = 10
+    percentile: int = -1
+    warmup_request_count: int = 0
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    input_data: list[str] = field(default_factory=list)
+    string_length: int = 128
+    string_data: str | None = None
+    sequence_length: int = 20
+    sequence_length_specified: bool = False
+    sequence_length_variation: float = 20.0
+    sequence_id_range: tuple[int, int | None] = (1, None)
+    num_of_sequences: int = 4
+    shared_memory: str = "none"
+    output_shared_memory_size: int = 100 * 1024
+    input_tensor_format: str = "binary"
+    output_tensor_format: str = "binary"
+    headers: dict[str, str] = field(default_factory=dict)
+    csv_file: Path | None = None
+    verbose_csv: bool = False
+    profile_export_file: Path | None = None
+    collect_metrics: bool = False
+    metrics_url: str = ""
+    metrics_interval_ms: float = 1000.0
+    plot_file: Path | None = None
+    workers: int = 1
+    seed: int = 0
+
+    @property
+    def server_url(self) -> str:
+        if self.url:
+            return self.url
+        return DEFAULT_GRPC_URL if self.protocol == "grpc" else DEFAULT_HTTP_URL
+
+    @property
+    def mode(self) -> str:
+        if self.request_intervals is not None:
+            return "request_intervals"
+        if self.request_rate_range is not None:
+            return "request_rate"
+        return "concurrency"
+
+    def effective_concurrency(self) -> ConcurrencyRange:
+        return self.concurrency_range or ConcurrencyRange(1, 1, 1)
+
+
+def _numbers(text: str, option: str) -> list[str]:
+    parts = text.split(":")
+    if not 1 <= len(parts) <= 3 or any(p.strip() == "" for p in parts):
+        raise option_error(f"{option} must be <start>[:<end>[:<step>]], got '{text}'")
+    return parts
+
+
+def parse_concurrency_range(text: str) -> ConcurrencyRange:
+    parts = _numbers(text, "--concurrency-range")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise option_error(
+            f"--concurrency-range takes integers <start>:<end>:<step>, got '{text}'"
+        ) from None
+    start = values[0]
+    end = values[1] if len(values) > 1 else start
+    step = values[2] if len(values) > 2 else 1
+    return ConcurrencyRange(start, end, step)
+
+
+def parse_rate_range(text: str) -> RateRange:
+    parts = _numbers(text, "--request-rate-range")
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        raise option_error(
+            f"--request-rate-range takes numbers <start>:<end>:<step>, got '{text}'"
+        ) from None
+    start = values[0]
+    end = values[1] if len(values) > 1 else start
+    step = values[2] if len(values) > 2 else 1.0
+    return RateRange(start, end, step)
+
+
+def parse_shape(text: str) -> tuple[str, list[int]]:
+    name, sep, dims_text = text.rpartition(":")
+    if not sep or not name or not dims_text:
+        raise option_error(f"--shape must be <input name>:<d1>,<d2>,..., got '{text}'")
+    try:
+        dims = [int(d) for d in dims_text.split(",")]
+    except ValueError:
+        raise option_error(f"--shape dims must be integers, got '{text}'") from None
+    if any(d < 0 for d in dims):
+        raise option_error(f"--shape dims must be non-negative, got '{text}'")
+    return name, dims
+
+
+def parse_id_range(text: str) -> tuple[int, int | None]:
+    parts = text.split(":")
+    try:
+        start = int(parts[0])
+        end = int(parts[1]) if len(parts) > 1 and parts[1] != "" else None
+    except ValueError:
+        raise option_error(f"--sequence-id-range must be <start>[:<end>], got '{text}'") from None
+    if len(parts) > 2:
+        raise option_error(f"--sequence-id-range must be <start>[:<end>], got '{text}'")
+    return start, end
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise option_error(f"-H must be 'Header:Value', got '{text}'")
+    return name.strip(), value.strip()
+
+
+def _check_choice(value: str, choices: tuple[str, ...], option: str) -> None:
+    if value not in choices:
+        raise option_error(f"{option} must be one of {', '.join(choices)}; got '{value}'")
+
+
+def validate_options(o: PerfOptions) -> None:
+    """Raise ``PerfError(exit 3)`` for the first invalid option or combination."""
+    if not o.model:
+        raise option_error("-m (model name) is required")
+    _check_choice(o.protocol, PROTOCOLS, "-i")
+    _check_choice(o.measurement_mode, MEASUREMENT_MODES, "--measurement-mode")
+    _check_choice(o.request_distribution, DISTRIBUTIONS, "--request-distribution")
+    _check_choice(o.shared_memory, SHARED_MEMORY_KINDS, "--shared-memory")
+    _check_choice(o.input_tensor_format, TENSOR_FORMATS, "--input-tensor-format")
+    _check_choice(o.output_tensor_format, TENSOR_FORMATS, "--output-tensor-format")
+    if o.batch_size < 1:
+        raise option_error(f"-b (batch size) must be at least 1, got {o.batch_size}")
+    modes = [
+        o.concurrency_range is not None,
+        o.request_rate_range is not None,
+        o.request_intervals is not None,
+    ]
+    if sum(modes) > 1:
+        raise option_error(
+            "--concurrency-range, --request-rate-range and --request-intervals are exclusive"
+        )
+    if o.concurrency_range is not None:
+        c = o.concurrency_range
+        if c.start < 1 or c.step < 1 or c.end < 0:
+            raise option_error(
+                "--concurrency-range needs start >= 1, step >= 1 and end >= 0 "
+                f"(got {c.start}:{c.end}:{c.step})"
+            )
+        if c.end != 0 and c.end < c.start:
+            raise option_error(f"--concurrency-range end {c.end} is below start {c.start}")
+        if c.end == 0 and o.latency_threshold_ms <= 0:
+            raise option_error("--concurrency-range with end 0 needs --latency-threshold")
+    if o.request_rate_range is not None:
+        r = o.request_rate_range
+        if r.start <= 0 or r.step <= 0 or r.end < 0:
+            raise option_error(
+                "--request-rate-range needs start > 0, step > 0 and end >= 0 "
+                f"(got {r.start:g}:{r.end:g}:{r.step:g})"
+            )
+        if r.end != 0 and r.end < r.start:
+            raise option_error(f"--request-rate-range end {r.end:g} is below start {r.start:g}")
+        if r.end == 0 and o.latency_threshold_ms <= 0:
+            raise option_error("--request-rate-range with end 0 needs --latency-threshold")
+    if o.request_intervals is not None and not o.request_intervals.is_file():
+        raise option_error(f"--request-intervals file '{o.request_intervals}' does not exist")
+    if o.streaming and o.protocol != "grpc":
+        raise option_error("--streaming is only available with -i grpc")
+    if o.measurement_interval_ms <= 0:
+        raise option_error("--measurement-interval must be positive")
+    if o.measurement_request_count < 1:
+        raise option_error("--measurement-request-count must be at least 1")
+    if o.stability_percentage <= 0:
+        raise option_error("--stability-percentage must be positive")
+    if o.max_trials < 1:
+        raise option_error("--max-trials must be at least 1")
+    if o.percentile != -1 and not 1 <= o.percentile <= 99:
+        raise option_error(f"--percentile must be between 1 and 99, got {o.percentile}")
+    if o.warmup_request_count < 0:
+        raise option_error("--warmup-request-count must not be negative")
+    if o.max_threads < 1:
+        raise option_error("--max-threads must be at least 1")
+    if o.workers < 1:
+        raise option_error("--workers must be at least 1")
+    if o.sequence_length < 1:
+        raise option_error("--sequence-length must be at least 1")
+    if not 0 <= o.sequence_length_variation < 100:
+        raise option_error("--sequence-length-variation must be in [0, 100)")
+    start, end = o.sequence_id_range
+    if start < 1 or (end is not None and end < start):
+        raise option_error(
+            f"--sequence-id-range must be 1 <= start <= end, got {start}:{end if end else ''}"
+        )
+    if o.num_of_sequences < 1:
+        raise option_error("--num-of-sequences must be at least 1")
+    if o.string_length < 0:
+        raise option_error("--string-length must not be negative")
+    if o.output_shared_memory_size < 1:
+        raise option_error("--output-shared-memory-size must be positive")
+    if o.metrics_interval_ms <= 0:
+        raise option_error("--metrics-interval must be positive")
+    if o.profile_export_file is not None and o.profile_export_file.is_dir():
+        raise option_error(f"--profile-export-file '{o.profile_export_file}' is a directory")
+    if o.csv_file is not None and o.csv_file.is_dir():
+        raise option_error(f"-f '{o.csv_file}' is a directory")

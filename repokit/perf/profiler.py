@@ -1,0 +1,449 @@
+"""The measurement loop: warm up, then for each load level measure windows until stable.
+
+:func:`run_perf` is the plain entry point (``repokit perf`` calls it and renders the result).
+The clock (ns), the CPU clock and the transport are injectable, so tests drive the whole loop
+with a fake transport on a virtual-time event loop. Per level: start the load, then repeat
+windows (time: ``--measurement-interval``; count: until ``--measurement-request-count`` requests
+ended, polled every second as perf_analyzer does) up to ``--max-trials``, until the last three
+are stable (:func:`repokit.perf.statistics.is_stable`) or, with ``--latency-threshold``, one of
+them reaches it. Windows are back to back; a request counts in the window in which it ends.
+The stable windows are merged; server statistics are the delta over the merged windows.
+Observers see each window's progress (live view); exit code 2 when a level never stabilizes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from repokit.perf.errors import GENERIC_ERROR, STABILITY_ERROR, PerfError
+from repokit.perf.load import (
+    ConcurrencyLoad,
+    ScheduleLoad,
+    constant_intervals,
+    file_intervals,
+    poisson_intervals,
+)
+from repokit.perf.metrics import MetricsScraper
+from repokit.perf.options import PerfOptions, validate_options
+from repokit.perf.report import LevelResult, PerfReport
+from repokit.perf.server_stats import ServerCounters, parse_statistics, window_breakdown
+from repokit.perf.setup import Session, prepare_session
+from repokit.perf.statistics import (
+    STABILITY_WINDOW,
+    RecordBatch,
+    RequestLog,
+    WindowAccountant,
+    WindowSummary,
+    exceeds_latency_threshold,
+    is_stable,
+    merge_windows,
+    summarize_window,
+)
+from repokit.perf.transports import create_transport
+from repokit.perf.transports.base import Transport, TransportOptions
+
+TICK_S = 0.25
+CPU_WARN_FRACTION = 0.9  # client process busy >= 90% of one core
+OVERHEAD_WARN_FRACTION = 0.5  # perf_analyzer's default client-overhead threshold
+DELAY_WARN_FRACTION = 0.01  # perf_analyzer's DELAY_PCT_THRESHOLD
+
+
+@dataclass
+class WindowProgress:
+    level_label: str
+    trial: int
+    max_trials: int
+    elapsed_s: float
+    target: str  # "5.0 s" or "50 requests"
+    completed: int
+    throughput: float
+    windows: list[WindowSummary] = field(default_factory=list)
+
+
+class Observer(Protocol):
+    def level_started(self, label: str) -> None: ...
+
+    def window_progress(self, progress: WindowProgress) -> None: ...
+
+    def window_done(self, progress: WindowProgress, summary: WindowSummary) -> None: ...
+
+    def level_done(self, result: LevelResult) -> None: ...
+
+
+class NullObserver:
+    def level_started(self, label: str) -> None:
+        pass
+
+    def window_progress(self, progress: WindowProgress) -> None:
+        pass
+
+    def window_done(self, progress: WindowProgress, summary: WindowSummary) -> None:
+        pass
+
+    def level_done(self, result: LevelResult) -> None:
+        pass
+
+
+def read_intervals(options: PerfOptions) -> list[int]:
+    from repokit.perf.errors import option_error
+
+    assert options.request_intervals is not None
+    values: list[int] = []
+    for number, line in enumerate(options.request_intervals.read_text().splitlines(), 1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            raise option_error(
+                f"{options.request_intervals}:{number}: expected an interval in microseconds, "
+                f"got '{text}'"
+            ) from None
+        if value < 0:
+            raise option_error(f"{options.request_intervals}:{number}: negative interval {value}")
+        values.append(value)
+    if not values or sum(values) == 0:
+        raise option_error(f"{options.request_intervals}: no positive intervals")
+    return values
+
+
+class Profiler:
+    def __init__(
+        self,
+        options: PerfOptions,
+        transport: Transport,
+        session: Session,
+        observer: Observer,
+        clock: Callable[[], int],
+        cpu_clock: Callable[[], float],
+    ) -> None:
+        self.o = options
+        self.transport = transport
+        self.session = session
+        self.observer = observer
+        self.clock = clock
+        self.cpu_clock = cpu_clock
+
+    async def _server_snapshot(self) -> dict[str, ServerCounters]:
+        if not self.session.include_server_stats:
+            return {}
+        model = None if self.session.composing_models else self.o.model
+        return parse_statistics(await self.transport.model_statistics(model, self.o.version))
+
+    def _new_load(self, schedule: bool, log: RequestLog) -> Any:
+        cls = ScheduleLoad if schedule else ConcurrencyLoad
+        return cls(self.transport, self.session.workload, log, self.clock, self.session.sequences)
+
+    async def warmup(self) -> None:
+        count = self.o.warmup_request_count
+        if count <= 0:
+            return
+        load = ConcurrencyLoad(
+            self.transport, self.session.workload, RequestLog(), self.clock, self.session.sequences
+        )
+        concurrency = self.o.effective_concurrency().start if self.o.mode == "concurrency" else 1
+        await load.start(min(concurrency, count), request_limit=count)
+        await load.wait_done()
+        await load.stop()
+        if load.failure is not None:
+            raise PerfError(f"a warmup request failed: {load.failure}", GENERIC_ERROR)
+
+    async def _wait_window(
+        self, load: Any, log: RequestLog, start: int, progress: WindowProgress, count_carry: int
+    ) -> None:
+        o = self.o
+        count_mode = o.measurement_mode == "count_windows"
+        interval_ns = int(o.measurement_interval_ms * 1e6)
+        poll_s = o.count_window_poll_s if count_mode else TICK_S
+        while True:
+            now = self.clock()
+            if count_mode:
+                if now > start and len(log) + count_carry >= o.measurement_request_count:
+                    return
+                step = poll_s
+            else:
+                remaining = (start + interval_ns - now) / 1e9
+                if remaining <= 0:
+                    return
+                step = min(poll_s, remaining)
+            waiter = asyncio.ensure_future(load.failed.wait())
+            done, _ = await asyncio.wait({waiter}, timeout=step)
+            if not done:
+                waiter.cancel()
+            if load.failure is not None:
+                return
+            elapsed = (self.clock() - start) / 1e9
+            progress.elapsed_s = elapsed
+            progress.completed = len(log) + count_carry
+            progress.throughput = progress.completed * o.batch_size / elapsed if elapsed else 0.0
+            self.observer.window_progress(progress)
+
+    async def measure_level(
+        self,
+        mode: str,
+        value: float,
+        intervals: Iterator[int] | None,
+    ) -> LevelResult:
+        o = self.o
+        label = f"concurrency {int(value)}" if mode == "concurrency" else f"request rate {value:g}"
+        self.observer.level_started(label)
+        log = RequestLog()
+        load = self._new_load(intervals is not None, log)
+        scraper = None
+        if o.collect_metrics:
+            scraper = MetricsScraper(
+                o.metrics_url or _default_metrics_url(o), o.metrics_interval_ms, self.clock
+            )
+            await scraper.start()
+        if intervals is None:
+            await load.start(int(value))
+        else:
+            await load.start(intervals, o.max_threads)
+        accountant = WindowAccountant()
+        windows: list[WindowSummary] = []
+        batches: list[RecordBatch] = []
+        snapshots = [await self._server_snapshot()]
+        boundaries: list[int] = []
+        start = self.clock()
+        boundaries.append(start)
+        cpu_start = self.cpu_clock()
+        sent_start = log.sent
+        stable = False
+        count_target = f"{o.measurement_request_count} requests"
+        target = (
+            count_target
+            if o.measurement_mode == "count_windows"
+            else f"{o.measurement_interval_ms / 1000:g} s"
+        )
+        try:
+            for trial in range(1, o.max_trials + 1):
+                progress = WindowProgress(label, trial, o.max_trials, 0.0, target, 0, 0.0, windows)
+                carry = 0
+                await self._wait_window(load, log, start, progress, carry)
+                if load.failure is not None:
+                    break
+                end = self.clock()
+                cpu_end = self.cpu_clock()
+                records = accountant.close_window(log, start, end)
+                summary = summarize_window(
+                    records,
+                    start,
+                    end,
+                    batch_size=o.batch_size,
+                    percentile=o.percentile,
+                    sent_count=log.sent - sent_start,
+                    client_cpu=(cpu_end - cpu_start) / max((end - start) / 1e9, 1e-9),
+                )
+                snapshots.append(await self._server_snapshot())
+                windows.append(summary)
+                batches.append(records)
+                boundaries.append(end)
+                self.observer.window_done(progress, summary)
+                start, cpu_start, sent_start = end, cpu_end, log.sent
+                stable = is_stable(windows, o.stability_percentage)
+                if stable or exceeds_latency_threshold(windows, o.latency_threshold_ms):
+                    break
+        finally:
+            await load.stop()
+            if scraper is not None:
+                await scraper.stop()
+        if load.failure is not None:
+            raise PerfError(
+                f"Failed to maintain requested inference load at {label}: {load.failure}",
+                GENERIC_ERROR,
+            )
+        warnings: list[str] = []
+        if (
+            not stable
+            and (o.async_mode or mode != "concurrency")
+            and is_stable(windows, o.stability_percentage, check_latency=False)
+        ):
+            warnings.append(
+                "Request latency is not stabilizing. Please try lowering the request rate."
+            )
+            stable = True
+        used = min(STABILITY_WINDOW, len(windows))
+        merged = merge_windows(
+            windows[-used:], batches[-used:], batch_size=o.batch_size, percentile=o.percentile
+        )
+        server = None
+        if self.session.include_server_stats:
+            server = window_breakdown(
+                snapshots[-used - 1], snapshots[-1], o.model, self.session.composing_models
+            )
+        metrics = scraper.summary(boundaries[-used - 1], boundaries[-1]) if scraper else {}
+        if scraper is not None and scraper.error:
+            warnings.append(f"metrics scraping failed: {scraper.error}")
+        warnings.extend(self._overhead_warnings(merged, mode))
+        result = LevelResult(
+            mode=mode,
+            value=value,
+            stable=stable,
+            summary=merged,
+            windows=windows,
+            server=server,
+            metrics=metrics,
+            warnings=warnings,
+            records=RecordBatch.concat(batches[-used:]) if o.profile_export_file else None,
+            window_boundaries=boundaries[-used - 1 :],
+        )
+        self.observer.level_done(result)
+        return result
+
+    def _overhead_warnings(self, merged: WindowSummary, mode: str) -> list[str]:
+        out: list[str] = []
+        if merged.client_cpu >= CPU_WARN_FRACTION:
+            out.append(
+                f"client CPU was busy {merged.client_cpu:.0%} of the time: the client may be "
+                "the bottleneck; numbers may understate the server"
+            )
+        if merged.avg_latency_ns > 0:
+            client = (merged.avg_send_ns + merged.avg_recv_ns) / merged.avg_latency_ns
+            if client >= OVERHEAD_WARN_FRACTION:
+                out.append(
+                    f"client send/recv took {client:.0%} of the average latency: client "
+                    "overhead is high"
+                )
+        if mode != "concurrency" and merged.request_count:
+            delayed = merged.delayed_count / merged.request_count
+            if delayed > DELAY_WARN_FRACTION:
+                out.append(
+                    f"{delayed:.1%} of the requests were delayed: the client is unable to keep "
+                    "up with the desired load; the results may not be accurate"
+                )
+        return out
+
+
+def _default_metrics_url(o: PerfOptions) -> str:
+    from repokit.perf.transports.http import split_url
+
+    host, _ = split_url(o.server_url, 8000)
+    return f"{host}:8002/metrics"
+
+
+def _rate_intervals(rate: float, poisson: bool, seed: int) -> Iterator[int]:
+    return poisson_intervals(rate, seed) if poisson else constant_intervals(rate)
+
+
+def _levels(o: PerfOptions) -> list[tuple[str, float, Callable[[], Iterator[int]] | None]]:
+    if o.mode == "request_intervals":
+        values = read_intervals(o)
+        rate = 1e6 * len(values) / sum(values)
+        return [("request_intervals", rate, lambda: file_intervals(values))]
+    if o.mode == "request_rate":
+        assert o.request_rate_range is not None
+        poisson = o.request_distribution == "poisson"
+        return [
+            ("request_rate", rate, functools.partial(_rate_intervals, rate, poisson, o.seed))
+            for rate in o.request_rate_range.levels()
+        ]
+    return [("concurrency", float(c), None) for c in o.effective_concurrency().levels()]
+
+
+async def run_perf(
+    options: PerfOptions,
+    observer: Observer | None = None,
+    *,
+    clock: Callable[[], int] = time.monotonic_ns,
+    cpu_clock: Callable[[], float] = time.process_time,
+    transport: Transport | None = None,
+) -> PerfReport:
+    """Run the whole measurement; raises PerfError for option (3) and generic (99) errors."""
+    validate_options(options)
+    levels = _levels(options)
+    owned = transport is None
+    if transport is None:
+        transport = create_transport(
+            TransportOptions(
+                options.protocol,
+                options.server_url,
+                dict(options.headers),
+                options.input_tensor_format,
+                options.output_tensor_format,
+                options.streaming,
+            ),
+            clock,
+        )
+    await transport.open()
+    session: Session | None = None
+    report = PerfReport(
+        options.model,
+        options.version,
+        options.protocol,
+        options.server_url,
+        options.mode,
+        options.batch_size,
+        options.percentile,
+    )
+    try:
+        session = await prepare_session(options, transport)
+        report.version = session.info.version
+        report.include_server_stats = session.include_server_stats
+        report.decoupled = session.info.decoupled
+        report.response_cache = session.info.response_cache
+        report.composing_models = session.composing_models
+        report.collect_metrics = options.collect_metrics
+        profiler = Profiler(
+            options, transport, session, observer or NullObserver(), clock, cpu_clock
+        )
+        await profiler.warmup()
+        for mode, value, make_intervals in levels:
+            result = await profiler.measure_level(
+                mode, value, make_intervals() if make_intervals else None
+            )
+            report.results.append(result)
+            if not result.stable:
+                report.exit_code = STABILITY_ERROR
+                report.message = (
+                    f"Failed to obtain stable measurement within {options.max_trials} "
+                    f"measurement windows for {result.label}. Please try to increase the "
+                    "--measurement-interval."
+                )
+                break
+            if exceeds_latency_threshold(result.windows, options.latency_threshold_ms):
+                report.warnings.append(
+                    f"stopped at {result.label}: latency reached --latency-threshold "
+                    f"{options.latency_threshold_ms:g} ms"
+                )
+                break
+    finally:
+        if session is not None and session.shm is not None:
+            await session.shm.close()
+        if owned:
+            await transport.close()
+    return report
+
+
+def run_perf_blocking(options: PerfOptions, observer: Observer | None = None) -> PerfReport:
+    """:func:`run_perf` on a fresh event loop (uvloop when installed), then write the outputs."""
+    try:
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop ships with sanic
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        report = runner.run(run_perf(options, observer))
+    write_outputs(report, options)
+    return report
+
+
+def write_outputs(report: PerfReport, options: PerfOptions) -> None:
+    from repokit.perf.export import write_csv, write_profile_export
+    from repokit.perf.plot import write_plot
+
+    try:
+        if options.csv_file is not None:
+            write_csv(report, options.csv_file, options.verbose_csv)
+        if options.profile_export_file is not None:
+            write_profile_export(report, options.profile_export_file)
+        if options.plot_file is not None and report.results:
+            write_plot(report, options.plot_file)
+    except OSError as exc:
+        raise PerfError(f"cannot write results: {exc}", GENERIC_ERROR) from None

@@ -1,0 +1,95 @@
+"""The transport interface the load drivers and the profiler use.
+
+A :class:`Transport` answers control calls (server and model metadata, model config, model
+statistics, shared-memory registration) with JSON-shaped dicts (HTTP's shapes; gRPC messages are
+converted to them) and pre-encodes requests once with :meth:`Transport.prepare`. Each
+concurrent worker opens its own :class:`Connection` and calls :meth:`Connection.infer`, which
+returns an :class:`InferTiming`: four clock readings (start, request written, response
+received, response decoded) and the error text, if any. Encoding work is done in ``prepare``
+so that the hot path only writes bytes and reads the answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+import numpy.typing as npt
+
+
+@dataclass(frozen=True)
+class TransportOptions:
+    protocol: str
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    input_format: str = "binary"  # HTTP only
+    output_format: str = "binary"  # HTTP only
+    streaming: bool = False  # gRPC only
+
+
+@dataclass(frozen=True)
+class ShmBinding:
+    """Where a request's inputs live and where outputs go in registered system shm regions."""
+
+    inputs: dict[str, tuple[str, int, int]]  # input -> (region, offset, byte size)
+    outputs: dict[str, tuple[str, int, int]]
+
+
+@dataclass(frozen=True)
+class SequenceFlags:
+    sequence_id: int
+    start: bool
+    end: bool
+
+
+class InferTiming(NamedTuple):
+    start: int
+    sent: int  # request written
+    received: int  # response bytes in hand
+    end: int  # response decoded
+    error: str | None
+    outputs: dict[str, npt.NDArray[Any]] | None = None
+
+
+class PreparedRequest(Protocol):
+    """An encoded request; opaque to everything but its transport."""
+
+
+class Connection(Protocol):
+    async def infer(
+        self,
+        request: Any,
+        sequence: SequenceFlags | None = None,
+        want_outputs: bool = False,
+    ) -> InferTiming: ...
+
+    async def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def server_metadata(self) -> dict[str, Any]: ...
+
+    async def model_metadata(self, model: str, version: str) -> dict[str, Any]: ...
+
+    async def model_config(self, model: str, version: str) -> dict[str, Any] | None: ...
+
+    async def model_statistics(self, model: str | None, version: str) -> dict[str, Any]: ...
+
+    async def register_system_shm(self, name: str, key: str, byte_size: int) -> None: ...
+
+    async def unregister_system_shm(self, name: str) -> None: ...
+
+    def prepare(
+        self,
+        model: str,
+        version: str,
+        inputs: dict[str, tuple[str, npt.NDArray[Any]]],
+        outputs: list[tuple[str, str]],
+        shm: ShmBinding | None = None,
+    ) -> Any: ...
+
+    async def connect(self) -> Connection: ...

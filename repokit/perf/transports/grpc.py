@@ -1,0 +1,233 @@
+"""KServe v2 over gRPC (grpc.aio), unary or bidirectional streaming, with repokit's generated types.
+
+:meth:`GrpcTransport.prepare` builds and serializes a ``ModelInferRequest`` once (raw input
+contents via repokit's tensor codec). The infer stubs are registered without serializers, so the
+hot path hands pre-serialized bytes to gRPC and parses the answer with
+``ModelInferResponse.FromString``. Sequence requests copy the prepared message, set the
+``sequence_id``/``sequence_start``/``sequence_end`` parameters and serialize it. Workers are
+spread over several channels (distinct channel arguments so gRPC does not share one
+subchannel) to mirror separate HTTP/2 connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import numpy.typing as npt
+from google.protobuf import json_format
+
+from repokit.perf.errors import PerfError
+from repokit.perf.transports.base import InferTiming, SequenceFlags, ShmBinding, TransportOptions
+from repokit.perf.transports.http import split_url
+from repokit.protocol.generated import grpc_service_pb2 as pb
+from repokit.protocol.tensor_codec import array_from_bytes, array_to_bytes
+
+SERVICE = "/inference.GRPCInferenceService/"
+CHANNELS = 4
+_CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+
+
+@dataclass
+class PreparedGrpc:
+    message: pb.ModelInferRequest
+    serialized: bytes
+    outputs: list[tuple[str, str]]
+
+
+def _to_dict(message: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def decode_grpc_outputs(response: pb.ModelInferResponse) -> dict[str, npt.NDArray[Any]]:
+    out: dict[str, npt.NDArray[Any]] = {}
+    for i, entry in enumerate(response.outputs):
+        if i < len(response.raw_output_contents):
+            out[entry.name] = array_from_bytes(
+                entry.datatype,
+                list(entry.shape),
+                response.raw_output_contents[i],
+                input_name=entry.name,
+                model_name=response.model_name,
+            )
+    return out
+
+
+def _sequence_bytes(request: PreparedGrpc, sequence: SequenceFlags) -> bytes:
+    message = pb.ModelInferRequest()
+    message.CopyFrom(request.message)
+    message.parameters["sequence_id"].int64_param = sequence.sequence_id
+    message.parameters["sequence_start"].bool_param = sequence.start
+    message.parameters["sequence_end"].bool_param = sequence.end
+    return message.SerializeToString()
+
+
+def _rpc_error(exc: grpc.RpcError) -> str:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return f"gRPC {code.name if code is not None else 'error'}: {details}"
+
+
+class GrpcConnection:
+    def __init__(self, owner: GrpcTransport, channel: grpc.aio.Channel, streaming: bool) -> None:
+        self._clock = owner.clock
+        self._metadata = owner.metadata
+        self._unary = channel.unary_unary(SERVICE + "ModelInfer")
+        self._stream_factory = channel.stream_stream(SERVICE + "ModelStreamInfer")
+        self._streaming = streaming
+        self._stream: Any = None
+
+    async def infer(
+        self,
+        request: PreparedGrpc,
+        sequence: SequenceFlags | None = None,
+        want_outputs: bool = False,
+    ) -> InferTiming:
+        clock = self._clock
+        start = clock()
+        payload = request.serialized if sequence is None else _sequence_bytes(request, sequence)
+        try:
+            if self._streaming:
+                if self._stream is None:
+                    self._stream = self._stream_factory(metadata=self._metadata)
+                await self._stream.write(payload)
+                sent = clock()
+                raw = await self._stream.read()
+                received = clock()
+                if raw is grpc.aio.EOF:
+                    return InferTiming(start, sent, received, clock(), "gRPC stream closed")
+                stream_reply = pb.ModelStreamInferResponse.FromString(raw)
+                if stream_reply.error_message:
+                    return InferTiming(start, sent, received, clock(), stream_reply.error_message)
+                reply = stream_reply.infer_response
+            else:
+                call = self._unary(payload, metadata=self._metadata)
+                sent = clock()
+                raw = await call
+                received = clock()
+                reply = pb.ModelInferResponse.FromString(raw)
+        except grpc.RpcError as exc:
+            now = clock()
+            return InferTiming(start, now, now, now, _rpc_error(exc))
+        outputs = decode_grpc_outputs(reply) if want_outputs else None
+        return InferTiming(start, sent, received, clock(), None, outputs)
+
+    async def close(self) -> None:
+        if self._stream is not None:
+            await self._stream.done_writing()
+            self._stream = None
+
+
+class GrpcTransport:
+    def __init__(self, options: TransportOptions, clock: Callable[[], int]) -> None:
+        self.options = options
+        self.clock = clock
+        host, port = split_url(options.url, 8001)
+        self.target = f"{host}:{port}"
+        self.metadata = tuple((k.lower(), v) for k, v in options.headers.items()) or None
+        self._channels: list[grpc.aio.Channel] = []
+        self._next = itertools.count()
+        self._stub: Any = None
+
+    async def open(self) -> None:
+        if self._channels:
+            return
+        for i in range(CHANNELS):
+            options = [*_CHANNEL_OPTIONS, ("repokit.perf.channel", i)]
+            self._channels.append(grpc.aio.insecure_channel(self.target, options=options))
+        from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+
+        self._stub = pb_grpc.GRPCInferenceServiceStub(self._channels[0])
+        try:
+            await asyncio.wait_for(self._channels[0].channel_ready(), timeout=10)
+        except asyncio.TimeoutError:
+            await self.close()
+            raise PerfError(f"cannot connect to {self.target} over gRPC") from None
+
+    async def close(self) -> None:
+        for channel in self._channels:
+            await channel.close()
+        self._channels.clear()
+
+    async def connect(self) -> GrpcConnection:
+        await self.open()
+        channel = self._channels[next(self._next) % len(self._channels)]
+        return GrpcConnection(self, channel, self.options.streaming)
+
+    async def _call(self, method: str, request: Any, what: str) -> Any:
+        await self.open()
+        try:
+            return await getattr(self._stub, method)(request, metadata=self.metadata, timeout=30)
+        except grpc.RpcError as exc:
+            raise PerfError(f"failed to get {what}: {_rpc_error(exc)}") from None
+
+    async def server_metadata(self) -> dict[str, Any]:
+        reply = await self._call("ServerMetadata", pb.ServerMetadataRequest(), "server metadata")
+        return _to_dict(reply)
+
+    async def model_metadata(self, model: str, version: str) -> dict[str, Any]:
+        reply = await self._call(
+            "ModelMetadata",
+            pb.ModelMetadataRequest(name=model, version=version),
+            f"metadata of model '{model}'",
+        )
+        return _to_dict(reply)
+
+    async def model_config(self, model: str, version: str) -> dict[str, Any] | None:
+        await self.open()
+        try:
+            reply = await self._stub.ModelConfig(
+                pb.ModelConfigRequest(name=model, version=version), metadata=self.metadata
+            )
+        except grpc.RpcError:
+            return None
+        return _to_dict(reply.config)
+
+    async def model_statistics(self, model: str | None, version: str) -> dict[str, Any]:
+        request = pb.ModelStatisticsRequest(name=model or "", version=version if model else "")
+        return _to_dict(await self._call("ModelStatistics", request, "model statistics"))
+
+    async def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
+        await self._call(
+            "SystemSharedMemoryRegister",
+            pb.SystemSharedMemoryRegisterRequest(name=name, key=key, offset=0, byte_size=byte_size),
+            f"shared memory region '{name}' registered",
+        )
+
+    async def unregister_system_shm(self, name: str) -> None:
+        await self._call(
+            "SystemSharedMemoryUnregister",
+            pb.SystemSharedMemoryUnregisterRequest(name=name),
+            f"shared memory region '{name}' unregistered",
+        )
+
+    def prepare(
+        self,
+        model: str,
+        version: str,
+        inputs: dict[str, tuple[str, npt.NDArray[Any]]],
+        outputs: list[tuple[str, str]],
+        shm: ShmBinding | None = None,
+    ) -> PreparedGrpc:
+        message = pb.ModelInferRequest(model_name=model, model_version=version)
+        for name, (datatype, array) in inputs.items():
+            tensor = message.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
+            if shm is not None:
+                region, offset, size = shm.inputs[name]
+                tensor.parameters["shared_memory_region"].string_param = region
+                tensor.parameters["shared_memory_byte_size"].int64_param = size
+                tensor.parameters["shared_memory_offset"].int64_param = offset
+            else:
+                message.raw_input_contents.append(bytes(array_to_bytes(datatype, array)))
+        for name, _ in outputs:
+            out = message.outputs.add(name=name)
+            if shm is not None and name in shm.outputs:
+                region, offset, size = shm.outputs[name]
+                out.parameters["shared_memory_region"].string_param = region
+                out.parameters["shared_memory_byte_size"].int64_param = size
+                out.parameters["shared_memory_offset"].int64_param = offset
+        return PreparedGrpc(message, message.SerializeToString(), list(outputs))
