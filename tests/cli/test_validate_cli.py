@@ -1,0 +1,122 @@
+"""`repokit validate`: exit codes, the three formats, single-model paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from repokit.cli.main import make_app
+from repokit.paths import sample_repos_dir
+from tests.config.validate_helpers import make_model, python_config
+
+runner = CliRunner()
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = runner.invoke(make_app(), ["validate", *args])
+    return result.exit_code, result.output
+
+
+def test_clean_repository_is_quiet(tmp_path: Path) -> None:
+    make_model(tmp_path)
+    code, output = _invoke(str(tmp_path))
+    assert code == 0
+    assert output.strip().splitlines() == [
+        "1 model checked, 0 would fail to load: 0 errors, 0 warnings"
+    ]
+
+
+def test_errors_exit_1_and_are_grouped_by_model(tmp_path: Path) -> None:
+    make_model(tmp_path, "good")
+    make_model(tmp_path, "bad", config=python_config("max_batch_size: -1"))
+    code, output = _invoke(str(tmp_path))
+    assert code == 1
+    assert "bad" in output and "max-batch-size-negative" in output
+    assert "'max_batch_size' must be non-negative value for bad" in output
+    assert "2 models checked, 1 would fail to load: 1 error, 0 warnings" in output
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    code, output = _invoke(str(tmp_path / "missing"))
+    assert code == 2 and "does not exist" in output and "Traceback" not in output
+    (tmp_path / "file").write_text("x")
+    code, output = _invoke(str(tmp_path / "file"))
+    assert code == 2 and "not a directory" in output
+
+
+def test_single_model_directory(tmp_path: Path) -> None:
+    make_model(tmp_path, "one", config=python_config("max_batch_size: -1"))
+    make_model(tmp_path, "other", config=python_config("bogus: 1"))
+    code, output = _invoke(str(tmp_path / "one"), "--format", "json")
+    assert code == 1
+    data = json.loads(output)
+    assert list(data["models"]) == ["one"]
+
+
+def test_model_option_and_unknown_model(tmp_path: Path) -> None:
+    make_model(tmp_path, "a")
+    make_model(tmp_path, "b", config=python_config("bogus: 1"))
+    assert _invoke(str(tmp_path), "--model", "a")[0] == 0
+    code, output = _invoke(str(tmp_path), "--model", "zzz", "--format", "json")
+    assert code == 1
+    assert json.loads(output)["diagnostics"][0]["rule"] == "model-not-found"
+
+
+def test_json_format(tmp_path: Path) -> None:
+    make_model(tmp_path, config='backend: "python"\nbogus: 1\n')
+    code, output = _invoke(str(tmp_path), "--format", "json")
+    data = json.loads(output)
+    assert code == 1 and data["errors"] == 1
+    [diagnostic] = data["models"]["m"]["diagnostics"]
+    assert diagnostic["rule"] == "config-parse-error"
+    assert (diagnostic["line"], diagnostic["column"]) == (2, 1)
+
+
+def test_sarif_format(tmp_path: Path) -> None:
+    make_model(tmp_path, config='backend: "python"\nbogus: 1\n')
+    make_model(tmp_path, "w", versions=("1", "01"))
+    code, output = _invoke(str(tmp_path), "--format", "sarif")
+    assert code == 1
+    sarif = json.loads(output)
+    assert sarif["version"] == "2.1.0" and "$schema" in sarif
+    run = sarif["runs"][0]
+    driver = run["tool"]["driver"]
+    assert driver["name"] == "repokit"
+    rule_ids = {r["id"] for r in driver["rules"]}
+    assert {"config-parse-error", "version-dir-leading-zeros"} <= rule_ids
+    assert all(r["shortDescription"]["text"] for r in driver["rules"])
+    by_rule = {r["ruleId"]: r for r in run["results"]}
+    parse = by_rule["config-parse-error"]
+    assert parse["level"] == "error" and parse["message"]["text"]
+    location = parse["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"] == "m/config.pbtxt"
+    assert location["region"] == {"startLine": 2, "startColumn": 1}
+    assert by_rule["version-dir-leading-zeros"]["level"] == "warning"
+
+
+def test_strict_and_target_options(tmp_path: Path) -> None:
+    make_model(tmp_path, config=None)
+    assert _invoke(str(tmp_path))[0] == 0
+    code, output = _invoke(str(tmp_path), "--strict")
+    assert code == 1 and "config-missing" in output
+    (tmp_path / "m" / "config.pbtxt").write_text(
+        python_config("instance_group [ { kind: KIND_GPU } ]"))
+    assert _invoke(str(tmp_path), "--target", "cpu")[0] == 1
+    assert _invoke(str(tmp_path), "--target", "gpu")[0] == 0
+
+
+def test_model_config_name(tmp_path: Path) -> None:
+    make_model(tmp_path)
+    (tmp_path / "m" / "configs").mkdir()
+    (tmp_path / "m" / "configs" / "alt.pbtxt").write_text("bogus: 1")
+    assert _invoke(str(tmp_path))[0] == 0
+    code, output = _invoke(str(tmp_path), "--model-config-name", "alt", "--format", "json")
+    assert code == 1
+    assert json.loads(output)["models"]["m"]["diagnostics"][0]["file"] == "m/configs/alt.pbtxt"
+
+
+def test_invalid_sample_via_cli() -> None:
+    code, _ = _invoke(str(sample_repos_dir() / "invalid" / "max-batch-size-negative"))
+    assert code == 1

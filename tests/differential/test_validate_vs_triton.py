@@ -1,0 +1,115 @@
+"""repokit validate's verdict must equal real Triton 2.51's, model by model.
+
+All sample_repos/invalid/* cases and the valid sample repository are merged into one repository,
+Triton is started once (explicit model control) and each model is loaded through
+``POST /v2/repository/models/<m>/load``.
+
+Only the Python backend exists in the reference build. A model of another backend that fails
+with "unable to find backend library" has passed every check Triton runs before loading the
+backend, so for those models repokit must report no error of the ``repository`` stage (errors
+of later stages, which Triton never reached, are allowed).
+
+Triton 2.51's python backend hangs forever when a version has no model file; such loads are
+started last and a timeout counts as a failed load.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from repokit.config.report import RepositoryReport, ValidateOptions
+from repokit.config.rules.catalog import REPOSITORY, RULES
+from repokit.config.validate import validate_repository
+from repokit.paths import default_sample_repository, sample_repos_dir
+from tests.differential.triton_reference import LoadResult, TritonReference
+
+pytestmark = pytest.mark.triton
+HANG_RULES = frozenset({"model-file-missing", "model-file-wrong-kind"})
+
+
+def _merge_sources() -> list[Path]:
+    invalid = sorted(p for p in (sample_repos_dir() / "invalid").iterdir() if p.is_dir())
+    return [*invalid, default_sample_repository()]
+
+
+def _model_names() -> list[str]:
+    names: list[str] = []
+    for source in _merge_sources():
+        names += sorted(p.name for p in source.iterdir() if p.is_dir())
+    return names
+
+
+def build_merged_repository(target: Path) -> Path:
+    target.mkdir(parents=True)
+    for source in _merge_sources():
+        for entry in source.iterdir():
+            if entry.name == "expected.json":
+                continue
+            destination = target / entry.name
+            assert not destination.exists(), f"model name {entry.name} is not globally unique"
+            if entry.is_dir():
+                shutil.copytree(entry, destination)
+            else:
+                shutil.copy2(entry, destination)
+    return target
+
+
+@pytest.fixture(scope="session")
+def merged_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_merged_repository(tmp_path_factory.mktemp("triton-diff") / "repo")
+
+
+@pytest.fixture(scope="session")
+def repokit_report(merged_repository: Path) -> RepositoryReport:
+    return validate_repository(merged_repository, ValidateOptions())
+
+
+@pytest.fixture(scope="session")
+def triton_verdicts(
+    merged_repository: Path,
+    repokit_report: RepositoryReport,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, LoadResult]]:
+    server = TritonReference(
+        merged_repository,
+        tmp_path_factory.mktemp("triton-server"),
+        ["--model-control-mode=explicit", "--exit-on-error=false",
+         "--model-load-thread-count=16"],
+    )
+    server.start()
+    try:
+        def may_hang(name: str) -> bool:
+            return any(d.rule in HANG_RULES for d in repokit_report.models[name].diagnostics)
+
+        names = sorted(repokit_report.models)
+        results = server.judge([n for n in names if not may_hang(n)], timeout=90)
+        results.update(server.judge([n for n in names if may_hang(n)], timeout=20))
+        yield results
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("model", _model_names())
+def test_verdict_matches_triton(
+    model: str, repokit_report: RepositoryReport, triton_verdicts: dict[str, LoadResult]
+) -> None:
+    report = repokit_report.models[model]
+    triton = triton_verdicts[model]
+    errors = [d for d in report.diagnostics if d.is_error]
+    if triton.backend_missing:
+        early = [d.rule for d in errors if RULES.get(d.rule) is None
+                 or RULES[d.rule].stage_for(strict=False) == REPOSITORY]
+        assert not early, (
+            f"Triton got past its repository checks (it only lacks the backend: "
+            f"{triton.message!r}) but repokit reports {early}"
+        )
+        return
+    described = [f"{d.rule}: {d.message}" for d in errors]
+    assert report.ok == triton.ok, (
+        f"Triton {'loaded' if triton.ok else 'refused'} {model!r} "
+        f"({triton.status} {triton.message!r}); repokit errors: {described}"
+    )
