@@ -18,6 +18,7 @@ Rules (TensorRT's, see tensorrt-profiles.md §1.1 and §3; and Triton's profile 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,11 @@ class EngineInput:
     @property
     def dynamic_axes(self) -> tuple[int, ...]:
         return tuple(i for i, d in enumerate(self.dims) if d == DYNAMIC)
+
+    @property
+    def width(self) -> int:
+        """Entries of min/opt/max without batch: the rank, or the value count of a shape tensor."""
+        return math.prod(self.dims) if self.shape_tensor else len(self.dims)
 
 
 def engine_inputs(config: mc.ModelConfig, signature: OnnxSignature | None) -> list[EngineInput]:
@@ -213,6 +219,15 @@ def _resolve(
     spec_part: tuple[int, ...], tensor: EngineInput, label: str, spec: ShapeSpec
 ) -> tuple[int, ...]:
     dims = tensor.dims
+    if tensor.shape_tensor:
+        if len(spec_part) == 1:
+            return spec_part * tensor.width
+        if len(spec_part) != tensor.width:
+            raise ProfileError(
+                f"--shape {spec.name}: {label} has {len(spec_part)} values but shape tensor "
+                f"'{tensor.name}' holds {tensor.width}"
+            )
+        return spec_part
     if len(spec_part) == 1 and len(dims) != 1:
         return tuple(spec_part[0] if d == DYNAMIC else d for d in dims)
     if len(spec_part) != len(dims):
@@ -244,7 +259,7 @@ def _non_batch_range(
                 "must hold in every dimension"
             )
         return low, mid, high
-    samples = [s for s in request.sample_shapes.get(tensor.name, ()) if len(s) == len(tensor.dims)]
+    samples = [s for s in request.sample_shapes.get(tensor.name, ()) if len(s) == tensor.width]
     if samples:
         columns = list(zip(*samples, strict=True))
         return (
@@ -315,7 +330,7 @@ def check_profiles(
                 problems.append(f"profile {profile.index} does not list input '{tensor.name}'")
                 continue
             entry = profile.tensor(tensor.name)
-            expected_rank = len(tensor.dims) + (1 if batching else 0)
+            expected_rank = tensor.width + (1 if batching else 0)
             if len({len(entry.min), len(entry.opt), len(entry.max), expected_rank}) != 1:
                 problems.append(
                     f"profile {profile.index} input '{tensor.name}': min/opt/max must all have "

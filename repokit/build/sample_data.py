@@ -145,7 +145,13 @@ def sample_shapes(
                 raise SampleDataError(f"{source}: {where}: unknown input '{name}'; inputs: {known}")
             place = f"{source}: {where}.{name}"
             if tensor.shape_tensor:
-                out.shapes[name].append(_values_of(tensor, value, place))
+                values = _values_of(tensor, value, place)
+                if len(values) != tensor.width:
+                    raise SampleDataError(
+                        f"{place}: shape tensor '{name}' needs {tensor.width} values, got "
+                        f"{len(values)}"
+                    )
+                out.shapes[name].append(values)
             else:
                 shape = _shape_of(tensor, value, place)
                 if len(shape) != len(tensor.dims):
