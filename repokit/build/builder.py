@@ -193,8 +193,12 @@ def build_repository(
             failed = ModelBuildReport(model.name, "failed", diagnostics=errors)
             failed.reason = f"{len(errors)} validation error(s): {errors[0].message}"
             report.models.append(failed)
+            entries.pop(model.name, None)
             if options.check:
                 report.out_of_date.append(model.name)
+            elif not options.in_place and compiled.is_dir():
+                shutil.rmtree(compiled)  # never leave an outdated compiled copy to be served
+                failed.notes.append("its previous compiled copy was removed from the output")
             notify(model.name, "failed")
             continue
         if _up_to_date(previous, source_hash, options_hash, compiled):

@@ -177,14 +177,14 @@ def build(
         shapes=shapes,
         sample_data=sample_data,
         to="tensorrt" if to is Target.tensorrt else "",
-        engine=engine.value,  # type: ignore[arg-type]
+        engine=engine.value,
         verify=verify,
         in_place=in_place,
         check=check,
         workspace_mb=workspace,
         models=tuple(model or ()),
         fp16=fp16,
-        warmup_data=warmup_data.value,  # type: ignore[arg-type]
+        warmup_data=warmup_data.value,
     )
     console = Console(soft_wrap=True)
     show_progress = output_format is OutputFormat.text

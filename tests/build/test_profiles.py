@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -48,7 +49,7 @@ def test_batch_ranges_are_contiguous_and_gap_free(
     ranges = batch_ranges(max_batch, preferred, count, split)
     assert ranges == expected
     assert ranges[0][0] == 1 and ranges[-1][2] == max_batch
-    for (_, _, high), (low, _, _) in zip(ranges, ranges[1:], strict=False):
+    for (_, _, high), (low, _, _) in itertools.pairwise(ranges):
         assert low == high + 1
 
 
