@@ -297,6 +297,6 @@ def test_bad_sample_data_and_broken_lock_are_usage_errors(source: Path, tmp_path
     out = tmp_path / "out"
     out.mkdir()
     (out / LOCK_FILE).write_text('{"format": "other"}')
-    with pytest.raises(BuildUsageError, match="does not match compiled_manifest.schema.json"):
+    with pytest.raises(BuildUsageError, match=r"does not match compiled_manifest\.schema\.json"):
         _build(source, out, check=True)
     assert _build(source, out, models=("fixed",)).exit_code == 0  # a build replaces it
