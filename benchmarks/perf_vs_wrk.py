@@ -1,0 +1,170 @@
+"""repokit perf's requests/s against wrk (HTTP) and h2load (gRPC) on real Triton 2.51.
+
+Run by hand:  .venv/bin/python benchmarks/perf_vs_wrk.py [--concurrency 1 8] [--seconds 5]
+
+Starts Triton 2.51 (/work/shared/tools/triton-reference.sh, TRITON_VENV defaults to a private
+symlinked copy of /tmp/triton-reference-venv so the log is ours) on a copy of the python model
+``add_sub``, then at each concurrency measures, one after the other on the same server:
+- wrk -t1 -c N posting the binary-tensor request repokit perf sends (same JSON header + bytes),
+- repokit perf -i http --concurrency-range N (its CSV's Inferences/Second),
+- h2load -c N -m 1 posting the serialized ModelInferRequest repokit perf sends,
+- repokit perf -i grpc --concurrency-range N.
+Prints requests/s and the ratio repokit perf / reference (the goal is >= 0.9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from repokit.paths import default_sample_repository  # noqa: E402
+from repokit.perf.transports.base import TransportOptions  # noqa: E402
+from repokit.perf.transports.grpc import GrpcTransport  # noqa: E402
+from repokit.perf.transports.http import HttpTransport  # noqa: E402
+
+TRITON = "/work/shared/tools/triton-reference.sh"
+SHARED_VENV = Path("/tmp/triton-reference-venv")
+METHOD = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def private_venv() -> Path:
+    """A symlinked copy of the shared Triton venv, so triton.log is written in our own dir."""
+    env = os.environ.get("TRITON_VENV")
+    if env:
+        return Path(env)
+    mine = Path(tempfile.gettempdir()) / f"perf-vs-wrk-triton-venv-{os.getuid()}"
+    if not mine.exists():
+        subprocess.run(["cp", "-as", str(SHARED_VENV), str(mine)], check=True)
+    return mine
+
+
+def request_bytes(port_http: int, port_grpc: int) -> tuple[bytes, bytes, bytes]:
+    """(HTTP JSON header, HTTP binary tail, gRPC framed body) exactly as repokit perf sends."""
+    a = np.random.default_rng(0).random((1, 16)).astype(np.float32)
+    inputs = {"INPUT0": ("FP32", a), "INPUT1": ("FP32", a)}
+    outputs = [("OUTPUT0", "FP32"), ("OUTPUT1", "FP32")]
+    clock = time.monotonic_ns
+    http = HttpTransport(TransportOptions("http", f"127.0.0.1:{port_http}"), clock)
+    prepared = http.prepare("add_sub", "", inputs, outputs)
+    header = b"{" + prepared.fragment
+    grpc_prepared = GrpcTransport(TransportOptions("grpc", f"127.0.0.1:{port_grpc}"), clock)
+    body = grpc_prepared.prepare("add_sub", "", inputs, outputs).serialized
+    framed = b"\x00" + len(body).to_bytes(4, "big") + body
+    return header, prepared.binary, framed
+
+
+def wait_ready(port: int, deadline_s: float = 180) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/add_sub/ready") as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("Triton never became ready")
+
+
+def wrk(port: int, lua: Path, concurrency: int, seconds: int) -> float:
+    cmd = ["wrk", "-t1", f"-c{concurrency}", f"-d{seconds}s", "-s", str(lua),
+           f"http://127.0.0.1:{port}/v2/models/add_sub/infer"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    if "Non-2xx" in out:
+        raise RuntimeError(f"wrk saw errors:\n{out}")
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if match is None:
+        raise RuntimeError(out)
+    return float(match.group(1))
+
+
+def h2load(port: int, body: Path, concurrency: int, requests: int) -> float:
+    cmd = ["h2load", "-n", str(requests), "-c", str(concurrency), "-m", "1", "-d", str(body),
+           "-H", "content-type: application/grpc", "-H", "te: trailers",
+           f"http://127.0.0.1:{port}{METHOD}"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
+    rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
+    if not done or not rate or done.group(2) != str(requests):
+        raise RuntimeError(f"h2load did not succeed:\n{out}")
+    return float(rate.group(1))
+
+
+def repokit_perf(protocol: str, port: int, concurrency: int, seconds: int, work: Path) -> float:
+    out = work / f"perf-{protocol}-{concurrency}.csv"
+    cmd = [str(ROOT / ".venv/bin/repokit"), "perf", "-m", "add_sub", "-i", protocol,
+           "-u", f"127.0.0.1:{port}", "--concurrency-range", str(concurrency),
+           "-p", str(seconds * 1000 // 3), "-s", "15", "-f", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode not in (0, 2):
+        raise RuntimeError(f"repokit perf failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+    for warning in re.findall(r"warning: (.*)", proc.stdout):
+        print(f"    repokit perf warning: {warning}")
+    with out.open() as f:
+        row = next(csv.DictReader(f))
+    return float(row["Inferences/Second"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--seconds", type=int, default=6)
+    args = parser.parse_args()
+    for tool in ("wrk", "h2load"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} not found: apt-get install -y wrk nghttp2-client")
+    work = Path(tempfile.mkdtemp(prefix="perf-vs-wrk-"))
+    repo = work / "models"
+    shutil.copytree(default_sample_repository() / "add_sub", repo / "add_sub")
+    http_port, grpc_port, metrics_port = random.sample(range(20000, 60000), 3)
+    header, binary, framed = request_bytes(http_port, grpc_port)
+    (work / "body.bin").write_bytes(header + binary)
+    (work / "grpc.bin").write_bytes(framed)
+    lua = work / "post.lua"
+    lua.write_text(
+        'wrk.method = "POST"\n'
+        f'local f = io.open("{work / "body.bin"}", "rb")\nwrk.body = f:read("*all")\nf:close()\n'
+        'wrk.headers["Content-Type"] = "application/octet-stream"\n'
+        f'wrk.headers["Inference-Header-Content-Length"] = "{len(header)}"\n'
+    )
+    env = {**os.environ, "TRITON_VENV": str(private_venv())}
+    out = subprocess.run([TRITON, str(repo), str(http_port), str(grpc_port), str(metrics_port)],
+                         capture_output=True, text=True, check=True, env=env)  # fmt: skip
+    triton_pid = int(out.stdout.strip().splitlines()[-1])
+    try:
+        wait_ready(http_port)
+        wrk(http_port, lua, 4, 2)  # warm-up
+        print(f"Triton 2.51, add_sub (python backend) 1x16 FP32, {args.seconds} s per run")
+        print(f"{'c':>4} {'wrk':>9} {'perf http':>10} {'ratio':>6} {'h2load':>9} "
+              f"{'perf grpc':>10} {'ratio':>6}")  # fmt: skip
+        for c in args.concurrency:
+            ref_http = wrk(http_port, lua, c, args.seconds)
+            ours_http = repokit_perf("http", http_port, c, args.seconds, work)
+            ref_grpc = h2load(grpc_port, work / "grpc.bin", c, max(int(ref_http * args.seconds),
+                                                                    2000))  # fmt: skip
+            ours_grpc = repokit_perf("grpc", grpc_port, c, args.seconds, work)
+            print(f"{c:>4} {ref_http:>9.1f} {ours_http:>10.1f} {ours_http / ref_http:>6.2f} "
+                  f"{ref_grpc:>9.1f} {ours_grpc:>10.1f} {ours_grpc / ref_grpc:>6.2f}")  # fmt: skip
+    finally:
+        os.kill(triton_pid, signal.SIGTERM)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
