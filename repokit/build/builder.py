@@ -64,7 +64,7 @@ def _check_paths(source: Path, output: Path, options: BuildOptions) -> tuple[Pat
 
 
 def _tensorrt(options: BuildOptions, status: TensorRTStatus | None) -> tuple[TensorRTStatus, Any]:
-    needed = options.to == "tensorrt"
+    needed = options.to == "tensorrt" or options.profile  # tensorrt_plan models read engines
     found = (
         status if status is not None else (probe_tensorrt() if needed else TensorRTStatus(False))
     )

@@ -239,6 +239,32 @@ def verify_engine(
     return VerifyResult(True, f"{len(recipe.profiles)} profile(s) match ONNX Runtime")
 
 
+def read_engine_profiles(plan_path: Path, trt: Any) -> list[OptimizationProfile]:
+    """The optimization profiles stored in a plan (needs TensorRT and its GPU)."""
+    from repokit.build.profiles import TensorProfile
+
+    runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))
+    engine = runtime.deserialize_cuda_engine(plan_path.read_bytes())
+    if engine is None:
+        raise RuntimeError(f"TensorRT cannot deserialize {plan_path}")
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+    profiles: list[OptimizationProfile] = []
+    for index in range(engine.num_optimization_profiles):
+        tensors = []
+        for name in inputs:
+            shape_tensor = bool(engine.is_shape_inference_io(name))
+            if shape_tensor:
+                low, mid, high = engine.get_tensor_profile_values(index, name)
+            else:
+                low, mid, high = engine.get_tensor_profile_shape(name, index)
+            tensors.append(TensorProfile(name, tuple(low), tuple(mid), tuple(high), shape_tensor))
+        first = tensors[0] if tensors else None
+        batch = (first.min[0], first.opt[0], first.max[0]) if first and first.min else None
+        profiles.append(OptimizationProfile(index, batch, tuple(tensors)))
+    return profiles
+
+
 def profiles_for_plan(profiles: Sequence[OptimizationProfile]) -> list[str]:
     """instance_group.profile entries for ``profiles`` (indices as strings)."""
     return [str(p.index) for p in profiles]

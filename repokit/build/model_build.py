@@ -22,6 +22,7 @@ from repokit.build.engine import (
     TensorRTStatus,
     build_engine,
     profiles_for_plan,
+    read_engine_profiles,
     skipped_message,
     verify_engine,
 )
@@ -266,6 +267,33 @@ def _to_tensorrt(
     return True
 
 
+def _engine_profiles(
+    config: mc.ModelConfig,
+    model: ModelReport,
+    directory: Path,
+    env: BuildEnvironment,
+    report: ModelBuildReport,
+    derived: list[OptimizationProfile],
+) -> list[OptimizationProfile]:
+    """A plan's own profiles when TensorRT can read them, else the ones derived from the
+    config (and a note saying so)."""
+    if not env.tensorrt.available or not model.versions:
+        report.notes.append(
+            "profiles derived from the config; the engine's own profiles were not read"
+            f" ({env.tensorrt.reason or 'TensorRT is not available'})"
+        )
+        return derived
+    plan = _model_file(config, directory, max(model.versions), "model.plan")
+    try:
+        profiles = read_engine_profiles(plan, env.trt_module)
+    except Exception as exc:
+        report.notes.append(f"the engine's profiles could not be read ({exc}); derived instead")
+        return derived
+    report.notes.append(f"{len(profiles)} profile(s) read from {plan.name}")
+    report.profiles = [p.to_dict() for p in profiles]
+    return profiles
+
+
 def _list_profiles(config: mc.ModelConfig, profiles: list[OptimizationProfile]) -> None:
     if not config.instance_group:
         config.instance_group.add()
@@ -314,16 +342,22 @@ def _compile(
     if not wants_profiles:
         _write_config(config, directory)
         return
-    inputs, profiles = _derive(config, signature, env, preferred)
+    trt_target = config.backend == "tensorrt" or options.to == "tensorrt"
+    try:
+        inputs, profiles = _derive(config, signature, env, preferred)
+    except ModelBuildFailed as exc:
+        if trt_target:
+            raise
+        # ONNX Runtime needs no profiles; they only shape the warmup samples
+        report.notes.append(f"no profiles or warmup samples: {exc.message}")
+        _write_config(config, directory)
+        return
     report.profiles = [p.to_dict() for p in profiles]
-    to_trt = config.backend == "tensorrt" or options.to == "tensorrt"
+    to_trt = trt_target
     if config.backend == "onnxruntime" and options.to == "tensorrt":
         to_trt = _to_tensorrt(config, model, directory, profiles, env, report)
     elif config.backend == "tensorrt":
-        report.notes.append(
-            "profiles derived from the config; the engine's own profiles were not read"
-            + ("" if env.tensorrt.available else f" ({env.tensorrt.reason})")
-        )
+        profiles = _engine_profiles(config, model, directory, env, report, profiles)
     report.target = "tensorrt" if to_trt else "onnxruntime"
     if options.to == "tensorrt" or to_trt:
         document = profiles_document(model.name, config.max_batch_size, profiles, report.target)

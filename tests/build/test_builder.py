@@ -254,13 +254,54 @@ def test_failed_rebuild_removes_the_stale_compiled_copy(source: Path, tmp_path: 
     assert "validation error" in report.models[0].reason
 
 
-def test_profile_problems_fail_only_that_model(source: Path, tmp_path: Path) -> None:
-    report = _build(source, tmp_path / "out", shapes=(), models=("seq", "fixed"))
-    statuses = _status(report)
-    assert statuses == {"fixed": "built", "seq": "failed"}
+def test_profile_problems_fail_tensorrt_targets_only(source: Path, tmp_path: Path) -> None:
+    onnx_only = _build(source, tmp_path / "a", shapes=(), models=("seq", "fixed"))
+    assert _status(onnx_only) == {"fixed": "built", "seq": "built"}
+    seq = next(m for m in onnx_only.models if m.name == "seq")
+    assert seq.profiles == [] and seq.warmup == []
+    assert "no profiles or warmup samples: input 'x' has dynamic dimension" in seq.notes[0]
+    assert not parse_file(tmp_path / "a" / "seq" / "config.pbtxt").model_warmup
+
+    report = _build(source, tmp_path / "b", shapes=(), models=("seq", "fixed"), to="tensorrt")
+    assert _status(report) == {"fixed": "built", "seq": "failed"}
     [diagnostic] = next(m for m in report.models if m.name == "seq").diagnostics
     assert diagnostic.rule == "profile-underspecified"
     assert "--shape x:MIN,OPT,MAX" in diagnostic.message
+
+
+PLAN_CONFIG = """
+name: "plan"
+platform: "tensorrt_plan"
+max_batch_size: 16
+input [ { name: "tokens" data_type: TYPE_INT32 dims: [ -1 ] },
+        { name: "dims" data_type: TYPE_INT32 dims: [ 2 ] is_shape_tensor: true } ]
+output [ { name: "logits" data_type: TYPE_FP32 dims: [ -1, 4 ] } ]
+dynamic_batching { preferred_batch_size: [ 4, 16 ] }
+"""
+
+
+def test_tensorrt_plan_models_get_profiles_from_the_config(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    (source / "plan" / "1").mkdir(parents=True)
+    (source / "plan" / "1" / "model.plan").write_bytes(b"an engine built elsewhere")
+    (source / "plan" / "config.pbtxt").write_text(PLAN_CONFIG)
+    shapes = (parse_shape_option("tokens:1,64,256"), parse_shape_option("dims:1x1,2x8,4x16"))
+    report = _build(source, tmp_path / "out", shapes=shapes, split_at_preferred=True)
+    [plan] = report.models
+    assert plan.status == "built" and plan.target == "tensorrt", plan.diagnostics
+    assert any("engine's own profiles were not read" in n for n in plan.notes)
+    assert [p["batch"] for p in plan.profiles] == [[1, 4, 4], [5, 16, 16]]
+    dims = plan.profiles[1]["inputs"]["dims"]
+    assert dims["shape_tensor"] and (dims["min"], dims["opt"], dims["max"]) == (
+        [5, 1, 1], [16, 2, 8], [16, 4, 16]
+    )  # fmt: skip
+    config = parse_file(tmp_path / "out" / "plan" / "config.pbtxt")
+    assert [list(g.profile) for g in config.instance_group] == [["0", "1"]]
+    assert [w.name for w in config.model_warmup] == ["profile_0_opt", "profile_1_opt", "batch_1"]
+    assert (tmp_path / "out" / "plan" / "profiles.json").is_file()
+    assert (tmp_path / "out" / "plan" / "1" / "model.plan").read_bytes() == (
+        b"an engine built elsewhere"
+    )
 
 
 def test_sample_data_gives_dynamic_ranges(source: Path, tmp_path: Path) -> None:
@@ -300,3 +341,13 @@ def test_bad_sample_data_and_broken_lock_are_usage_errors(source: Path, tmp_path
     with pytest.raises(BuildUsageError, match=r"does not match compiled_manifest\.schema\.json"):
         _build(source, out, check=True)
     assert _build(source, out, models=("fixed",)).exit_code == 0  # a build replaces it
+
+
+@pytest.mark.parametrize("name", ["compiled_manifest.schema.json", "perf_input_data.schema.json"])
+def test_schemas_are_valid_json_schemas(name: str) -> None:
+    import jsonschema
+
+    from repokit.paths import schemas_dir
+
+    schema = json.loads((schemas_dir() / name).read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
