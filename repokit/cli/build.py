@@ -210,6 +210,11 @@ def build(
             bar.stop()
             errors.print(f"[red]error:[/] {escape(str(exc))}")
             raise typer.Exit(2) from None
+        except OSError as exc:  # unwritable output, full disk, ...
+            bar.stop()
+            where = f" ({exc.filename})" if exc.filename else ""
+            errors.print(f"[red]error:[/] {escape(exc.strerror or str(exc))}{escape(where)}")
+            raise typer.Exit(1) from None
     if output_format is OutputFormat.json:
         console.print_json(json.dumps(report.to_dict()))
     else:

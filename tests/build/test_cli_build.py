@@ -117,3 +117,13 @@ def test_in_place(app: typer.Typer, source: Path) -> None:
     assert code == 0, stdout
     assert (source / "repokit.lock.json").is_file()
     assert (source / "fixed" / "warmup").is_dir()
+
+
+def test_unwritable_output_is_an_error_not_a_traceback(
+    app: typer.Typer, source: Path, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, stdout, stderr = _run(app, str(source), "-o", str(blocker / "out"))
+    assert code == 1
+    assert "error:" in stderr and "Traceback" not in stdout + stderr
