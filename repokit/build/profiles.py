@@ -378,8 +378,6 @@ def _batch_coverage(profiles: Sequence[OptimizationProfile], max_batch_size: int
             f"batch sizes {covered + 1}..{max_batch_size} are in no profile (max_batch_size "
             f"{max_batch_size})"
         )
-    if spans[0][0] > 1 and not problems:
-        problems.append("batch size 1 is in no profile")
     return problems
 
 

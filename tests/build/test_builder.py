@@ -351,3 +351,76 @@ def test_schemas_are_valid_json_schemas(name: str) -> None:
 
     schema = json.loads((schemas_dir() / name).read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
+
+
+def _with_fake_tensorrt(
+    source: Path, out: Path, runner: object, factory: object = None, **overrides: object
+) -> BuildReport:
+    import repokit.build.builder as builder
+
+    fake = SimpleNamespace(MemoryPoolType=SimpleNamespace(WORKSPACE="WORKSPACE"))
+    original = builder._tensorrt
+    builder._tensorrt = lambda options, status: (  # type: ignore[assignment]
+        TensorRTStatus(True, "10.13.3", ""),
+        fake,
+    )
+    try:
+        options = BuildOptions(profile=True, shapes=SHAPES, to="tensorrt", **overrides)  # type: ignore[arg-type]
+        return build_repository(source, out, options, engine_runner=runner,  # type: ignore[arg-type]
+                                trt_runner_factory=factory)  # type: ignore[arg-type]  # fmt: skip
+    finally:
+        builder._tensorrt = original
+
+
+def test_engine_build_and_verify_failures_fail_the_model(source: Path, tmp_path: Path) -> None:
+    from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
+
+    def no_gpu(loaders: EngineLoaders) -> None:
+        raise RuntimeError("CUDA initialization failure with error: 35")
+
+    report = _with_fake_tensorrt(source, tmp_path / "a", no_gpu, models=("add_sub_onnx",))
+    [model] = report.models
+    assert model.status == "failed" and model.diagnostics[0].rule == "engine-build-failed"
+    assert "CUDA initialization failure" in model.reason
+
+    def writes_plan(loaders: EngineLoaders) -> None:
+        Path(loaders.save.path).write_bytes(b"plan")
+
+    other = models.add_sub(tmp_path / "other.onnx")
+    import onnx
+
+    swapped = onnx.load(str(other))
+    swapped.graph.node[0].op_type = "Mul"  # a wrong "engine"
+    onnx.save(swapped, str(other))
+
+    def wrong_engine(plan: Path, index: int) -> object:
+        return OnnxrtRunner(SessionFromOnnx(str(other), providers=["cpu"]))
+
+    def right_engine(plan: Path, index: int) -> object:
+        return OnnxrtRunner(SessionFromOnnx(str(source / "add_sub_onnx" / "1" / "model.onnx"),
+                                            providers=["cpu"]))  # fmt: skip
+
+    bad = _with_fake_tensorrt(source, tmp_path / "b", writes_plan, wrong_engine, verify=True,
+                              models=("add_sub_onnx",))  # fmt: skip
+    assert bad.models[0].diagnostics[0].rule == "engine-verify-failed"
+    good = _with_fake_tensorrt(source, tmp_path / "c", writes_plan, right_engine, verify=True,
+                               models=("add_sub_onnx",))  # fmt: skip
+    assert good.models[0].engine.verified is True, good.models[0].reason
+    lock = json.loads((tmp_path / "c" / LOCK_FILE).read_text())
+    assert lock["models"]["add_sub_onnx"]["engine"]["verified"] is True
+
+
+def test_lock_read_and_write_errors(tmp_path: Path) -> None:
+    from repokit.build.manifest import LockError, read_lock, write_lock
+
+    (tmp_path / LOCK_FILE).write_text("{ not json")
+    with pytest.raises(LockError, match="cannot be read"):
+        read_lock(tmp_path)
+    with pytest.raises(ValueError, match="refusing to write an invalid lock file"):
+        write_lock(tmp_path, {"format": "repokit-lock/1"})
+
+
+def test_output_that_is_a_file_is_a_usage_error(source: Path, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(BuildUsageError, match="is not a directory"):
+        _build(source, tmp_path / "file")

@@ -193,3 +193,17 @@ def test_check_autocompletes_a_copy_first(tmp_path: Path) -> None:
 def test_check_unreadable_model_is_one_error(tmp_path: Path) -> None:
     [finding] = check_onnx_config(_config('name: "m"'), tmp_path / "nope.onnx", model="m")
     assert finding.rule == "onnx-model-unreadable" and finding.model == "m"
+
+
+def test_sequence_inputs_are_not_tensors(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    seq_type = helper.make_tensor_sequence_value_info("items", TensorProto.FLOAT, None)
+    out = helper.make_tensor_value_info("n", TensorProto.INT64, [])
+    graph = helper.make_graph([helper.make_node("SequenceLength", ["items"], ["n"])], "g",
+                              [seq_type], [out])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, str(tmp_path / "s.onnx"))
+    with pytest.raises(OnnxModelError, match="'items' is not a tensor"):
+        read_onnx_signature(tmp_path / "s.onnx")

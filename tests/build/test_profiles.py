@@ -268,3 +268,37 @@ def test_sample_data_that_does_not_fit_the_model(tmp_path: Path) -> None:
         sample_shapes(loaded, shape_inputs, "s")
     loaded = load_sample_document(_write(tmp_path, {"data": [{"new_shape": [4, 2]}]}))
     assert sample_shapes(loaded, shape_inputs, "s").shapes["new_shape"] == [(4, 2)]
+
+
+def test_coverage_needs_profiles_with_batch_ranges() -> None:
+    assert check_profiles([], SEQ_INPUTS, 8) == ["there is no optimization profile"]
+    unbatched = [OptimizationProfile(0, None, (
+        TensorProfile("x", (1, 1, 8), (1, 2, 8), (1, 4, 8)),
+        TensorProfile("bias", (1, 8), (1, 8), (1, 8)),
+    ))]  # fmt: skip
+    assert check_profiles(unbatched, SEQ_INPUTS, 8) == [
+        "a batching model needs a batch range in every profile"
+    ]
+    late = [OptimizationProfile(0, (2, 8, 8), (
+        TensorProfile("x", (2, 1, 8), (8, 2, 8), (8, 4, 8)),
+        TensorProfile("bias", (2, 8), (8, 8), (8, 8)),
+    ))]  # fmt: skip
+    assert check_profiles(late, SEQ_INPUTS, 8) == ["batch sizes 1..1 are in no profile"]
+
+
+def test_sample_data_b64_and_file_edge_cases(tmp_path: Path) -> None:
+    loaded = load_sample_document(_write(tmp_path, {"data": [{"x": {"b64": "***"}}]}))
+    with pytest.raises(SampleDataError, match="not valid base64"):
+        sample_shapes(loaded, SEQ_INPUTS, "s")
+    text_inputs = [EngineInput("t", mc.TYPE_STRING, (-1,))]
+    loaded = load_sample_document(_write(tmp_path, {"data": [{"t": {"b64": "AAAAAA=="}}]}))
+    with pytest.raises(SampleDataError, match='give "shape" for b64 data'):
+        sample_shapes(loaded, text_inputs, "s")
+    shape_inputs = [EngineInput("new_shape", mc.TYPE_INT64, (2,), shape_tensor=True)]
+    loaded = load_sample_document(_write(tmp_path, {"data": [{"new_shape": [1, 2, 3]}]}))
+    with pytest.raises(SampleDataError, match="needs 2 values, got 3"):
+        sample_shapes(loaded, shape_inputs, "s")
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(SampleDataError, match="cannot be read"):
+        load_sample_document(binary)
