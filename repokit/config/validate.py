@@ -26,6 +26,7 @@ from repokit.config.rules.instance_groups import check_instance_groups
 from repokit.config.rules.io import check_io
 from repokit.config.rules.layout import check_model_dir, check_model_name, check_versions
 from repokit.config.rules.model_config import check_model_config
+from repokit.config.rules.python_backend import check_execution_env, check_python_sources
 from repokit.config.rules.state import check_sequence_state
 from repokit.config.rules.warmup import check_warmup
 from repokit.errors import Code, ConfigError, RepokitError
@@ -87,7 +88,12 @@ def validate_model(model: ModelDir, options: ValidateOptions, root: Path) -> Mod
         return report
     check_model_dir(ctx)
     config_path = model.config_path(options.model_config_name)
-    has_config = config_path.is_file()
+    has_config = config_path.exists()
+    if has_config and not config_path.is_file():
+        ctx.report("config-unreadable",
+                   f"{ctx.relative(config_path)} is not a regular file; Triton 2.51 crashes "
+                   "reading it (std::length_error)", file=ctx.relative(config_path))
+        return report
     if has_config:
         report.config_file = config_path
         loaded = _load_config(ctx, config_path)
@@ -127,8 +133,10 @@ def validate_model(model: ModelDir, options: ValidateOptions, root: Path) -> Mod
                    "cannot auto-complete one; Triton: \"model configuration is not provided for "
                    f"model '{model.name}'\". Add a config.pbtxt with input, output and "
                    "max_batch_size", file=ctx.relative(config_path))
+    check_execution_env(ctx)
     check_instance_groups(ctx)
     check_model_files(ctx)
+    check_python_sources(ctx)
     check_label_files(ctx)
     check_batch_strategy(ctx)
     check_sequence_state(ctx)

@@ -74,6 +74,9 @@ _ROWS: list[tuple[str, Severity, str, str]] = [
     ("repository-agent-unavailable", E, REPOSITORY, "model repository agents are not installed"),
     ("batch-strategy-path-missing", E, BACKEND, "TRITON_BATCH_STRATEGY_PATH does not exist"),
     ("batch-strategy-with-sequence", E, BACKEND, "custom batch strategy with sequence batcher"),
+    ("python-execution-env-missing", E, BACKEND, "EXECUTION_ENV_PATH does not exist"),
+    ("python-model-syntax-error", E, BACKEND, "model.py does not compile"),
+    ("python-model-class-missing", E, BACKEND, "model.py defines no TritonPythonModel"),
     ("label-file-missing", E, BACKEND, "output label_filename does not exist"),
     ("label-file-outside-model-dir", W, ADVISORY, "label file path escapes the model dir"),
     # ValidateModelConfig (§4.2)
