@@ -106,8 +106,13 @@ class FakeTransport:
             "compute_infer": {"count": n, "ns": infer},
             "compute_output": {"count": n, "ns": 0},
         }
-        entry = {"name": self.metadata["name"], "version": "1", "inference_count": n,
-                 "execution_count": n, "inference_stats": stats}  # fmt: skip
+        entry = {
+            "name": self.metadata["name"],
+            "version": "1",
+            "inference_count": n,
+            "execution_count": n,
+            "inference_stats": stats,
+        }
         return {"model_stats": [entry]}
 
     async def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
@@ -116,8 +121,14 @@ class FakeTransport:
     async def unregister_system_shm(self, name: str) -> None:
         pass
 
-    def prepare(self, model: str, version: str, inputs: dict[str, Any],
-                outputs: list[tuple[str, str]], shm: ShmBinding | None = None) -> Any:  # fmt: skip
+    def prepare(
+        self,
+        model: str,
+        version: str,
+        inputs: dict[str, Any],
+        outputs: list[tuple[str, str]],
+        shm: ShmBinding | None = None,
+    ) -> Any:
         return {name: array for name, (_, array) in inputs.items()}
 
     async def connect(self) -> FakeConnection:
@@ -129,8 +140,9 @@ class FakeConnection:
     def __init__(self, owner: FakeTransport) -> None:
         self.owner = owner
 
-    async def infer(self, request: Any, sequence: SequenceFlags | None = None,
-                    want_outputs: bool = False) -> InferTiming:  # fmt: skip
+    async def infer(
+        self, request: Any, sequence: SequenceFlags | None = None, want_outputs: bool = False
+    ) -> InferTiming:
         owner = self.owner
         loop = asyncio.get_running_loop()
         assert isinstance(loop, VirtualTimeLoop)

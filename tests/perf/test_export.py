@@ -30,33 +30,65 @@ US = 1000
 
 def _summary(throughput: float, avg_us: int, p: tuple[int, int, int, int]) -> WindowSummary:
     return WindowSummary(
-        start_ns=1_000_000, end_ns=16_000_000_000, request_count=int(throughput * 15),
-        throughput=throughput, avg_latency_ns=avg_us * US + 456, std_latency_ns=80 * US,
+        start_ns=1_000_000,
+        end_ns=16_000_000_000,
+        request_count=int(throughput * 15),
+        throughput=throughput,
+        avg_latency_ns=avg_us * US + 456,
+        std_latency_ns=80 * US,
         percentiles_ns={50: p[0] * US, 90: p[1] * US, 95: p[2] * US, 99: p[3] * US + 999},
-        stabilizing_latency_ns=avg_us * US, avg_send_ns=12 * US + 999, avg_recv_ns=7 * US,
+        stabilizing_latency_ns=avg_us * US,
+        avg_send_ns=12 * US + 999,
+        avg_recv_ns=7 * US,
         duration_ns=15_000_000_000,
-    )  # fmt: skip
+    )
 
 
 def make_report() -> PerfReport:
     composing = {
-        "add_sub_onnx": ServerBreakdown(3000, 2900, 3000, 200 * US, 20 * US, 5 * US, 90 * US,
-                                        3 * US),
+        "add_sub_onnx": ServerBreakdown(
+            3000, 2900, 3000, 200 * US, 20 * US, 5 * US, 90 * US, 3 * US
+        ),
         "add_sub": ServerBreakdown(3000, 3000, 3000, 400 * US, 30 * US, 6 * US, 250 * US, 4 * US),
-    }  # fmt: skip
-    low = LevelResult("concurrency", 1, True, _summary(1407.84, 708, (690, 760, 800, 1031)),
-                      server=ServerBreakdown(21118, 21118, 21118, 382 * US, 50 * US, 11 * US,
-                                             345 * US, 7 * US, composing=composing))  # fmt: skip
-    high = LevelResult("concurrency", 4, True, _summary(3002.5, 1330, (1300, 1500, 1600, 2200)),
-                       server=ServerBreakdown(45037, 30000, 45037, 900 * US, 500 * US, 11 * US,
-                                              345 * US, 7 * US, composing={}))  # fmt: skip
+    }
+    low = LevelResult(
+        "concurrency",
+        1,
+        True,
+        _summary(1407.84, 708, (690, 760, 800, 1031)),
+        server=ServerBreakdown(
+            21118, 21118, 21118, 382 * US, 50 * US, 11 * US, 345 * US, 7 * US, composing=composing
+        ),
+    )
+    high = LevelResult(
+        "concurrency",
+        4,
+        True,
+        _summary(3002.5, 1330, (1300, 1500, 1600, 2200)),
+        server=ServerBreakdown(
+            45037, 30000, 45037, 900 * US, 500 * US, 11 * US, 345 * US, 7 * US, composing={}
+        ),
+    )
     high.server.composing = {k: v for k, v in composing.items()}  # type: ignore[union-attr]
     n = 3
-    low.records = RecordBatch(np.array([10, 20, 30]), np.array([15, 26, 37]), np.zeros(n, int),
-                              np.zeros(n, int), np.zeros(n, bool), np.zeros(n, bool))  # fmt: skip
+    low.records = RecordBatch(
+        np.array([10, 20, 30]),
+        np.array([15, 26, 37]),
+        np.zeros(n, int),
+        np.zeros(n, int),
+        np.zeros(n, bool),
+        np.zeros(n, bool),
+    )
     low.window_boundaries = [5, 40]
-    report = PerfReport("add_sub_ensemble", "1", "http", "localhost:8000", "concurrency",
-                        results=[high, low], composing_models=["add_sub_onnx", "add_sub"])  # fmt: skip
+    report = PerfReport(
+        "add_sub_ensemble",
+        "1",
+        "http",
+        "localhost:8000",
+        "concurrency",
+        results=[high, low],
+        composing_models=["add_sub_onnx", "add_sub"],
+    )
     return report
 
 
@@ -94,8 +126,9 @@ def test_request_rate_csv_and_no_server_stats() -> None:
 def test_composing_model_csv_files(tmp_path: Path) -> None:
     written = write_csv(make_report(), tmp_path / "out.csv")
     assert [p.name for p in written] == ["out.csv", "add_sub_onnx_v1.out.csv", "add_sub_v1.out.csv"]
-    assert (tmp_path / "add_sub_v1.out.csv").read_text() == \
-        (TESTDATA / "add_sub_v1.report.csv").read_text()
+    assert (tmp_path / "add_sub_v1.out.csv").read_text() == (
+        TESTDATA / "add_sub_v1.report.csv"
+    ).read_text()
 
 
 def test_profile_export_matches_golden_and_round_trips(tmp_path: Path) -> None:

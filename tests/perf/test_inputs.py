@@ -24,12 +24,17 @@ from repokit.perf.options import (
 )
 from tests.perf.fakes import ADD_SUB_CONFIG, ADD_SUB_METADATA
 
-IDENTITY_METADATA = {"name": "identity", "versions": ["1"],
-                     "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1]}],
-                     "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1]}]}  # fmt: skip
-STRINGS_METADATA = {"name": "strings", "inputs": [{"name": "TEXT", "datatype": "BYTES",
-                    "shape": [2]}], "outputs": [{"name": "OUT", "datatype": "INT32",
-                    "shape": [1]}]}  # fmt: skip
+IDENTITY_METADATA = {
+    "name": "identity",
+    "versions": ["1"],
+    "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1]}],
+    "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1]}],
+}
+STRINGS_METADATA = {
+    "name": "strings",
+    "inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [2]}],
+    "outputs": [{"name": "OUT", "datatype": "INT32", "shape": [1]}],
+}
 
 
 def add_sub() -> Any:
@@ -60,7 +65,7 @@ def test_model_info_strips_the_batch_dim() -> None:
 def test_random_and_zero_data() -> None:
     data = synthetic_dataset(add_sub(), "random", {}, string_length=4, string_data=None, seed=1)
     x = data.streams[0][0].tensors["INPUT0"]
-    assert x.shape == (16,) and x.dtype == np.float32 and 0 <= x.min() and x.max() < 1
+    assert x.shape == (16,) and x.dtype == np.float32 and x.min() >= 0 and x.max() < 1
     zero = synthetic_dataset(add_sub(), "zero", {}, string_length=4, string_data=None, seed=1)
     assert not zero.streams[0][0].tensors["INPUT1"].any()
     strings = build_model_info("strings", "", STRINGS_METADATA, None)
@@ -74,12 +79,14 @@ def test_variable_dims_need_shape() -> None:
     with pytest.raises(PerfError) as e:
         synthetic_dataset(identity(), "random", {}, string_length=1, string_data=None, seed=0)
     assert "--shape INPUT0:" in _option_error(e)
-    data = synthetic_dataset(identity(), "zero", {"INPUT0": [5]}, string_length=1,
-                             string_data=None, seed=0)  # fmt: skip
+    data = synthetic_dataset(
+        identity(), "zero", {"INPUT0": [5]}, string_length=1, string_data=None, seed=0
+    )
     assert data.streams[0][0].tensors["INPUT0"].shape == (5,)
     with pytest.raises(PerfError) as e:
-        synthetic_dataset(add_sub(), "zero", {"INPUT0": [15]}, string_length=1,
-                          string_data=None, seed=0)  # fmt: skip
+        synthetic_dataset(
+            add_sub(), "zero", {"INPUT0": [15]}, string_length=1, string_data=None, seed=0
+        )
     assert "conflicts with the model's fixed dims [16]" in _option_error(e)
 
 
@@ -108,11 +115,16 @@ def _write(tmp_path: Path, document: Any, name: str = "data.json") -> Path:
 def test_json_data_values_b64_content_and_validation(tmp_path: Path) -> None:
     a = list(range(16))
     b64 = base64.b64encode(np.ones(16, dtype=np.float32).tobytes()).decode()
-    path = _write(tmp_path, {
-        "data": [{"INPUT0": a, "INPUT1": {"b64": b64}},
-                 {"INPUT0": {"content": [a[:8], a[8:]], "shape": [16]}, "INPUT1": a}],
-        "validation_data": [{"OUTPUT0": [x + 1 for x in a]}, {"OUTPUT1": [0] * 16}],
-    })  # fmt: skip
+    path = _write(
+        tmp_path,
+        {
+            "data": [
+                {"INPUT0": a, "INPUT1": {"b64": b64}},
+                {"INPUT0": {"content": [a[:8], a[8:]], "shape": [16]}, "INPUT1": a},
+            ],
+            "validation_data": [{"OUTPUT0": [x + 1 for x in a]}, {"OUTPUT1": [0] * 16}],
+        },
+    )
     data = json_dataset([path], add_sub(), {})
     first, second = data.streams[0]
     assert np.array_equal(first.tensors["INPUT0"], np.arange(16, dtype=np.float32))
@@ -124,9 +136,12 @@ def test_json_data_values_b64_content_and_validation(tmp_path: Path) -> None:
 
 def test_json_sequences_are_streams(tmp_path: Path) -> None:
     path = _write(tmp_path, {"data": [[{"INPUT0": [1]}, {"INPUT0": [2]}], [{"INPUT0": [3]}]]})
-    info = build_model_info("acc", "", {"inputs": [{"name": "INPUT0", "datatype": "INT32",
-                            "shape": [-1, 1]}]}, {"max_batch_size": 4,
-                            "sequence_batching": {}})  # fmt: skip
+    info = build_model_info(
+        "acc",
+        "",
+        {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [-1, 1]}]},
+        {"max_batch_size": 4, "sequence_batching": {}},
+    )
     data = json_dataset([path], info, {})
     assert data.stream_lengths_from_data
     assert [len(s) for s in data.streams] == [2, 1]
@@ -147,25 +162,40 @@ def test_variable_dim_inferred_from_json_element_count(tmp_path: Path) -> None:
         ({"data": {}}, "data.json: $.data: {} is not of type 'array'"),
         ({"data": [{"INPUT0": {"b64": 5}}]}, "data.json: $.data[0].INPUT0"),
         ({"data": [{"INPUT0": {"content": [1], "dims": [1]}}]}, "data.json: $.data[0].INPUT0"),
-        ({"data": [{"INPUT0": [1] * 16, "INPUTX": [1]}]},
-         "data.json: $.data[0]: unknown input 'INPUTX'; model 'add_sub' has inputs INPUT0, INPUT1"),
+        (
+            {"data": [{"INPUT0": [1] * 16, "INPUTX": [1]}]},
+            "data.json: $.data[0]: unknown input 'INPUTX'; model 'add_sub' has inputs INPUT0, INPUT1",
+        ),
         ({"data": [{"INPUT0": [1] * 16}]}, "data.json: $.data[0]: input 'INPUT1' is missing"),
-        ({"data": [{"INPUT0": [1] * 15, "INPUT1": [1] * 16}]},
-         "data.json: $.data[0].INPUT0: Failed to parse 'data' field: shape does not match"),
-        ({"data": [{"INPUT0": ["a"] * 16, "INPUT1": [1] * 16}]},
-         "data.json: $.data[0].INPUT0: Unable to parse 'data': attempt to access JSON "
-         "non-number as number"),
-        ({"data": [{"INPUT0": {"b64": "!!"}, "INPUT1": [1] * 16}]},
-         "data.json: $.data[0].INPUT0.b64: not valid base64"),
-        ({"data": [{"INPUT0": [1] * 16, "INPUT1": [1] * 16}], "validation_data": []},
-         "data.json: $.validation_data: [] should be non-empty"),
-        ({"data": [{"INPUT0": [1] * 16, "INPUT1": [1] * 16}],
-          "validation_data": [{"OUT9": [1]}]},
-         "data.json: $.validation_data[0]: unknown output 'OUT9'"),
+        (
+            {"data": [{"INPUT0": [1] * 15, "INPUT1": [1] * 16}]},
+            "data.json: $.data[0].INPUT0: Failed to parse 'data' field: shape does not match",
+        ),
+        (
+            {"data": [{"INPUT0": ["a"] * 16, "INPUT1": [1] * 16}]},
+            "data.json: $.data[0].INPUT0: Unable to parse 'data': attempt to access JSON "
+            "non-number as number",
+        ),
+        (
+            {"data": [{"INPUT0": {"b64": "!!"}, "INPUT1": [1] * 16}]},
+            "data.json: $.data[0].INPUT0.b64: not valid base64",
+        ),
+        (
+            {"data": [{"INPUT0": [1] * 16, "INPUT1": [1] * 16}], "validation_data": []},
+            "data.json: $.validation_data: [] should be non-empty",
+        ),
+        (
+            {
+                "data": [{"INPUT0": [1] * 16, "INPUT1": [1] * 16}],
+                "validation_data": [{"OUT9": [1]}],
+            },
+            "data.json: $.validation_data[0]: unknown output 'OUT9'",
+        ),
     ],
-)  # fmt: skip
-def test_bad_json_files_name_the_file_and_path(tmp_path: Path, document: Any,
-                                               expected: str) -> None:  # fmt: skip
+)
+def test_bad_json_files_name_the_file_and_path(
+    tmp_path: Path, document: Any, expected: str
+) -> None:
     path = _write(tmp_path, document)
     with pytest.raises(PerfError) as e:
         json_dataset([path], add_sub(), {})
@@ -188,8 +218,13 @@ def test_missing_json_file(tmp_path: Path) -> None:
         ({"concurrency_range": parse_concurrency_range("4:2")}, "end 2 is below start 4"),
         ({"concurrency_range": parse_concurrency_range("1:0")}, "needs --latency-threshold"),
         ({"request_rate_range": parse_rate_range("0")}, "needs start > 0"),
-        ({"request_rate_range": parse_rate_range("10"),
-          "concurrency_range": parse_concurrency_range("1")}, "are exclusive"),
+        (
+            {
+                "request_rate_range": parse_rate_range("10"),
+                "concurrency_range": parse_concurrency_range("1"),
+            },
+            "are exclusive",
+        ),
         ({"streaming": True}, "--streaming is only available with -i grpc"),
         ({"measurement_mode": "windows"}, "--measurement-mode must be one of"),
         ({"percentile": 100}, "--percentile must be between 1 and 99"),
@@ -197,7 +232,7 @@ def test_missing_json_file(tmp_path: Path) -> None:
         ({"sequence_id_range": (5, 2)}, "--sequence-id-range must be 1 <= start <= end"),
         ({"request_intervals": Path("/nonexistent/intervals")}, "does not exist"),
     ],
-)  # fmt: skip
+)
 def test_bad_options(change: dict[str, Any], expected: str) -> None:
     with pytest.raises(PerfError) as e:
         validate_options(PerfOptions(model="add_sub", **change))

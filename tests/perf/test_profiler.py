@@ -9,8 +9,8 @@ import pytest
 
 from repokit.perf.errors import GENERIC_ERROR, STABILITY_ERROR, PerfError
 from repokit.perf.options import ConcurrencyRange, PerfOptions, RateRange
-from repokit.perf.report import PerfReport
 from repokit.perf.profiler import run_perf
+from repokit.perf.report import PerfReport
 from tests.perf.fakes import FakeTransport, VirtualTimeLoop, run_virtual
 
 MS = 1_000_000
@@ -20,8 +20,9 @@ def _run(options: PerfOptions, transport: FakeTransport, observer: Any = None) -
     async def go() -> PerfReport:
         loop = asyncio.get_running_loop()
         assert isinstance(loop, VirtualTimeLoop)
-        return await run_perf(options, observer, clock=loop.clock_ns, cpu_clock=lambda: 0.0,
-                              transport=transport)  # fmt: skip
+        return await run_perf(
+            options, observer, clock=loop.clock_ns, cpu_clock=lambda: 0.0, transport=transport
+        )
 
     return run_virtual(go())
 
@@ -67,8 +68,10 @@ def test_fluctuating_latency_never_stabilizes_exit_2() -> None:
     assert len(report.results) == 1  # the sweep stops at the unstable level
     assert not report.results[0].stable
     assert len(report.results[0].windows) == 5
-    assert "Failed to obtain stable measurement within 5 measurement windows for " \
+    assert (
+        "Failed to obtain stable measurement within 5 measurement windows for "
         "concurrency 1" in report.message
+    )
 
 
 def test_open_loop_accepts_stable_throughput_with_a_warning() -> None:
@@ -100,8 +103,9 @@ def test_latency_threshold_ends_an_open_ended_sweep() -> None:
 
 def test_count_windows_wait_for_the_request_count() -> None:
     transport = FakeTransport(latency=lambda now, inflight: 0.010)
-    options = _options(measurement_mode="count_windows", measurement_request_count=250,
-                       count_window_poll_s=1.0)  # fmt: skip
+    options = _options(
+        measurement_mode="count_windows", measurement_request_count=250, count_window_poll_s=1.0
+    )
     report = _run(options, transport)
     result = report.results[0]
     # 100 requests/s: polled each second, a window closes after 3 s (300 >= 250)
@@ -119,8 +123,9 @@ def test_request_rate_constant_and_delayed_requests() -> None:
     assert report.results[1].summary.delayed_count == 0
     # one connection, 5 ms answers, 1000 req/s: requests wait for the connection
     slow = FakeTransport(latency=lambda now, inflight: 0.005)
-    report = _run(_options(request_rate_range=RateRange(1000, 1000, 1), max_threads=1,
-                           max_trials=3), slow)  # fmt: skip
+    report = _run(
+        _options(request_rate_range=RateRange(1000, 1000, 1), max_threads=1, max_trials=3), slow
+    )
     result = report.results[0]
     assert result.summary.delayed_count > 0
     assert any("unable to keep up" in w for w in result.warnings)
@@ -128,9 +133,12 @@ def test_request_rate_constant_and_delayed_requests() -> None:
 
 def test_poisson_rate_averages_the_rate() -> None:
     transport = FakeTransport(latency=lambda now, inflight: 0.0005)
-    options = _options(request_rate_range=RateRange(2000, 2000, 1),
-                       request_distribution="poisson", measurement_interval_ms=500,
-                       stability_percentage=25)  # fmt: skip
+    options = _options(
+        request_rate_range=RateRange(2000, 2000, 1),
+        request_distribution="poisson",
+        measurement_interval_ms=500,
+        stability_percentage=25,
+    )
     report = _run(options, transport)
     assert report.results[0].summary.throughput == pytest.approx(2000, rel=0.1)
 
@@ -175,8 +183,12 @@ def test_warmup_requests_are_sent_but_not_measured() -> None:
 def test_sequence_requests_carry_start_end_and_ids() -> None:
     transport = FakeTransport(latency=lambda now, inflight: 0.001)
     transport.config = {"name": "add_sub", "max_batch_size": 8, "sequence_batching": {}}
-    options = _options(concurrency_range=ConcurrencyRange(2, 2, 1), sequence_length=5,
-                       sequence_length_variation=0, sequence_id_range=(100, 103))  # fmt: skip
+    options = _options(
+        concurrency_range=ConcurrencyRange(2, 2, 1),
+        sequence_length=5,
+        sequence_length_variation=0,
+        sequence_id_range=(100, 103),
+    )
     report = _run(options, transport)
     assert report.exit_code == 0
     flags = [f for _, f in transport.sent if f is not None]

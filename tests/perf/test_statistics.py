@@ -21,10 +21,13 @@ MS = 1_000_000
 def _summary(throughput: float, latency_ns: int):  # type: ignore[no-untyped-def]
     n = 10
     records = RecordBatch(
-        np.zeros(n, dtype=np.int64), np.full(n, latency_ns, dtype=np.int64),
-        np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
-        np.zeros(n, dtype=bool), np.zeros(n, dtype=bool),
-    )  # fmt: skip
+        np.zeros(n, dtype=np.int64),
+        np.full(n, latency_ns, dtype=np.int64),
+        np.zeros(n, dtype=np.int64),
+        np.zeros(n, dtype=np.int64),
+        np.zeros(n, dtype=bool),
+        np.zeros(n, dtype=bool),
+    )
     return summarize_window(records, 0, int(n / throughput * 1e9), batch_size=1)
 
 
@@ -41,8 +44,9 @@ def test_summary_latency_statistics() -> None:
     latencies = np.array([5, 1, 4, 2, 3, 10, 6, 7, 8, 9], dtype=np.int64) * MS
     n = latencies.size
     start = np.zeros(n, dtype=np.int64)
-    records = RecordBatch(start, latencies, np.full(n, 1000), np.full(n, 3000),
-                          np.zeros(n, bool), np.zeros(n, bool))  # fmt: skip
+    records = RecordBatch(
+        start, latencies, np.full(n, 1000), np.full(n, 3000), np.zeros(n, bool), np.zeros(n, bool)
+    )
     s = summarize_window(records, 0, 2_000 * MS, batch_size=4, percentile=95)
     assert s.request_count == 10
     assert s.throughput == 10 * 4 / 2.0
@@ -104,12 +108,20 @@ def test_merge_uses_all_records_over_the_summed_durations() -> None:
     def batch(latencies_ms: list[int]) -> RecordBatch:
         n = len(latencies_ms)
         end = np.array(latencies_ms, dtype=np.int64) * MS
-        return RecordBatch(np.zeros(n, np.int64), end, np.zeros(n, np.int64),
-                           np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n, bool))  # fmt: skip
+        return RecordBatch(
+            np.zeros(n, np.int64),
+            end,
+            np.zeros(n, np.int64),
+            np.zeros(n, np.int64),
+            np.zeros(n, bool),
+            np.zeros(n, bool),
+        )
 
     batches = [batch([1, 1]), batch([2, 2, 2, 2]), batch([3])]
-    windows = [summarize_window(b, i * 1000 * MS, (i + 1) * 1000 * MS, batch_size=2)
-               for i, b in enumerate(batches)]  # fmt: skip
+    windows = [
+        summarize_window(b, i * 1000 * MS, (i + 1) * 1000 * MS, batch_size=2)
+        for i, b in enumerate(batches)
+    ]
     merged = merge_windows(windows, batches, batch_size=2)
     assert merged.request_count == 7
     assert merged.throughput == 7 * 2 / 3.0
