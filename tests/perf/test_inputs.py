@@ -164,7 +164,8 @@ def test_variable_dim_inferred_from_json_element_count(tmp_path: Path) -> None:
         ({"data": [{"INPUT0": {"content": [1], "dims": [1]}}]}, "data.json: $.data[0].INPUT0"),
         (
             {"data": [{"INPUT0": [1] * 16, "INPUTX": [1]}]},
-            "data.json: $.data[0]: unknown input 'INPUTX'; model 'add_sub' has inputs INPUT0, INPUT1",
+            "data.json: $.data[0]: unknown input 'INPUTX'; model 'add_sub' has inputs "
+            "INPUT0, INPUT1",
         ),
         ({"data": [{"INPUT0": [1] * 16}]}, "data.json: $.data[0]: input 'INPUT1' is missing"),
         (
