@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from repokit.perf.statistics import RequestLog
-from repokit.perf.transports.base import Connection, Transport
+from repokit.perf.transports.base import InferTiming, Transport
 from repokit.perf.workload import Sequence, SequenceSource, Workload, outputs_match
 
 DELAY_TOLERANCE_NS = 2_000_000  # event-loop timers fire up to ~1 ms late
@@ -27,7 +28,7 @@ DELAY_TOLERANCE_NS = 2_000_000  # event-loop timers fire up to ~1 ms late
 
 @dataclass
 class Slot:
-    connection: Connection
+    connection: Any  # Connection (asyncio) or a blocking connection (threads)
     sequence: Sequence | None = None
     position: int = 0
 
@@ -78,6 +79,11 @@ class _LoadBase:
         request, expected, flags = self._pick(slot)
         self.log.sent += 1
         timing = await slot.connection.infer(request, flags, self._validating and record)
+        return self._record(timing, expected, flags, delayed, record)
+
+    def _record(
+        self, timing: InferTiming, expected: Any, flags: Any, delayed: bool, record: bool
+    ) -> bool:
         if timing.error is not None:
             self._fail(timing.error)
             return False
@@ -138,6 +144,64 @@ class ConcurrencyLoad(_LoadBase):
 
     async def wait_done(self) -> None:
         await asyncio.gather(*self._tasks)
+
+
+class ThreadedConcurrencyLoad(_LoadBase):
+    """perf_analyzer's sync mode: one thread per concurrent request, each with a blocking
+    connection (``transport.connect_blocking()``). Blocking sockets cost the client less per
+    request than an event-loop round trip, which matters most at low concurrency."""
+
+    async def start(self, concurrency: int) -> None:
+        self.stopping = False
+        self._loop = asyncio.get_running_loop()
+        connect = self.transport.connect_blocking  # type: ignore[attr-defined]
+        self._threads: list[threading.Thread] = []
+        for _ in range(concurrency):
+            slot = Slot(await asyncio.to_thread(connect))
+            self._slots.append(slot)
+            thread = threading.Thread(target=self._worker, args=(slot,), daemon=True)
+            self._threads.append(thread)
+        for thread in self._threads:
+            thread.start()
+
+    def _fail(self, message: str) -> None:
+        if self.failure is None:
+            self.failure = message
+        self.stopping = True
+        self._loop.call_soon_threadsafe(self.failed.set)
+
+    def _worker(self, slot: Slot) -> None:
+        infer = slot.connection.infer
+        validating = self._validating
+        log = self.log
+        while not self.stopping:
+            request, expected, flags = self._pick(slot)
+            log.sent += 1
+            timing: InferTiming = infer(request, flags, validating)
+            if not self._record(timing, expected, flags, False, True):
+                return
+
+    async def stop(self) -> None:
+        self.stopping = True
+        for thread in self._threads:
+            await asyncio.to_thread(thread.join)
+        self._threads.clear()
+        for slot in self._slots:
+            if slot.sequence is not None and not slot.sequence.done and self.failure is None:
+                slot.sequence.length = slot.sequence.sent + 1
+                request, _, flags = self._pick(slot)
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(slot.connection.infer, request, flags, False)
+            slot.connection.close()
+        self._slots.clear()
+
+
+def supports_threads(transport: Transport) -> bool:
+    connect = getattr(transport, "connect_blocking", None)
+    if connect is None:
+        return False
+    probe = getattr(transport, "options", None)
+    return not getattr(probe, "streaming", False)
 
 
 def constant_intervals(rate: float) -> Iterator[int]:

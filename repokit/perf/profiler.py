@@ -24,9 +24,11 @@ from repokit.perf.errors import GENERIC_ERROR, STABILITY_ERROR, PerfError
 from repokit.perf.load import (
     ConcurrencyLoad,
     ScheduleLoad,
+    ThreadedConcurrencyLoad,
     constant_intervals,
     file_intervals,
     poisson_intervals,
+    supports_threads,
 )
 from repokit.perf.metrics import MetricsScraper
 from repokit.perf.options import PerfOptions, validate_options
@@ -137,7 +139,11 @@ class Profiler:
         return parse_statistics(await self.transport.model_statistics(model, self.o.version))
 
     def _new_load(self, schedule: bool, log: RequestLog) -> Any:
-        cls = ScheduleLoad if schedule else ConcurrencyLoad
+        cls: type[Any] = ConcurrencyLoad
+        if schedule:
+            cls = ScheduleLoad
+        elif not self.o.async_mode and supports_threads(self.transport):
+            cls = ThreadedConcurrencyLoad
         return cls(self.transport, self.session.workload, log, self.clock, self.session.sequences)
 
     async def warmup(self) -> None:

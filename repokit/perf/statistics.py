@@ -16,6 +16,7 @@ Pure code (no I/O, no clock): the profiler feeds it timestamps from its injected
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,19 +78,14 @@ class RecordBatch:
 
 
 class RequestLog:
-    """Append-only lists of completed requests; :meth:`take` swaps them out as arrays."""
+    """Completed requests, appended by the load drivers (asyncio tasks or worker threads);
+    :meth:`take` swaps them out as arrays. One tuple per request under a lock, so a take never
+    splits a record."""
 
     def __init__(self) -> None:
-        self._reset()
+        self._records: list[tuple[int, int, int, int, bool, bool]] = []
+        self._lock = threading.Lock()
         self.sent = 0  # requests handed to the transport (for the send-rate line)
-
-    def _reset(self) -> None:
-        self.start: list[int] = []
-        self.end: list[int] = []
-        self.send: list[int] = []
-        self.recv: list[int] = []
-        self.sequence_end: list[bool] = []
-        self.delayed: list[bool] = []
 
     def add(
         self,
@@ -100,35 +96,22 @@ class RequestLog:
         sequence_end: bool = False,
         delayed: bool = False,
     ) -> None:
-        self.start.append(start)
-        self.end.append(end)
-        self.send.append(send)
-        self.recv.append(recv)
-        self.sequence_end.append(sequence_end)
-        self.delayed.append(delayed)
-
-    def extend(self, batch: RecordBatch) -> None:
-        self.start.extend(batch.start.tolist())
-        self.end.extend(batch.end.tolist())
-        self.send.extend(batch.send.tolist())
-        self.recv.extend(batch.recv.tolist())
-        self.sequence_end.extend(batch.sequence_end.tolist())
-        self.delayed.extend(batch.delayed.tolist())
+        with self._lock:
+            self._records.append((start, end, send, recv, sequence_end, delayed))
 
     def __len__(self) -> int:
-        return len(self.end)
+        return len(self._records)
 
     def take(self) -> RecordBatch:
-        batch = RecordBatch(
-            np.asarray(self.start, dtype=np.int64),
-            np.asarray(self.end, dtype=np.int64),
-            np.asarray(self.send, dtype=np.int64),
-            np.asarray(self.recv, dtype=np.int64),
-            np.asarray(self.sequence_end, dtype=np.bool_),
-            np.asarray(self.delayed, dtype=np.bool_),
+        with self._lock:
+            records, self._records = self._records, []
+        if not records:
+            return RecordBatch.empty()
+        table = np.array([r[:4] for r in records], dtype=np.int64)
+        flags = np.array([r[4:] for r in records], dtype=np.bool_)
+        return RecordBatch(
+            table[:, 0], table[:, 1], table[:, 2], table[:, 3], flags[:, 0], flags[:, 1]
         )
-        self._reset()
-        return batch
 
 
 class WindowAccountant:

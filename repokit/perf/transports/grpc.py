@@ -122,6 +122,38 @@ class GrpcConnection:
             self._stream = None
 
 
+class BlockingGrpcConnection:
+    """A worker thread's unary calls on a synchronous channel (perf_analyzer's sync mode)."""
+
+    def __init__(self, owner: GrpcTransport, channel: grpc.Channel) -> None:
+        self._clock = owner.clock
+        self._metadata = owner.metadata
+        self._unary = channel.unary_unary(SERVICE + "ModelInfer")
+
+    def infer(
+        self,
+        request: PreparedGrpc,
+        sequence: SequenceFlags | None = None,
+        want_outputs: bool = False,
+    ) -> InferTiming:
+        clock = self._clock
+        start = clock()
+        payload = request.serialized if sequence is None else _sequence_bytes(request, sequence)
+        try:
+            raw = self._unary(payload, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            now = clock()
+            return InferTiming(start, now, now, now, _rpc_error(exc))
+        received = clock()
+        reply = pb.ModelInferResponse.FromString(raw)
+        outputs = decode_grpc_outputs(reply) if want_outputs else None
+        # a synchronous call gives no "request written" moment: send time is not separable
+        return InferTiming(start, start, received, clock(), None, outputs)
+
+    def close(self) -> None:
+        pass
+
+
 class GrpcTransport:
     def __init__(self, options: TransportOptions, clock: Callable[[], int]) -> None:
         self.options = options
@@ -130,6 +162,7 @@ class GrpcTransport:
         self.target = f"{host}:{port}"
         self.metadata = tuple((k.lower(), v) for k, v in options.headers.items()) or None
         self._channels: list[grpc.aio.Channel] = []
+        self._sync_channels: list[grpc.Channel] = []
         self._next = itertools.count()
         self._stub: Any = None
 
@@ -152,6 +185,20 @@ class GrpcTransport:
         for channel in self._channels:
             await channel.close()
         self._channels.clear()
+        for sync_channel in self._sync_channels:
+            sync_channel.close()
+        self._sync_channels.clear()
+
+    def connect_blocking(self) -> BlockingGrpcConnection | None:
+        """A synchronous connection, or None with --streaming (streams stay on asyncio)."""
+        if self.options.streaming:
+            return None
+        if not self._sync_channels:
+            for i in range(CHANNELS):
+                options = [*_CHANNEL_OPTIONS, ("repokit.perf.sync_channel", i)]
+                self._sync_channels.append(grpc.insecure_channel(self.target, options=options))
+        channel = self._sync_channels[next(self._next) % len(self._sync_channels)]
+        return BlockingGrpcConnection(self, channel)
 
     async def connect(self) -> GrpcConnection:
         await self.open()

@@ -11,6 +11,7 @@ are decoded too. Outputs are decoded only when validation data needs them.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -75,34 +76,41 @@ class _ClientProtocol(asyncio.Protocol):
         return self._waiter
 
     def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        head_end = buffer.find(_CRLF2)
-        if head_end < 0:
+        self._buffer += data
+        response = parse_response(self._buffer)
+        if response is None:
             return
-        head = bytes(buffer[:head_end]).lower()
-        length_at = head.find(b"\r\ncontent-length:")
-        if length_at >= 0:
-            line_end = head.find(b"\r\n", length_at + 17)
-            length = int(head[length_at + 17 : line_end if line_end >= 0 else None])
-            total = head_end + 4 + length
-            if len(buffer) < total:
-                return
-            body = bytes(buffer[head_end + 4 : total])
-            del buffer[:total]
-        elif b"\r\ntransfer-encoding: chunked" in head:
-            decoded = _dechunk(buffer, head_end + 4)
-            if decoded is None:
-                return
-            body, total = decoded
-            del buffer[:total]
-        else:
-            body = b""
-            del buffer[: head_end + 4]
         waiter = self._waiter
         self._waiter = None
         if waiter is not None and not waiter.done():
-            waiter.set_result(HttpResponse(int(head[9:12]), head, body))
+            waiter.set_result(response)
+
+
+def parse_response(buffer: bytearray) -> HttpResponse | None:
+    """Take one complete response off the front of ``buffer``; None while it is incomplete."""
+    head_end = buffer.find(_CRLF2)
+    if head_end < 0:
+        return None
+    head = bytes(buffer[:head_end]).lower()
+    length_at = head.find(b"\r\ncontent-length:")
+    if length_at >= 0:
+        line_end = head.find(b"\r\n", length_at + 17)
+        length = int(head[length_at + 17 : line_end if line_end >= 0 else None])
+        total = head_end + 4 + length
+        if len(buffer) < total:
+            return None
+        body = bytes(buffer[head_end + 4 : total])
+        del buffer[:total]
+    elif b"\r\ntransfer-encoding: chunked" in head:
+        decoded = _dechunk(buffer, head_end + 4)
+        if decoded is None:
+            return None
+        body, total = decoded
+        del buffer[:total]
+    else:
+        body = b""
+        del buffer[: head_end + 4]
+    return HttpResponse(int(head[9:12]), head, body)
 
 
 def _dechunk(buffer: bytearray, offset: int) -> tuple[bytes, int] | None:
@@ -209,6 +217,52 @@ def decode_outputs(
     return out
 
 
+class BlockingHttpConnection:
+    """One keep-alive socket used by one worker thread (perf_analyzer's sync mode): a blocking
+    send and recv per request costs less client time than an event-loop round trip."""
+
+    def __init__(self, transport: HttpTransport, sock: socket.socket) -> None:
+        self._owner = transport
+        self._sock = sock
+        self._clock = transport.clock
+        self._buffer = bytearray()
+
+    def infer(
+        self,
+        request: PreparedHttp,
+        sequence: SequenceFlags | None = None,
+        want_outputs: bool = False,
+    ) -> InferTiming:
+        clock = self._clock
+        start = clock()
+        message = (
+            request.message if sequence is None else self._owner.sequence_message(request, sequence)
+        )
+        buffer = self._buffer
+        try:
+            self._sock.sendall(message)
+            sent = clock()
+            while True:
+                chunk = self._sock.recv(262144)
+                if not chunk:
+                    raise ConnectionResetError("the server closed the connection")
+                buffer += chunk
+                response = parse_response(buffer)
+                if response is not None:
+                    break
+        except OSError as exc:
+            now = clock()
+            return InferTiming(start, now, now, now, f"connection failed: {exc}")
+        received = clock()
+        if response.status != 200:
+            return InferTiming(start, sent, received, clock(), _error_text(response))
+        outputs = decode_outputs(response, request.outputs) if want_outputs else None
+        return InferTiming(start, sent, received, clock(), None, outputs)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
 class HttpTransport:
     def __init__(self, options: TransportOptions, clock: Callable[[], int]) -> None:
         self.options = options
@@ -235,6 +289,16 @@ class HttpTransport:
                 f"cannot connect to {self.host}:{self.port} over HTTP: {exc.strerror or exc}"
             ) from None
         return HttpConnection(self, proto)
+
+    def connect_blocking(self) -> BlockingHttpConnection:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=60)
+        except OSError as exc:
+            raise PerfError(
+                f"cannot connect to {self.host}:{self.port} over HTTP: {exc.strerror or exc}"
+            ) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return BlockingHttpConnection(self, sock)
 
     def _head(self, method: str, path: bytes, length: int, extra: bytes = b"") -> bytes:
         return (
