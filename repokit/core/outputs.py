@@ -66,6 +66,7 @@ def finish_outputs(
             in_shm[tensor.name] = (requested.shm, tensor.datatype, tuple(tensor.shape))
             continue
         outputs.append(tensor)
+    order = [t.name for t in result.outputs if not wanted or t.name in wanted] if in_shm else []
     return InferResponse(
         model_name=loaded.name,
         model_version=str(loaded.version),
@@ -73,4 +74,5 @@ def finish_outputs(
         outputs=outputs,
         parameters=dict(result.parameters),
         shm_outputs=in_shm,
+        output_order=order,
     )

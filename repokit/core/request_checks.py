@@ -190,15 +190,19 @@ def _input_array(
         count *= dim
     if info.datatype == "BYTES":
         if data.dtype != object:
-            try:
-                data = deserialize_bytes_tensor(
-                    data.view(np.uint8).reshape(-1).data,
-                    count,
-                    input_name=input_id,
-                    model_name=model,
-                )
-            except RepokitError as exc:
-                raise invalid_arg(prefix + exc.message) from exc
+            data = deserialize_bytes_tensor(
+                data.view(np.uint8).reshape(-1).data,
+                count,
+                input_name=input_id,
+                model_name=model,
+                request_prefix=prefix,
+            )
+        elif info.check_byte_size and data.size > count:
+            # Triton serialises typed/JSON strings and stops at the first element too many
+            raise invalid_arg(
+                f"{prefix}unexpected number of string elements {count + 1} for inference input "
+                f"'{input_id}' for model '{model}', expecting {count}"
+            )
         elif info.check_byte_size and data.size != count:
             raise invalid_arg(
                 f"{prefix}expected {count} string elements for inference input '{input_id}' "
@@ -224,7 +228,11 @@ def prepare(io: ModelIO, request: InferRequest, read_shm: ShmReader) -> Prepared
     model = io.model_name
     # shared-memory inputs are resolved first, as Triton's frontends do
     sources: list[npt.NDArray[Any]] = []
+    seen: set[str] = set()
     for spec in request.inputs:
+        if spec.name in seen:
+            raise invalid_arg(f"{prefix}input '{spec.name}' already exists in request")
+        seen.add(spec.name)
         if spec.shm is not None:
             sources.append(read_shm(spec.shm))
         elif spec.data is not None:

@@ -115,8 +115,8 @@ class SystemSharedMemory:
     def write(self, ref: SharedMemoryRef, output_name: str, data: bytes | memoryview) -> None:
         region, start = self._window(ref)
         size = memoryview(data).nbytes
-        if size > ref.byte_size:
-            raise invalid_arg(
+        if size > ref.byte_size:  # Triton 2.51 reports this as INTERNAL (500)
+            raise internal(
                 f"shared memory size specified with the request for output '{output_name}' "
                 f"({ref.byte_size} bytes) should be at least {size} bytes to hold the results"
             )

@@ -76,11 +76,14 @@ def deserialize_bytes_tensor(
     *,
     input_name: str | None = None,
     model_name: str | None = None,
+    request_prefix: str = "",
 ) -> npt.NDArray[np.object_]:
     """Split a length-prefixed buffer into a 1-D object array of ``bytes``.
 
     With ``expected_count`` the element count must match exactly (Triton's
     "expected N string elements ..." / "unexpected number of string elements ..." errors).
+    ``request_prefix`` (``[request id: ...] ``) starts every message but the one for string
+    data running past the end, which Triton 2.51 words without it and without the model.
     """
     data = buffer if isinstance(buffer, bytes) else bytes(buffer)
     total = len(data)
@@ -92,27 +95,31 @@ def deserialize_bytes_tensor(
     while offset < total:
         if expected_count is not None and len(elements) >= expected_count:
             raise invalid_arg(
-                f"unexpected number of string elements {len(elements) + 1} for {where}, "
+                f"{request_prefix}unexpected number of string elements {len(elements) + 1} "
+                f"for {where}, "
                 f"expecting {expected_count}"
             )
         remaining = total - offset
         if remaining < _LENGTH_SIZE:
             raise invalid_arg(
-                f"incomplete string length indicator for {where}, expecting "
-                f"{_LENGTH_SIZE} bytes but only {remaining} bytes available"
+                f"{request_prefix}incomplete string length indicator for {where}, expecting "
+                f"{_LENGTH_SIZE} bytes but only {remaining} bytes available. Please make sure "
+                "the string length indicator is in one buffer."
             )
         (length,) = unpack(data, offset)
         offset += _LENGTH_SIZE
         if length > total - offset:
             raise invalid_arg(
-                f"incomplete string data for {where}, expecting string of length {length} "
+                f"incomplete string data for {_where(input_name, None)}, expecting string of "
+                f"length {length} "
                 f"but only {total - offset} bytes available"
             )
         append(data[offset : offset + length])
         offset += length
     if expected_count is not None and len(elements) != expected_count:
         raise invalid_arg(
-            f"expected {expected_count} string elements for {where}, got {len(elements)}"
+            f"{request_prefix}expected {expected_count} string elements for {where}, "
+            f"got {len(elements)}"
         )
     result = np.empty(len(elements), dtype=object)
     result[:] = elements

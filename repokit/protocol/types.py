@@ -83,6 +83,9 @@ class InferResponse:
     shm_outputs: dict[str, tuple[SharedMemoryRef, str, tuple[int, ...]]] = field(
         default_factory=dict
     )
+    # every output name (in memory or shm) in the model's order, as Triton lists them; only
+    # filled when there are shm outputs (otherwise ``outputs`` already has that order)
+    output_order: list[str] = field(default_factory=list)
 
 
 def empty_array(datatype: str) -> npt.NDArray[Any]:

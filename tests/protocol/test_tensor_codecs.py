@@ -72,7 +72,8 @@ def test_deserialize_truncated_length_indicator() -> None:
     assert info.value.code is Code.INVALID_ARG
     assert info.value.message == (
         "incomplete string length indicator for inference input 'IN' for model 'm', "
-        "expecting 4 bytes but only 2 bytes available"
+        "expecting 4 bytes but only 2 bytes available. Please make sure the string length "
+        "indicator is in one buffer."
     )
 
 
