@@ -302,3 +302,95 @@ def _ready(client: grpcclient.InferenceServerClient, name: str) -> bool:
         return bool(client.is_model_ready(name))
     except InferenceServerException:  # an unloaded model may be unknown: NOT_FOUND
         return False
+
+
+def _types_request(**tensors: tuple[str, list[int], bytes]) -> pb.ModelInferRequest:
+    msg = pb.ModelInferRequest(model_name="types", id="t")
+    for name, (datatype, shape, raw) in tensors.items():
+        msg.inputs.add(name=name, datatype=datatype, shape=shape)
+        msg.raw_input_contents.append(raw)
+    return msg
+
+
+def _valid_types(**override: tuple[str, list[int], bytes]) -> pb.ModelInferRequest:
+    tensors = {
+        "B": ("BYTES", [1], b"\x01\0\0\0a"),
+        "Z": ("BOOL", [1], b"\x01"),
+        "H": ("FP16", [1], np.float16(1).tobytes()),
+        "I": ("INT8", [1], b"\x05"),
+    }
+    return _types_request(**{**tensors, **override})
+
+
+def _malformed() -> list[tuple[str, pb.ModelInferRequest, grpc.StatusCode, str]]:
+    """Requests the real core rejects, with the status and words of Triton 2.51 (checked by
+    tests/differential/test_grpc_vs_triton.py)."""
+    dup = _valid_types()
+    dup.inputs.add(name="Z", datatype="BOOL", shape=[1])
+    dup.raw_input_contents.append(b"\x01")
+    typed = _valid_types()
+    del typed.raw_input_contents[:]
+    for tensor in typed.inputs:
+        tensor.contents.SetInParent()
+    typed.inputs[0].contents.bytes_contents.extend([b"a", b"b"])
+    typed.inputs[1].contents.bool_contents.append(True)
+    typed.inputs[2].datatype = "INT8"  # FP16 has no typed field: declare something else
+    typed.inputs[2].contents.int_contents.append(1)
+    typed.inputs[3].contents.int_contents.append(1)
+    a = np.zeros((1, 16), np.float32).tobytes()
+    small = pb.ModelInferRequest(model_name="add_sub", raw_input_contents=[a, a])
+    small.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+    small.inputs.add(name="INPUT1", datatype="FP32", shape=[1, 16])
+    out = small.outputs.add(name="OUTPUT0")
+    out.parameters["shared_memory_region"].string_param = "grpc_small"
+    out.parameters["shared_memory_byte_size"].int64_param = 32
+    return [
+        ("duplicate input", dup, grpc.StatusCode.INVALID_ARGUMENT,
+         "[request id: t] input 'Z' already exists in request"),
+        ("string data past the end", _valid_types(B=("BYTES", [1], b"\x0a\0\0\0abc")),
+         grpc.StatusCode.INVALID_ARGUMENT,
+         "incomplete string data for inference input 'B', expecting string of length 10 but "
+         "only 3 bytes available"),
+        ("truncated length indicator", _valid_types(B=("BYTES", [1], b"\x01\0")),
+         grpc.StatusCode.INVALID_ARGUMENT,
+         "[request id: t] incomplete string length indicator for inference input 'B' for model "
+         "'types', expecting 4 bytes but only 2 bytes available. Please make sure the string "
+         "length indicator is in one buffer."),
+        ("too many typed strings", typed, grpc.StatusCode.INVALID_ARGUMENT,
+         "[request id: t] unexpected number of string elements 2 for inference input 'B' for "
+         "model 'types', expecting 1"),
+        ("unknown datatype", _valid_types(I=("int8", [1], b"\x05")),
+         grpc.StatusCode.INVALID_ARGUMENT,
+         "[request id: t] inference input 'I' data-type is '<invalid>', but model 'types' "
+         "expects 'INT8'"),
+        ("shm output too small", small, grpc.StatusCode.INTERNAL,
+         "shared memory size specified with the request for output 'OUTPUT0' (32 bytes) should "
+         "be at least 64 bytes to hold the results"),
+    ]  # fmt: skip
+
+
+MALFORMED = _malformed()
+
+
+@pytest.mark.parametrize(
+    ("case", "msg", "code", "message"), MALFORMED, ids=[c[0] for c in MALFORMED]
+)
+def test_malformed_requests_get_tritons_status_and_message(
+    url: str, case: str, msg: pb.ModelInferRequest, code: grpc.StatusCode, message: str
+) -> None:
+    key = f"/repokit_grpc_small_{id(msg)}"
+    region = shm.create_shared_memory_region("grpc_small", key, 64)
+    with grpc.insecure_channel(url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        stub.SystemSharedMemoryRegister(
+            pb.SystemSharedMemoryRegisterRequest(name="grpc_small", key=key, byte_size=64)
+        )
+        try:
+            with pytest.raises(grpc.RpcError) as info:
+                stub.ModelInfer(msg, timeout=30)
+            assert (info.value.code(), info.value.details()) == (code, message)
+        finally:
+            stub.SystemSharedMemoryUnregister(
+                pb.SystemSharedMemoryUnregisterRequest(name="grpc_small")
+            )
+            shm.destroy_shared_memory_region(region)

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from repokit.errors import invalid_arg
-from repokit.frontends.grpc.contents import array_from_contents
+from repokit.frontends.grpc.contents import INVALID_DATATYPE, KNOWN_DATATYPES, array_from_contents
 from repokit.frontends.grpc.params import (
     parse_classification,
     parse_request_parameters,
@@ -29,7 +29,13 @@ from repokit.frontends.grpc.params import (
 )
 from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.tensor_codec import array_to_bytes
-from repokit.protocol.types import InferRequest, InferResponse, InputSpec, RequestedOutput
+from repokit.protocol.types import (
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    InputSpec,
+    RequestedOutput,
+)
 
 
 @dataclass
@@ -78,9 +84,10 @@ def decode_infer_request(msg: pb.ModelInferRequest) -> DecodedRequest:
             raise invalid_arg(
                 f"unable to find data for input tensor '{name}' for model '{model}' in request."
             )
-        inputs.append(
-            InputSpec(name=name, datatype=tensor.datatype, shape=shape, data=data, shm=shm)
-        )
+        datatype = tensor.datatype
+        if datatype not in KNOWN_DATATYPES:
+            datatype = INVALID_DATATYPE  # Triton parses the string to TYPE_INVALID and shows this
+        inputs.append(InputSpec(name=name, datatype=datatype, shape=shape, data=data, shm=shm))
     outputs: list[RequestedOutput] = []
     for requested in msg.outputs:
         out_shm = parse_shared_memory(requested.name, requested.parameters)
@@ -113,17 +120,36 @@ def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
     )
     for key, value in response.parameters.items():
         set_parameter(msg.parameters[key], value)
+    if response.shm_outputs:
+        _encode_outputs_with_shm(response, msg)
+        return msg
     raw: list[bytes] = []
     for tensor in response.outputs:
-        out = msg.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-        for key, value in tensor.parameters.items():
-            set_parameter(out.parameters[key], value)
+        _add_output(msg, tensor)
         raw.append(bytes(array_to_bytes(tensor.datatype, tensor.data)))
-    for name, (_ref, datatype, shape) in response.shm_outputs.items():
-        msg.outputs.add(name=name, datatype=datatype, shape=shape)
-        raw.append(b"")
     msg.raw_output_contents.extend(raw)
     return msg
+
+
+def _add_output(msg: pb.ModelInferResponse, tensor: InferTensor) -> None:
+    out = msg.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+    for key, value in tensor.parameters.items():
+        set_parameter(out.parameters[key], value)
+
+
+def _encode_outputs_with_shm(response: InferResponse, msg: pb.ModelInferResponse) -> None:
+    """Outputs in the model's order, as Triton lists them; a shm output has an empty raw entry."""
+    in_memory = {tensor.name: tensor for tensor in response.outputs}
+    order = response.output_order or [*in_memory, *response.shm_outputs]
+    for name in order:
+        tensor = in_memory.get(name)
+        if tensor is not None:
+            _add_output(msg, tensor)
+            msg.raw_output_contents.append(bytes(array_to_bytes(tensor.datatype, tensor.data)))
+        elif name in response.shm_outputs:
+            _ref, datatype, shape = response.shm_outputs[name]
+            msg.outputs.add(name=name, datatype=datatype, shape=shape)
+            msg.raw_output_contents.append(b"")
 
 
 def empty_response(model_name: str, model_version: str, request_id: str) -> pb.ModelInferResponse:

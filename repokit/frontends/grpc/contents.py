@@ -53,10 +53,14 @@ _TARGET_DTYPE: dict[str, str] = {
 }
 
 
+#: protocol datatype names Triton's gRPC frontend recognises; any other string is TYPE_INVALID
+KNOWN_DATATYPES: frozenset[str] = frozenset({*_SOURCE_DTYPE, "BYTES", "FP16", "BF16"})
+INVALID_DATATYPE = "<invalid>"
+
+
 def _shown_datatype(datatype: str) -> str:
     """How Triton prints a request datatype (unknown strings become INVALID)."""
-    known = set(_SOURCE_DTYPE) | {"BYTES", "FP16", "BF16"}
-    return datatype if datatype in known else "<invalid>"
+    return datatype if datatype in KNOWN_DATATYPES else INVALID_DATATYPE
 
 
 def _mismatch(name: str, model: str, field_type: str, datatype: str) -> RepokitError:

@@ -71,8 +71,9 @@ def make_repository(root: Path, with_types_model: bool = True) -> Path:
 
 
 @contextmanager
-def running_server(repo: Path, **core: Any) -> Iterator[ServerHandle]:
-    """Serve ``repo`` on 127.0.0.1 with every port chosen by the OS."""
+def running_server(repo: Path, http: bool = False, **core: Any) -> Iterator[ServerHandle]:
+    """Serve ``repo`` on 127.0.0.1 with every port chosen by the OS: gRPC, and HTTP too when
+    ``http`` (both on the one loop, over one InferenceService)."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="repokit-server", daemon=True)
     thread.start()
@@ -83,7 +84,7 @@ def running_server(repo: Path, **core: Any) -> Iterator[ServerHandle]:
         metrics_port=0,
         http_address="127.0.0.1",
         grpc_address="127.0.0.1",
-        allow_http=False,  # gRPC tests need only the gRPC port
+        allow_http=http,  # most gRPC tests need only the gRPC port
         allow_metrics=False,
     )
     try:

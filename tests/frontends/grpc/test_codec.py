@@ -364,3 +364,26 @@ def test_model_version_errors() -> None:
     assert info.value.message == (
         "invalid model version specified '-1' , version should be an integral value > 0"
     )
+
+
+def test_shm_outputs_are_listed_in_the_models_order() -> None:
+    data = np.array([1.0], dtype=np.float32)
+    response = InferResponse(
+        model_name="m",
+        model_version="1",
+        outputs=[InferTensor("C", "FP32", (1,), data)],
+        shm_outputs={"A": (SharedMemoryRef("r", 0, 4), "FP32", (1,))},
+        output_order=["A", "C"],
+    )
+    msg = encode_infer_response(response)
+    assert [o.name for o in msg.outputs] == ["A", "C"]
+    assert list(msg.raw_output_contents) == [b"", data.tobytes()]
+
+
+@pytest.mark.parametrize("datatype", ["FOO", "fp32", ""])
+def test_unknown_datatype_reaches_the_core_as_invalid(datatype: str) -> None:
+    """Triton parses the string to TYPE_INVALID, so its datatype error shows '<invalid>'."""
+    msg = _request()
+    msg.inputs.add(name="X", datatype=datatype, shape=[1])
+    msg.raw_input_contents.append(b"\0" * 4)
+    assert decode_infer_request(msg).request.inputs[0].datatype == "<invalid>"
