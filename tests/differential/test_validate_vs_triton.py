@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from google.protobuf import json_format
 
 from repokit.config.report import RepositoryReport, ValidateOptions
 from repokit.config.rules.catalog import REPOSITORY, RULES
@@ -29,6 +30,10 @@ from tests.differential.triton_reference import LoadResult, TritonReference
 
 pytestmark = pytest.mark.triton
 HANG_RULES = frozenset({"model-file-missing", "model-file-wrong-kind"})
+VALID_PYTHON_MODELS = sorted(
+    p.parent.name for p in default_sample_repository().glob("*/config.pbtxt")
+    if 'backend: "python"' in p.read_text()
+)
 
 
 def _merge_sources() -> list[Path]:
@@ -69,11 +74,11 @@ def repokit_report(merged_repository: Path) -> RepositoryReport:
 
 
 @pytest.fixture(scope="session")
-def triton_verdicts(
+def triton_session(
     merged_repository: Path,
     repokit_report: RepositoryReport,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, LoadResult]]:
+) -> Iterator[tuple[dict[str, LoadResult], dict[str, dict[str, object]]]]:
     server = TritonReference(
         merged_repository,
         tmp_path_factory.mktemp("triton-server"),
@@ -86,19 +91,24 @@ def triton_verdicts(
             return any(d.rule in HANG_RULES for d in repokit_report.models[name].diagnostics)
 
         names = sorted(repokit_report.models)
-        results = server.judge([n for n in names if not may_hang(n)], timeout=90)
-        results.update(server.judge([n for n in names if may_hang(n)], timeout=20))
-        yield results
+        results = server.judge([n for n in names if not may_hang(n)], timeout=90, workers=6)
+        results.update(server.judge([n for n in names if may_hang(n)], timeout=10, workers=6))
+        # (re)load first: a crash restart in judge() forgets earlier loads
+        configs = {name: server.model_config(name) for name in VALID_PYTHON_MODELS
+                   if name in results and server.load(name).ok}
+        yield results, configs
     finally:
         server.stop()
 
 
 @pytest.mark.parametrize("model", _model_names())
 def test_verdict_matches_triton(
-    model: str, repokit_report: RepositoryReport, triton_verdicts: dict[str, LoadResult]
+    model: str,
+    repokit_report: RepositoryReport,
+    triton_session: tuple[dict[str, LoadResult], dict[str, dict[str, object]]],
 ) -> None:
     report = repokit_report.models[model]
-    triton = triton_verdicts[model]
+    triton = triton_session[0][model]
     errors = [d for d in report.diagnostics if d.is_error]
     if triton.backend_missing:
         early = [d.rule for d in errors if RULES.get(d.rule) is None
@@ -113,3 +123,30 @@ def test_verdict_matches_triton(
         f"Triton {'loaded' if triton.ok else 'refused'} {model!r} "
         f"({triton.status} {triton.message!r}); repokit errors: {described}"
     )
+
+
+def _ints(value: object) -> object:
+    """Protobuf JSON writes int64 as strings, Triton writes numbers: compare them as ints."""
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+@pytest.mark.parametrize("model", VALID_PYTHON_MODELS)
+def test_normalised_config_matches_triton_config_endpoint(
+    model: str,
+    repokit_report: RepositoryReport,
+    triton_session: tuple[dict[str, LoadResult], dict[str, dict[str, object]]],
+) -> None:
+    """NormalizeModelConfig + NormalizeInstanceGroup give exactly GET /v2/models/<m>/config."""
+    triton_config = triton_session[1][model]
+    config = repokit_report.models[model].config
+    assert config is not None
+    ours = json_format.MessageToDict(
+        config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    assert _ints(ours) == _ints(triton_config)

@@ -79,6 +79,7 @@ class TritonReference:
         self.flags = list(flags)
         self.pid = 0
         self.http_port = 0
+        self.restarts = 0
         self.venv = private_venv(workdir / "venv")
 
     @property
@@ -157,6 +158,13 @@ class TritonReference:
         except OSError as exc:  # timeout: Triton 2.51 hangs on some python-backend failures
             return LoadResult(model, False, 0, f"load did not finish in {timeout}s ({exc})")
 
+    def model_config(self, model: str) -> dict[str, object]:
+        """GET /v2/models/<m>/config as JSON."""
+        quoted = urllib.request.quote(model, safe="")
+        with urllib.request.urlopen(f"{self.url}/v2/models/{quoted}/config", timeout=10) as r:
+            data: dict[str, object] = json.loads(r.read())
+            return data
+
     def load_all(
         self, models: Sequence[str], timeout: float = 60.0, workers: int = 4
     ) -> dict[str, LoadResult]:
@@ -170,22 +178,27 @@ class TritonReference:
 
     def restart(self) -> None:
         self.stop()
+        self.restarts += 1
         self.start()
 
     def judge(
-        self, models: Sequence[str], timeout: float = 60.0, workers: int = 4
+        self, models: Sequence[str], timeout: float = 60.0, workers: int = 4, retries: int = 1
     ) -> dict[str, LoadResult]:
         """Load every model and keep the verdicts, surviving server crashes.
 
-        Triton 2.51 segfaults on a few invalid configs. When the server dies, it is restarted
-        and the loads that were cut off are retried one at a time; a model that kills the
-        server again gets a failed verdict ("server crashed").
+        Triton 2.51 segfaults on a few invalid configs (sometimes only when loads run in
+        parallel). When the server dies it is restarted and the loads it cut off are retried,
+        in parallel ``retries`` times, then one at a time; a model that kills the server on
+        its own gets a failed verdict ("tritonserver crashed while loading it").
         """
         results = self.load_all(models, timeout, workers)
         if self.alive:
             return results
         cut_off = [m for m in models if results[m].timed_out]
         self.restart()
+        if retries > 0:
+            results.update(self.judge(cut_off, timeout, workers, retries - 1))
+            return results
         for model in cut_off:
             result = self.load(model, timeout)
             if not self.alive:
@@ -197,7 +210,7 @@ class TritonReference:
     def stop(self) -> None:
         if not self.pid:
             return
-        for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
             try:  # the script starts the server with setsid: its group holds the python stubs
                 os.killpg(self.pid, sig)
             except OSError:
