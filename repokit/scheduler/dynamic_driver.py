@@ -80,6 +80,7 @@ class DynamicBatchScheduler(Scheduler):
             OrderedRelease() if self._settings.preserve_ordering else None
         )
         self._workers: list[asyncio.Task[None]] = []
+        self._expires = _has_timeouts(config)
         self._running = False
         self._stopping = False
 
@@ -91,6 +92,8 @@ class DynamicBatchScheduler(Scheduler):
             asyncio.create_task(self._worker(instance), name=f"batcher-{instance}")
             for instance in self._instances
         ]
+        if self._expires:  # rejects timed-out requests while every instance is busy
+            self._workers.append(asyncio.create_task(self._expiry(), name="batcher-timeouts"))
 
     async def stop(self) -> None:
         """Finish what is queued (ignoring the queue delay), then stop the workers."""
@@ -166,6 +169,14 @@ class DynamicBatchScheduler(Scheduler):
                 return
             await self._waker.sleep(decision.wake_at_ns)
 
+    async def _expiry(self) -> None:
+        while not self._stopping:
+            for rejected in self._planner.queues.expire(self._clock()):
+                future = rejected.payload.future
+                if not future.done():
+                    future.set_exception(timeout_error())
+            await self._waker.sleep(self._planner.queues.closest_deadline())
+
     async def _run(self, instance: int, batch: list[QueuedItem[_Job]]) -> None:
         live = [item for item in batch if not item.payload.future.done()]
         if not live:
@@ -189,3 +200,10 @@ class DynamicBatchScheduler(Scheduler):
                 self._ordered.complete(item.payload.future, scheduled)
             else:
                 settle(item.payload.future, scheduled)
+
+
+def _has_timeouts(config: mc.ModelConfig) -> bool:
+    """Whether any queue policy gives requests a deadline (only then can one expire)."""
+    db = config.dynamic_batching
+    policies = [db.default_queue_policy, *db.priority_queue_policy.values()]
+    return any(p.default_timeout_microseconds > 0 for p in policies)

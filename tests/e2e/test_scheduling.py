@@ -1,0 +1,443 @@
+"""`repokit serve` schedules each model as its config says: tritonclient over HTTP and gRPC
+against a real server (port 0) running the real python and onnxruntime backends.
+
+Nothing here asserts on elapsed time. Batching is observed through the batch size the model
+reports; queue states are reached by holding an instance busy (``gated`` models, see
+``scheduling_models``) and waiting until the scheduler reports the expected queue length.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from repokit.core.loaded_model import LoadedVersion
+from repokit.core.settings import ServerSettings
+from repokit.frontends.runner import ServeSettings
+from repokit.scheduler.sequence_batch import SequenceBatchScheduler
+from tests.e2e.scheduling_models import build_scheduling_repository, idle_accumulate
+from tests.frontends.http.server_thread import ServerThread
+
+PROTOCOLS = ("http", "grpc")
+STATUS = {
+    ("http", "INVALID_ARG"): "400",
+    ("http", "UNAVAILABLE"): "503",
+    ("grpc", "INVALID_ARG"): "StatusCode.INVALID_ARGUMENT",
+    ("grpc", "UNAVAILABLE"): "StatusCode.UNAVAILABLE",
+}
+IDLE_US = 200_000
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = build_scheduling_repository(tmp_path_factory.mktemp("scheduling") / "models")
+    idle_accumulate(repo, IDLE_US)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path) -> Iterator[ServerThread]:
+    settings = ServeSettings(
+        core=ServerSettings(repositories=[repo], model_control_mode="explicit", load_models=["*"]),
+        http_port=0,
+        grpc_port=0,
+        metrics_port=0,
+        http_address="127.0.0.1",
+        grpc_address="127.0.0.1",
+    )
+    srv = ServerThread(settings)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+class Client:
+    """The same calls over tritonclient.http or tritonclient.grpc."""
+
+    def __init__(self, protocol: str, server: ServerThread) -> None:
+        assert server.handle is not None
+        self.protocol = protocol
+        self.module: Any = httpclient if protocol == "http" else grpcclient
+        port = server.handle.http_port if protocol == "http" else server.handle.grpc_port
+        self.client = self.module.InferenceServerClient(f"127.0.0.1:{port}")
+
+    def infer(self, model: str, **kwargs: Any) -> dict[str, np.ndarray]:
+        arrays: dict[str, np.ndarray] = kwargs.pop("inputs")
+        inputs = []
+        for name, array in arrays.items():
+            item = self.module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            item.set_data_from_numpy(array)
+            inputs.append(item)
+        result = self.client.infer(model, inputs, **kwargs)
+        response = result.get_response()
+        names = (
+            [o["name"] for o in response["outputs"]]
+            if self.protocol == "http"
+            else [o.name for o in response.outputs]
+        )
+        return {name: result.as_numpy(name) for name in names}
+
+    def stats(self, model: str) -> dict[str, Any]:
+        doc = (
+            self.client.get_inference_statistics(model, as_json=True)
+            if self.protocol == "grpc"
+            else self.client.get_inference_statistics(model)
+        )
+        stats: dict[str, Any] = _numbers(doc["model_stats"][0])
+        return stats
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _numbers(value: Any) -> Any:
+    """gRPC's JSON renders uint64 counters as strings; make every counter an int."""
+    if isinstance(value, dict):
+        return {k: _numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers(v) for v in value]
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
+
+
+@pytest.fixture(params=PROTOCOLS)
+def protocol(request: pytest.FixtureRequest) -> str:
+    value: str = request.param
+    return value
+
+
+@pytest.fixture
+def connect(server: ServerThread, protocol: str) -> Iterator[Callable[[], Client]]:
+    made: list[Client] = []
+    lock = threading.Lock()
+
+    def new() -> Client:
+        client = Client(protocol, server)
+        with lock:
+            made.append(client)
+        return client
+
+    yield new
+    for client in made:
+        client.close()
+
+
+def loaded(server: ServerThread, model: str) -> LoadedVersion:
+    assert server.handle is not None
+    return server.handle.service.manager.get(model)
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.002)
+
+
+def _count(stats: dict[str, Any], key: str) -> int:
+    if key in stats:
+        return int(stats[key])
+    return int(stats["inference_stats"].get(key, {}).get("count", 0))  # gRPC omits zeros
+
+
+@contextmanager
+def held(server: ServerThread, repo: Path, model: str, client: Client) -> Iterator[Any]:
+    """Keep the model's (first free) instance busy until the block ends."""
+    gate = repo / model / "gate"
+    gate.unlink(missing_ok=True)
+    version = loaded(server, model)
+    assert version.scheduler is not None
+    pool = ThreadPoolExecutor(1)
+    blocker = pool.submit(client.infer, model, inputs={"INPUT0": -np.ones((1, 4), np.float32)})
+    until(lambda: version.inflight == 1 and version.scheduler.pending_count == 0, "blocker runs")
+    try:
+        yield blocker
+    finally:
+        gate.touch()
+        blocker.result(timeout=60)
+        pool.shutdown()
+
+
+def row(value: float) -> dict[str, np.ndarray]:
+    return {"INPUT0": np.full((1, 4), value, np.float32)}
+
+
+# --- dynamic batching ------------------------------------------------------------------------
+def test_concurrent_requests_are_batched(connect: Callable[[], Client]) -> None:
+    client = connect()
+    before = client.stats("batcher")
+    clients = [connect() for _ in range(32)]
+    barrier = threading.Barrier(len(clients))
+
+    def one(index: int) -> tuple[np.ndarray, int]:
+        barrier.wait()
+        out = clients[index].infer("batcher", inputs=row(index))
+        return out["OUTPUT0"], int(out["BATCH_SIZE"][0, 0])
+
+    with ThreadPoolExecutor(len(clients)) as pool:
+        results = list(pool.map(one, range(len(clients))))
+    for index, (output, _size) in enumerate(results):
+        np.testing.assert_array_equal(output, np.full((1, 4), index, np.float32))
+    sizes = [size for _, size in results]
+    assert max(sizes) > 1 and max(sizes) <= 32
+    after = client.stats("batcher")
+    requests_done = after["inference_count"] - before["inference_count"]
+    executions = after["execution_count"] - before["execution_count"]
+    assert requests_done == 32 and executions < 32
+    batched = sum(b["batch_size"] * b["compute_infer"]["count"] for b in after["batch_stats"])
+    assert batched == after["inference_count"]
+
+
+def test_preferred_size_is_sent_at_once(connect: Callable[[], Client]) -> None:
+    # the queue delay is 60 s: only reaching the preferred size (4) can send these batches
+    clients = [connect() for _ in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        sizes = list(
+            pool.map(
+                lambda c: int(c.infer("preferred", inputs=row(1))["BATCH_SIZE"][0, 0]), clients
+            )
+        )
+    assert sizes == [4] * 8
+
+
+def test_priority_level_1_runs_before_queued_level_2(
+    server: ServerThread, repo: Path, connect: Callable[[], Client]
+) -> None:
+    version = loaded(server, "prio")
+    with ThreadPoolExecutor(4) as pool, held(server, repo, "prio", connect()) as blocker:
+        low = [pool.submit(connect().infer, "prio", inputs=row(i), priority=2) for i in range(3)]
+        until(
+            lambda: version.scheduler is not None and version.scheduler.pending_count == 3,
+            "3 queued",
+        )
+        high = pool.submit(connect().infer, "prio", inputs=row(9), priority=1)
+        until(
+            lambda: version.scheduler is not None and version.scheduler.pending_count == 4,
+            "4 queued",
+        )
+    first = int(blocker.result()["ORDER"][0, 0])
+    assert int(high.result()["ORDER"][0, 0]) == first + 1
+    assert sorted(int(f.result()["ORDER"][0, 0]) for f in low) == [first + 2, first + 3, first + 4]
+
+
+def test_full_queue_is_refused_at_once(
+    server: ServerThread, repo: Path, connect: Callable[[], Client], protocol: str
+) -> None:
+    version = loaded(server, "qfull")
+    assert server.handle is not None and server.handle.metrics_port is not None
+    metrics = f"http://127.0.0.1:{server.handle.metrics_port}/metrics"
+    fails_before = _count(connect().stats("qfull"), "fail")
+    with ThreadPoolExecutor(2) as pool, held(server, repo, "qfull", connect()):
+        queued = [pool.submit(connect().infer, "qfull", inputs=row(i)) for i in range(2)]
+        until(
+            lambda: version.scheduler is not None and version.scheduler.pending_count == 2,
+            "2 queued",
+        )
+        text = requests.get(metrics, timeout=10).text
+        assert re.search(r'nv_inference_pending_request_count\{model="qfull",version="1"\} 2', text)
+        with pytest.raises(InferenceServerException) as refused:
+            connect().infer("qfull", inputs=row(5), request_id="third")
+    assert refused.value.status() == STATUS[protocol, "UNAVAILABLE"]
+    assert refused.value.message() == "[request id: third] Exceeds maximum queue size"
+    # the two queued requests then ran together in one batch
+    assert [int(f.result()["BATCH_SIZE"][0, 0]) for f in queued] == [2, 2]
+    assert _count(connect().stats("qfull"), "fail") == fails_before  # not counted (as Triton)
+
+
+def test_queue_timeout_rejects(
+    server: ServerThread, repo: Path, connect: Callable[[], Client], protocol: str
+) -> None:
+    fails_before = _count(connect().stats("timeouts"), "fail")
+    with held(server, repo, "timeouts", connect()):
+        for kwargs in ({"timeout": 1000}, {}):  # the request's own (shorter) one, the default
+            with pytest.raises(InferenceServerException) as rejected:
+                connect().infer("timeouts", inputs=row(1), **kwargs)
+            assert rejected.value.status() == STATUS[protocol, "UNAVAILABLE"]
+            assert rejected.value.message() == "Request timeout expired"
+    assert _count(connect().stats("timeouts"), "fail") == fails_before + 2
+    assert int(connect().infer("timeouts", inputs=row(1))["BATCH_SIZE"][0, 0]) == 1
+
+
+# --- instances -------------------------------------------------------------------------------
+def test_two_instances_run_in_parallel(
+    server: ServerThread, repo: Path, connect: Callable[[], Client]
+) -> None:
+    # one instance held: a second request completes on the other instance meanwhile
+    with held(server, repo, "two_instances", connect()) as blocker:
+        out = connect().infer("two_instances", inputs=row(3))
+        np.testing.assert_array_equal(out["OUTPUT0"], np.full((1, 4), 3, np.float32))
+        assert not blocker.done()
+    # with one instance the second request waits behind the held one
+    version = loaded(server, "one_instance")
+    with ThreadPoolExecutor(1) as pool, held(server, repo, "one_instance", connect()) as blocker:
+        waiting = pool.submit(connect().infer, "one_instance", inputs=row(3))
+        until(
+            lambda: version.scheduler is not None and version.scheduler.pending_count == 1, "queued"
+        )
+        assert not waiting.done() and not blocker.done()
+    assert waiting.result()["OUTPUT0"][0, 0] == 3
+
+
+def test_onnx_model_with_two_instances(connect: Callable[[], Client]) -> None:
+    clients = [connect() for _ in range(8)]
+
+    def one(index: int) -> None:
+        a = np.full((1, 16), index, np.float32)
+        b = np.ones((1, 16), np.float32)
+        out = clients[index].infer("add_sub_onnx2", inputs={"INPUT0": a, "INPUT1": b})
+        np.testing.assert_array_equal(out["OUTPUT0"], a + b)
+        np.testing.assert_array_equal(out["OUTPUT1"], a - b)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(8)))
+
+
+# --- warmup ----------------------------------------------------------------------------------
+def test_warmup_ran_on_every_instance_before_ready(
+    server: ServerThread, connect: Callable[[], Client]
+) -> None:
+    version = loaded(server, "warm")
+    assert version.backend is not None and version.backend.instance_count == 2
+    # 3 warmup executions per instance happened before the model took requests
+    clients = [connect() for _ in range(2)]
+    first = int(clients[0].infer("warm", inputs=row(1))["ORDER"][0, 0])
+    assert first >= 4
+
+
+def test_failing_warmup_fails_the_load(server: ServerThread) -> None:
+    assert server.handle is not None
+    index = {e["name"]: e for e in server.handle.service.repository_index()}
+    entry = index["warm_fail"]
+    assert entry["state"] == "UNAVAILABLE"
+    assert entry["reason"].startswith("failed to run warmup sample 'zeros': ")
+    assert "zeros are refused" in entry["reason"]
+
+
+# --- sequences -------------------------------------------------------------------------------
+def test_concurrent_sequences_keep_their_sums(connect: Callable[[], Client], protocol: str) -> None:
+    base = 1000 if protocol == "http" else 2000
+    steps = [3, 1, 4, 1, 5]
+    clients = [connect() for _ in range(6)]  # 6 sequences on 4 slots: 2 wait in the backlog
+
+    def sequence(index: int) -> list[int]:
+        sums = []
+        for step, value in enumerate(steps):
+            out = clients[index].infer(
+                "accumulate",
+                inputs={"INPUT": np.array([[value * (index + 1)]], np.int32)},
+                sequence_id=base + index,
+                sequence_start=step == 0,
+                sequence_end=step == len(steps) - 1,
+            )
+            sums.append(int(out["OUTPUT"][0, 0]))
+        return sums
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(sequence, range(6)))
+    for index, sums in enumerate(results):
+        assert sums == list(np.cumsum(steps) * (index + 1))
+
+
+def test_sequence_request_errors(connect: Callable[[], Client], protocol: str) -> None:
+    client = connect()
+    value = {"INPUT": np.array([[1]], np.int32)}
+    cases = [
+        (
+            {"inputs": value, "sequence_id": 777, "request_id": "r1"},
+            "inference request for sequence 777 to model 'accumulate' must specify the START "
+            "flag on the first request of the sequence",
+        ),
+        (
+            {"inputs": value},
+            "inference request to model 'accumulate' must specify a non-zero or non-empty "
+            "correlation ID",
+        ),
+        (
+            {
+                "inputs": {"INPUT": np.array([[1], [2]], np.int32)},
+                "sequence_id": 5,
+                "sequence_start": True,
+            },
+            "inference request to model 'accumulate' must specify batch-size 1 due to "
+            "requirements of sequence batcher",
+        ),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(InferenceServerException) as error:
+            client.infer("accumulate", **kwargs)
+        assert error.value.status() == STATUS[protocol, "INVALID_ARG"]
+        assert error.value.message() == message
+    # sequence ids on a model without sequence batching are accepted and ignored (as 2.51)
+    out = client.infer("batcher", inputs=row(2), sequence_id=9, sequence_start=True)
+    assert int(out["BATCH_SIZE"][0, 0]) == 1
+
+
+def test_idle_sequence_expires(
+    server: ServerThread, connect: Callable[[], Client], protocol: str
+) -> None:
+    client = connect()
+    corrid = 31 if protocol == "http" else 32
+    one = {"INPUT": np.array([[2]], np.int32)}
+    out = client.infer("accumulate_idle", inputs=one, sequence_id=corrid, sequence_start=True)
+    assert int(out["OUTPUT"][0, 0]) == 2
+    scheduler = loaded(server, "accumulate_idle").scheduler
+    assert isinstance(scheduler, SequenceBatchScheduler)
+    slots = scheduler.slots
+
+    def freed() -> bool:
+        return all(
+            slots.slot_owner(instance, index) != corrid
+            for instance in slots.instances
+            for index in range(slots.slots_per_instance)
+        )
+
+    until(freed, "the idle sequence was reaped")
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("accumulate_idle", inputs=one, sequence_id=corrid)
+    assert error.value.status() == STATUS[protocol, "INVALID_ARG"]
+    assert "must specify the START flag on the first request of the sequence" in (
+        error.value.message()
+    )
+
+
+# --- ensembles -------------------------------------------------------------------------------
+def test_python_and_onnx_ensemble(connect: Callable[[], Client]) -> None:
+    client = connect()
+    before = {m: client.stats(m) for m in ("add_sub_ensemble", "add_sub", "add_sub_onnx")}
+    a = np.arange(32, dtype=np.float32).reshape(2, 16)
+    b = np.full((2, 16), 0.25, np.float32)
+    out = client.infer("add_sub_ensemble", inputs={"A": a, "B": b})
+    np.testing.assert_allclose(out["TWICE_A"], 2 * a)
+    np.testing.assert_allclose(out["TWICE_B"], 2 * b)
+    after = {m: client.stats(m) for m in before}
+    for model in before:  # each counts its own request of batch 2 and one execution
+        assert after[model]["inference_count"] - before[model]["inference_count"] == 2
+        assert after[model]["execution_count"] - before[model]["execution_count"] == 1
+
+
+def test_ensemble_of_ensembles(connect: Callable[[], Client]) -> None:
+    client = connect()
+    x = np.arange(16, dtype=np.float32).reshape(1, 16)
+    y = np.full((1, 16), -1.5, np.float32)
+    out = client.infer("nested_ensemble", inputs={"X": x, "Y": y})
+    np.testing.assert_allclose(out["FOUR_X"], 4 * x)
+    np.testing.assert_allclose(out["FOUR_Y"], 4 * y)
+    out = client.infer("nested_ensemble", inputs={"X": x, "Y": y}, outputs=None)
+    assert set(out) == {"FOUR_X", "FOUR_Y"}
