@@ -36,6 +36,7 @@ from repokit.protocol.generated import grpc_service_pb2 as pb  # noqa: E402
 from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 
 TRITON = "/work/shared/tools/triton-reference.sh"
+SHARED_VENV = "/tmp/triton-reference-venv"
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
 REPOKIT_SERVER = """
@@ -148,9 +149,16 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     triton_pid = None
     try:
+        venv = work / "triton-venv"  # symlinks to the shared venv: our own triton.log
+        venv.mkdir()
+        for entry in Path(SHARED_VENV).iterdir():
+            if entry.name != "triton.log":
+                (venv / entry.name).symlink_to(entry)
         out = subprocess.run(
-            [TRITON, str(repo), *map(str, ports[0:3])], capture_output=True, text=True, check=True
-        )
+            [TRITON, str(repo), *map(str, ports[0:3])],
+            capture_output=True, text=True, check=True,
+            env={**os.environ, "TRITON_VENV": str(venv)},
+        )  # fmt: skip
         triton_pid = int(out.stdout.strip().splitlines()[-1])
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         procs.append(
@@ -188,8 +196,9 @@ def main() -> None:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        if triton_pid is not None:
-            os.kill(triton_pid, signal.SIGTERM)
+        if triton_pid is not None:  # started with setsid: the group holds the python stubs
+            os.killpg(triton_pid, signal.SIGTERM)
+            time.sleep(2)
         shutil.rmtree(work, ignore_errors=True)
 
 
