@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 from enum import Enum
 from pathlib import Path
@@ -29,6 +31,15 @@ class Target(str, Enum):
     gpu = "gpu"
 
 
+def rule_summaries() -> dict[str, str]:
+    """Short descriptions of every rule validate can report (for SARIF)."""
+    summaries = {rule_id: info.summary for rule_id, info in RULES.items()}
+    if importlib.util.find_spec("repokit.config.ensemble_rules") is not None:
+        module = importlib.import_module("repokit.config.ensemble_rules")
+        summaries.update(getattr(module, "ENSEMBLE_RULES", {}))
+    return summaries
+
+
 def resolve_target(path: Path, models: list[str]) -> tuple[Path, tuple[str, ...]]:
     """A model directory becomes (its parent repository, that model)."""
     resolved = path.resolve()
@@ -53,8 +64,7 @@ def run_validate(
     if output is OutputFormat.json:
         console.out(json.dumps(report.to_dict(), indent=2), highlight=False)
     elif output is OutputFormat.sarif:
-        rules = {rule_id: info.summary for rule_id, info in RULES.items()}
-        sarif = to_sarif(report.all_diagnostics(), rules)
+        sarif = to_sarif(report.all_diagnostics(), rule_summaries())
         console.out(json.dumps(sarif, indent=2), highlight=False)
     else:
         render_text(report, console)

@@ -174,7 +174,10 @@ class TritonReference:
 
     @property
     def alive(self) -> bool:
-        return bool(self.pid) and self._alive()
+        """The process exists and still answers (a crashed server may linger as a zombie)."""
+        if not self.pid or not self._alive():
+            return False
+        return any(self._get("/v2/health/live") == 200 for _ in range(3))
 
     def restart(self) -> None:
         self.stop()

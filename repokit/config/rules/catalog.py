@@ -75,6 +75,7 @@ _ROWS: list[tuple[str, Severity, str, str]] = [
     ("batch-strategy-path-missing", E, BACKEND, "TRITON_BATCH_STRATEGY_PATH does not exist"),
     ("batch-strategy-with-sequence", E, BACKEND, "custom batch strategy with sequence batcher"),
     ("python-execution-env-missing", E, BACKEND, "EXECUTION_ENV_PATH does not exist"),
+    ("python-model-filename-invalid", E, BACKEND, "a python model file must end with .py"),
     ("python-model-syntax-error", E, BACKEND, "model.py does not compile"),
     ("python-model-class-missing", E, BACKEND, "model.py defines no TritonPythonModel"),
     ("label-file-missing", E, BACKEND, "output label_filename does not exist"),

@@ -84,7 +84,13 @@ def check_batch_strategy(ctx: RuleContext) -> None:
 
 
 def check_repository_agents(ctx: RuleContext) -> None:
-    for i, agent in enumerate(ctx.config.model_repository_agents.agents):
+    config = ctx.config
+    if config.HasField("model_repository_agents") and not config.model_repository_agents.agents:
+        ctx.report("repository-agent-unavailable",
+                   "model_repository_agents is present but lists no agent; Triton 2.51 crashes "
+                   "(segmentation fault) loading such a model. Remove the field",
+                   path="model_repository_agents")
+    for i, agent in enumerate(config.model_repository_agents.agents):
         ctx.report("repository-agent-unavailable",
                    f"model repository agent '{agent.name}' is used, but the reference Triton "
                    "has no repository agents installed and fails with \"failed to poll from "

@@ -48,6 +48,12 @@ def check_python_sources(ctx: RuleContext) -> None:
     if ctx.config.backend != PYTHON:
         return
     filename = ctx.config.default_model_filename or "model.py"
+    if not filename.endswith(".py"):
+        ctx.report("python-model-filename-invalid",
+                   f"default_model_filename '{filename}' of a python-backend model must end with "
+                   f"'.py'; Triton: \"Model name must end with '.py'. Model name is "
+                   f"\"{filename}\".\"", path="default_model_filename")
+        return
     for version in ctx.versions:
         path = ctx.model.path / version_folder_name(version) / filename
         try:
