@@ -150,7 +150,7 @@ def check_sequence_batching(ctx: RuleContext) -> None:
                 )
     if sequence.HasField("direct"):
         utilization = sequence.direct.minimum_slot_utilization
-        if not 0.0 <= utilization <= 1.0:
+        if utilization < 0.0 or utilization > 1.0:  # as in C++: NaN passes
             ctx.report(
                 "sequence-slot-utilization-range",
                 "sequence batching minimum slot utilization must be in range (0.0, 1.0] for "
