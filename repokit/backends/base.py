@@ -3,7 +3,11 @@
 A backend is created per loaded model version by ``repokit.backends.registry.create_backend``
 (chosen by the config's backend/platform name; heavy imports happen inside the backend module).
 It owns ``instance_count`` execution instances; the scheduler decides which instance runs which
-batch and never runs two batches on one instance at once.
+batch and never runs two batches on one instance at once, unless the backend sets
+``pipelines_executions``: then ``execute`` may be called for an instance that is still busy,
+and the backend itself runs that instance's batches one after the other, in call order (the
+python backend sends the batches that queued up meanwhile to its instance process in one
+message).
 
 ``execute`` receives the requests of one batch (a single request for the default scheduler,
 several for the dynamic/sequence batchers). Each request's inputs are fully resolved numpy arrays
@@ -68,6 +72,9 @@ class Timing:
 
 class Backend(abc.ABC):
     """A loaded model version with ``instance_count`` instances."""
+
+    # True: execute() may be called while the instance runs another batch (see module doc)
+    pipelines_executions: bool = False
 
     def __init__(self, context: ModelContext) -> None:
         self.context = context

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sanic import Sanic
+from sanic.http import Http
 
 from repokit.core.service import InferenceService
 from repokit.core.settings import ServerSettings
@@ -170,6 +171,10 @@ async def _start_sanic(app: Sanic[Any, Any], host: str, port: int) -> _SanicServ
     except OSError:
         sock.close()
         raise
+    # Sanic's TOUCHUP compiles the dispatches of signals nobody listens to out of its shared
+    # HTTP classes (about twice the requests/s); a second run in one process fails, so only
+    # the first server of the process does it (the apps register no signals of their own).
+    app.config.TOUCHUP = not getattr(Http, "__touched__", False)
     server: Any = await app.create_server(
         sock=sock, return_asyncio_server=True, access_log=app.config.ACCESS_LOG
     )

@@ -4,6 +4,14 @@ Free instance ids wait in an ``asyncio.Queue`` (created in ``start()``); ``submi
 runs the request as a batch of one on it and gives the instance back. Requests are never
 combined. Passive instances (``instance_group.passive``) are created by the backend but get no
 work, as in Triton.
+
+A backend that pipelines executions (``Backend.pipelines_executions``, the python backend)
+queues the batches of a busy instance itself, so ``submit`` hands the request straight to the
+active instance with the fewest requests outstanding: the model still gets one request per
+``execute`` and one ``execute`` at a time per instance, and the backend can send the requests
+that queued up meanwhile to the instance together. Pending requests are then those outstanding
+beyond the one executing on each instance; queue time is the request's time in the backend
+minus the execution's durations.
 """
 
 from __future__ import annotations
@@ -43,18 +51,25 @@ class DefaultScheduler(Scheduler):
         self._free: asyncio.Queue[int] | None = None
         self._pending = 0
         self._stopped = False
+        # pipelined backends: requests outstanding per active instance
+        self._outstanding: dict[int, int] = {}
 
     async def start(self) -> None:
         self._free = asyncio.Queue()
         config = self._backend.context.config
-        for instance in active_instances(config, self._backend.instance_count):
+        active = active_instances(config, self._backend.instance_count)
+        for instance in active:
             self._free.put_nowait(instance)
+        if self._backend.pipelines_executions and active:
+            self._outstanding = dict.fromkeys(active, 0)
 
     async def stop(self) -> None:
         self._stopped = True
 
     @property
     def pending_count(self) -> int:
+        if self._outstanding:
+            return sum(n - 1 for n in self._outstanding.values() if n > 1)
         return self._pending
 
     async def submit(
@@ -68,6 +83,8 @@ class DefaultScheduler(Scheduler):
         free = self._free
         if free is None or self._stopped:
             raise unavailable("model is not accepting requests: its scheduler is stopped")
+        if self._outstanding:
+            return await self._submit_pipelined(request, batch_size)
         enqueued = time.perf_counter_ns()
         self._pending += 1
         try:
@@ -86,10 +103,34 @@ class DefaultScheduler(Scheduler):
             free.put_nowait(instance)
         if self._on_execution is not None:
             self._on_execution(batch_size, timing)
+        return ScheduledResult(
+            result=self._single(results), queue_ns=started - enqueued, timing=timing
+        )
+
+    async def _submit_pipelined(self, request: BackendRequest, batch_size: int) -> ScheduledResult:
+        outstanding = self._outstanding
+        instance = min(outstanding, key=outstanding.__getitem__)
+        outstanding[instance] += 1
+        enqueued = time.perf_counter_ns()
+        try:
+            results, timing = await self._backend.execute(instance, [request])
+        except RepokitError as exc:
+            results, timing = [BackendResult(error=exc)], Timing()
+        except Exception as exc:  # a backend bug must not take the server down
+            results = [BackendResult(error=internal(f"backend failed: {exc!r}"))]
+            timing = Timing()
+        finally:
+            outstanding[instance] -= 1
+        ran_ns = timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
+        queue_ns = max(0, time.perf_counter_ns() - enqueued - ran_ns)
+        if self._on_execution is not None:
+            self._on_execution(batch_size, timing)
+        return ScheduledResult(result=self._single(results), queue_ns=queue_ns, timing=timing)
+
+    @staticmethod
+    def _single(results: list[BackendResult]) -> BackendResult:
         if len(results) != 1:
-            result = BackendResult(
+            return BackendResult(
                 error=internal(f"backend returned {len(results)} results for 1 request")
             )
-        else:
-            result = results[0]
-        return ScheduledResult(result=result, queue_ns=started - enqueued, timing=timing)
+        return results[0]

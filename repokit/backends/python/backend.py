@@ -44,14 +44,16 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import repokit
 from repokit.backends.base import Backend, BackendRequest, BackendResult, ModelContext, Timing
 from repokit.backends.python import ipc
+from repokit.backends.python.channel import Channel
 from repokit.backends.registry import instance_count
 from repokit.errors import Code, RepokitError
 from repokit.protocol import datatypes
@@ -59,30 +61,25 @@ from repokit.protocol.types import InferTensor, ParamValue
 
 _STUB_MODULE = "repokit.backends.python.stub"
 _PACKAGE_PARENT = str(Path(repokit.__file__).resolve().parent.parent)
+_NO_TIMING = (0, 0, 0)
+# a queued message: (operation, payload, future of its reply)
+_Queued = tuple[str, Any, "asyncio.Future[Any]"]
 
 
-@dataclass
+@dataclass(eq=False)
 class _Instance:
+    """One instance process and the messages waiting while its current exchange runs."""
+
     name: str
     process: subprocess.Popen[bytes]
     sock: socket.socket
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    exchanges: set[asyncio.Task[Any]] = field(default_factory=set)
+    channel: Channel | None = None
+    queue: list[_Queued] = field(default_factory=list)
+    busy: bool = False  # a message is at the process; its reply has not arrived yet
     dead: bool = False
 
     def alive(self) -> bool:
         return not self.dead and self.process.poll() is None
-
-
-def _settle(pending: set[asyncio.Task[Any]]) -> Any:
-    """A done-callback that forgets a finished exchange and marks its exception retrieved."""
-
-    def done(task: asyncio.Task[Any]) -> None:
-        pending.discard(task)
-        if not task.cancelled():
-            task.exception()
-
-    return done
 
 
 def instance_names(context: ModelContext) -> list[str]:
@@ -96,6 +93,8 @@ def instance_names(context: ModelContext) -> list[str]:
 
 class PythonBackend(Backend):
     """Runs ``model.py`` (``class TritonPythonModel``) in one process per instance."""
+
+    pipelines_executions = True
 
     def __init__(
         self,
@@ -113,6 +112,8 @@ class PythonBackend(Backend):
         self._finalize_timeout_s = finalize_timeout_s
         self._auto_complete = auto_complete
         self._all_outputs = tuple(o.name for o in context.config.output)
+        self._dtypes: dict[str, np.dtype[Any]] = {}
+        self._datatypes: dict[np.dtype[Any], str] = {}
         self.completed_config_json: str | None = None  # set when auto_complete_config ran
 
     @property
@@ -166,6 +167,8 @@ class PythonBackend(Backend):
 
     async def _start(self, name: str, auto_complete: bool) -> _Instance:
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        for end in (parent_sock, child_sock):
+            ipc.enlarge_buffers(end)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
@@ -179,8 +182,8 @@ class PythonBackend(Backend):
             )
         finally:
             child_sock.close()
-        parent_sock.setblocking(False)
         instance = _Instance(name=name, process=process, sock=parent_sock)
+        instance.channel = Channel(parent_sock, lambda: self._lost(instance))
         payload = {
             "model_file": str(self._model_file()),
             "args": self._args(name),
@@ -213,18 +216,69 @@ class PythonBackend(Backend):
         return instance
 
     @staticmethod
-    async def _call(instance: _Instance, op: str, payload: Any) -> Any:
-        """One request/reply exchange; shielded so a cancelled caller cannot desynchronise it."""
+    def _lost(instance: _Instance) -> None:
+        instance.dead = True
 
-        async def exchange() -> Any:
-            async with instance.lock:
-                await ipc.asend(instance.sock, (op, payload))
-                return await ipc.arecv(instance.sock)
+    # --- the message queue of an instance ------------------------------------------------
+    def _call(self, instance: _Instance, op: str, payload: Any) -> asyncio.Future[Any]:
+        """Queue one message; the future gets its reply (ChannelClosed if the process is gone).
+        Messages go out one at a time; execute messages that queued up meanwhile are merged."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        instance.queue.append((op, payload, future))
+        if not instance.busy:
+            self._flush(instance)
+        return future
 
-        task = asyncio.ensure_future(exchange())
-        instance.exchanges.add(task)
-        task.add_done_callback(_settle(instance.exchanges))
-        return await asyncio.shield(task)
+    def _flush(self, instance: _Instance) -> None:
+        queue = instance.queue
+        while queue and queue[0][2].done():  # cancelled before it was sent
+            queue.pop(0)
+        if not queue:
+            return
+        if queue[0][0] != "execute":
+            sent = [queue.pop(0)]
+            message: tuple[str, Any] = (sent[0][0], sent[0][1])
+        else:
+            count = 0
+            while count < len(queue) and queue[count][0] == "execute":
+                count += 1
+            sent = [item for item in queue[:count] if not item[2].done()]
+            del queue[:count]
+            message = ("execute", [item[1] for item in sent])
+        channel = instance.channel
+        assert channel is not None
+        instance.busy = True
+        try:
+            channel.request(message, lambda reply: self._delivered(instance, sent, reply))
+        except ipc.ChannelClosed as exc:
+            self._delivered(instance, sent, exc)
+        except Exception as exc:  # a payload that cannot be pickled
+            error = f"failed to send the request(s) to model instance '{instance.name}': {exc}"
+            self._delivered(instance, sent, ("error", error))
+
+    def _delivered(self, instance: _Instance, sent: list[_Queued], reply: Any) -> None:
+        instance.busy = False
+        if isinstance(reply, ipc.ChannelClosed):
+            instance.dead = True
+            failed = sent + instance.queue
+            instance.queue = []
+            for _, _, future in failed:
+                if not future.done():
+                    future.set_exception(ipc.ChannelClosed(str(reply)))
+            return
+        if sent[0][0] != "execute":
+            if not sent[0][2].done():
+                sent[0][2].set_result(reply)
+        elif reply[0] == "ok":
+            for (_, _, future), batch_reply in zip(sent, reply[1], strict=True):
+                if not future.done():
+                    future.set_result(batch_reply)
+        else:
+            for _, _, future in sent:
+                if not future.done():
+                    future.set_result(("error", reply[1], _NO_TIMING))
+        if instance.queue:
+            self._flush(instance)
 
     # --- execute -------------------------------------------------------------------------
     async def execute(
@@ -234,46 +288,51 @@ class PythonBackend(Backend):
             error = RepokitError(Code.UNAVAILABLE, f"model '{self.context.name}' is not loaded")
             return [BackendResult(error=error) for _ in requests], Timing()
         target = self._instances[instance % len(self._instances)]
-        if not target.alive():
+        if target.dead:
             return self._dead(target, requests), Timing()
-        start = time.perf_counter_ns()
         batch = [self._request_tuple(r) for r in requests]
         try:
-            status, body = await self._call(target, "execute", batch)
+            status, body, (input_ns, infer_ns, output_ns) = await self._call(
+                target, "execute", batch
+            )
         except ipc.ChannelClosed:
             return self._dead(target, requests), Timing()
-        elapsed = time.perf_counter_ns() - start
+        timing = Timing(input_ns, infer_ns, output_ns)
         if status != "ok":
             error = RepokitError(Code.INTERNAL, str(body))
-            return [BackendResult(error=error) for _ in requests], Timing(compute_infer_ns=elapsed)
-        results = [self._result(item) for item in body]
-        return results, Timing(compute_infer_ns=elapsed)
+            return [BackendResult(error=error) for _ in requests], timing
+        return [self._result(item) for item in body], timing
 
     def _request_tuple(self, request: BackendRequest) -> tuple[Any, ...]:
-        inputs = [(name, tensor.data) for name, tensor in request.inputs.items()]
-        requested = request.requested_outputs or self._all_outputs
-        parameters = json.dumps(request.parameters)
+        inputs = [(name, ipc.pack_array(tensor.data)) for name, tensor in request.inputs.items()]
         return (
             inputs,
-            tuple(requested),
+            request.requested_outputs or self._all_outputs,
             request.request_id,
             request.correlation_id,
             request.flags,
-            parameters,
+            json.dumps(request.parameters) if request.parameters else "{}",
         )
 
-    @staticmethod
-    def _result(item: tuple[Any, ...]) -> BackendResult:
+    def _datatype(self, dtype: np.dtype[Any]) -> str:
+        name = self._datatypes.get(dtype)
+        if name is None:
+            found = datatypes.from_numpy(dtype)
+            name = self._datatypes[dtype] = found.protocol if found is not None else "BYTES"
+        return name
+
+    def _result(self, item: tuple[Any, ...]) -> BackendResult:
         if item[0] == "error":
             _, code_name, message = item
             code = Code.__members__.get(code_name, Code.INTERNAL)
             return BackendResult(error=RepokitError(code, message))
         _, outputs, parameters = item
         tensors = []
-        for name, array in outputs:
-            found = datatypes.from_numpy(array.dtype)
-            datatype = found.protocol if found is not None else "BYTES"
-            tensors.append(InferTensor(name, datatype, tuple(array.shape), array))
+        for name, packed in outputs:
+            array = ipc.unpack_array(packed, self._dtypes)
+            tensors.append(InferTensor(name, self._datatype(array.dtype), array.shape, array))
+        if not parameters:
+            return BackendResult(outputs=tensors)
         params: dict[str, ParamValue] = {
             k: v for k, v in parameters.items() if isinstance(v, (bool, int, float, str))
         }
@@ -303,7 +362,9 @@ class PythonBackend(Backend):
             except subprocess.TimeoutExpired:
                 process.kill()
                 await asyncio.to_thread(process.wait)
-        # a hung exchange ends with ChannelClosed once the process is gone
-        await asyncio.gather(*instance.exchanges, return_exceptions=True)
-        instance.sock.close()
+        # the process is gone: a hung exchange and everything queued get ChannelClosed
+        if instance.channel is not None:
+            instance.channel.close()
+        else:
+            instance.sock.close()
         instance.dead = True

@@ -1,34 +1,72 @@
 """Framed pickle messages over a Unix socket between the server and an instance process.
 
 A frame is ``<pickle length: u64><buffer count: u32><buffer lengths: u64 * n>``, the pickle
-(protocol 5), then the out-of-band buffers. numpy arrays of 64 KiB and more travel out of band:
-the sender writes their memory straight to the socket and the receiver reads each into its own
-``bytearray`` that the unpickled array then uses, so a large tensor is copied only by the kernel.
-Small arrays stay inside the pickle, which keeps a frame to one ``send`` and two ``recv`` calls.
+(protocol 5), then the out-of-band buffers. Tensors travel as ``(dtype string, shape, buffer)``
+(:func:`pack_array` / :func:`unpack_array`), which pickles and unpickles several times faster
+than a numpy array; buffers of 64 KiB and more go out of band: the sender writes their memory
+straight to the socket (one ``sendmsg`` for the whole frame) and the receiver reads each into
+its own uninitialised buffer that the unpacked array then uses, so a large tensor is copied only by
+the kernel. Small frames are read whole by one ``recv_into`` into a reusable buffer.
 
-The instance process uses the blocking functions; the server uses the asyncio ones on a
-non-blocking socket, so a hung or dead instance never blocks the event loop.
+:class:`FrameParser` is the socket-free decoding state machine both sides share: the instance
+process drives it with blocking reads (:class:`BlockingChannel`), the server from an event-loop
+reader callback (:mod:`repokit.backends.python.channel`), so a hung or dead instance never
+blocks the event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import pickle
 import socket
 import struct
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 INBAND_LIMIT = 64 * 1024
 _PREFIX = struct.Struct("<QI")
 _LENGTH = struct.Struct("<Q")
+_INITIAL_INBOX = 64 * 1024
+_MIN_FREE = 4096
+SOCKET_BUFFER = 4 * 1024 * 1024
+# numpy kinds sent as raw bytes: bool, signed/unsigned integers, floats, complex
+_RAW_KINDS = frozenset("biufc")
+# a packed tensor: (dtype string, shape, buffer) or (None, None, array) for other dtypes
+PackedArray = tuple[str | None, tuple[int, ...] | None, Any]
 
 
 class ChannelClosed(Exception):
     """The other end closed the socket (the process exited or crashed)."""
 
 
+# --- tensors ----------------------------------------------------------------------------------
+def pack_array(array: npt.NDArray[Any]) -> PackedArray:
+    """A numeric array as (dtype, shape, PickleBuffer); anything else (BYTES) as itself."""
+    dtype = array.dtype
+    if dtype.kind not in _RAW_KINDS:
+        return (None, None, array)
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    return (dtype.str, array.shape, pickle.PickleBuffer(array.data))
+
+
+def unpack_array(packed: PackedArray, dtypes: dict[str, np.dtype[Any]]) -> npt.NDArray[Any]:
+    """The array of :func:`pack_array` (``dtypes`` caches parsed dtype strings)."""
+    dtype_text, shape, data = packed
+    if dtype_text is None:
+        array: npt.NDArray[Any] = data
+        return array
+    dtype = dtypes.get(dtype_text)
+    if dtype is None:
+        dtype = dtypes[dtype_text] = np.dtype(dtype_text)
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+# --- frames -----------------------------------------------------------------------------------
 def encode(message: Any) -> list[bytes | memoryview]:
-    """The parts of one frame (to be written in order)."""
+    """The parts of one frame, to be written in order (raises if ``message`` won't pickle)."""
     buffers: list[memoryview] = []
 
     def keep_small_inband(buffer: pickle.PickleBuffer) -> bool:
@@ -39,74 +77,170 @@ def encode(message: Any) -> list[bytes | memoryview]:
         return False
 
     body = pickle.dumps(message, protocol=5, buffer_callback=keep_small_inband)
-    head = _PREFIX.pack(len(body), len(buffers)) + b"".join(_LENGTH.pack(b.nbytes) for b in buffers)
     if not buffers:
-        return [head + body]
-    return [head + body, *buffers]
+        return [_PREFIX.pack(len(body), 0), body]
+    head = _PREFIX.pack(len(body), len(buffers)) + b"".join(_LENGTH.pack(b.nbytes) for b in buffers)
+    return [head, body, *buffers]
 
 
-def _decode(body: bytes | bytearray, buffers: list[bytearray]) -> Any:
-    return pickle.loads(body, buffers=buffers)
+def _uninitialised(size: int) -> npt.NDArray[np.uint8]:
+    """A writable buffer for an out-of-band tensor (not zero-filled: it is received into)."""
+    return np.empty(size, dtype=np.uint8)
+
+
+def enlarge_buffers(sock: socket.socket) -> None:
+    """Socket buffers that hold a few MiB, so a large tensor needs fewer send/receive rounds
+    (the kernel caps the size at ``net.core.wmem_max`` / ``rmem_max``)."""
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        with contextlib.suppress(OSError):  # refused by the kernel: keep its default
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+
+
+class FrameParser:
+    """Decodes frames from bytes the caller receives into :meth:`buffer`.
+
+    Receive into ``buffer()``, then call ``feed(n)`` with the byte count; it returns the
+    messages completed by those bytes. Frame heads and pickles accumulate in one reusable
+    buffer; out-of-band buffers are received directly into their final buffer.
+    """
+
+    def __init__(self) -> None:
+        self._inbox = bytearray(_INITIAL_INBOX)
+        self._view = memoryview(self._inbox)
+        self._start = 0  # first unconsumed byte
+        self._end = 0  # end of received bytes
+        self._frame: tuple[int, int, tuple[int, ...]] | None = None  # head size, body, buffers
+        # an out-of-band read in progress: the pickle, the buffers, current index, bytes in it
+        self._body: bytes = b""
+        self._buffers: list[npt.NDArray[np.uint8]] = []
+        self._index = 0
+        self._got = 0
+
+    def buffer(self) -> memoryview:
+        """Where the next received bytes go."""
+        if self._buffers:
+            return self._buffers[self._index].data[self._got :]
+        if len(self._inbox) - self._end < _MIN_FREE:
+            self._reserve(self._end - self._start + _MIN_FREE)
+        return self._view[self._end :]
+
+    def feed(self, count: int) -> list[Any]:
+        """Account for ``count`` bytes received into :meth:`buffer`; the finished messages."""
+        messages: list[Any] = []
+        if self._buffers:
+            self._got += count
+            if self._got < len(self._buffers[self._index]):
+                return messages
+            self._index += 1
+            self._got = 0
+            if self._index < len(self._buffers):
+                return messages
+            buffers, self._buffers = self._buffers, []
+            body, self._body = self._body, b""
+            messages.append(pickle.loads(body, buffers=buffers))
+            return messages
+        self._end += count
+        while self._parse_one(messages):
+            pass
+        if self._start == self._end:
+            self._start = self._end = 0
+        return messages
+
+    def _parse_one(self, messages: list[Any]) -> bool:
+        available = self._end - self._start
+        frame = self._frame
+        if frame is None:
+            if available < _PREFIX.size:
+                return False
+            body_size, count = _PREFIX.unpack_from(self._inbox, self._start)
+            head_size = _PREFIX.size + _LENGTH.size * count
+            if available < head_size:
+                self._reserve(head_size)
+                return False
+            sizes = struct.unpack_from(f"<{count}Q", self._inbox, self._start + _PREFIX.size)
+            frame = self._frame = (head_size, body_size, sizes)
+        head_size, body_size, sizes = frame
+        if available < head_size + body_size:
+            self._reserve(head_size + body_size)
+            return False
+        body_start = self._start + head_size
+        position = body_start + body_size
+        self._frame = None
+        if not sizes:
+            self._start = position
+            messages.append(pickle.loads(self._view[body_start:position]))
+            return True
+        buffers = [_uninitialised(size) for size in sizes]
+        index = got = 0
+        while index < len(buffers) and position < self._end:  # bytes already in the inbox
+            take = min(len(buffers[index]) - got, self._end - position)
+            buffers[index][got : got + take] = self._view[position : position + take]
+            position += take
+            got += take
+            if got == len(buffers[index]):
+                index += 1
+                got = 0
+        body = self._view[body_start : body_start + body_size]
+        self._start = position
+        while index < len(buffers) and len(buffers[index]) == 0:
+            index += 1
+        if index == len(buffers):
+            messages.append(pickle.loads(body, buffers=buffers))
+            return True
+        self._body = bytes(body)  # the inbox is reused while the buffers arrive
+        self._buffers, self._index, self._got = buffers, index, got
+        return False
+
+    def _reserve(self, size: int) -> None:
+        """Make room for ``size`` bytes from the first unconsumed one."""
+        if self._start + size <= len(self._inbox):
+            return
+        pending = self._end - self._start
+        if size <= len(self._inbox):
+            self._inbox[:pending] = self._view[self._start : self._end]
+        else:
+            inbox = bytearray(max(size, 2 * len(self._inbox)))
+            inbox[:pending] = self._view[self._start : self._end]
+            self._inbox, self._view = inbox, memoryview(inbox)
+        self._start, self._end = 0, pending
 
 
 # --- blocking (instance process) ------------------------------------------------------------
-def _recv_exact(sock: socket.socket, size: int) -> bytearray:
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    got = 0
-    while got < size:
-        n = sock.recv_into(view[got:], size - got)
-        if n == 0:
-            raise ChannelClosed("connection closed")
-        got += n
-    return buffer
+class BlockingChannel:
+    """The instance process's end: blocking ``recv`` of whole messages, one ``sendmsg`` each."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._parser = FrameParser()
+        self._ready: list[Any] = []
+
+    def recv(self) -> Any:
+        while not self._ready:
+            count = self._sock.recv_into(self._parser.buffer())
+            if count == 0:
+                raise ChannelClosed("connection closed")
+            self._ready = self._parser.feed(count)
+        return self._ready.pop(0)
+
+    def send(self, message: Any) -> None:
+        send_parts(self._sock, encode(message))
 
 
-def send(sock: socket.socket, message: Any) -> None:
-    for part in encode(message):
-        sock.sendall(part)
+def send_parts(sock: socket.socket, parts: list[bytes | memoryview]) -> None:
+    """Write every part with as few ``sendmsg`` calls as the socket allows (blocking)."""
+    pending = [memoryview(p) for p in parts]
+    while pending:
+        sent = sock.sendmsg(pending[:512])
+        pending = advance(pending, sent)
 
 
-def recv(sock: socket.socket) -> Any:
-    body_size, count = _PREFIX.unpack(_recv_exact(sock, _PREFIX.size))
-    rest = _recv_exact(sock, _LENGTH.size * count + body_size)
-    sizes = [_LENGTH.unpack_from(rest, i * _LENGTH.size)[0] for i in range(count)]
-    body = rest[_LENGTH.size * count :]
-    return _decode(body, [_recv_exact(sock, size) for size in sizes])
-
-
-# --- asyncio (server) ---------------------------------------------------------------------
-async def _arecv_exact(
-    loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int
-) -> bytearray:
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    got = 0
-    while got < size:
-        n = await loop.sock_recv_into(sock, view[got:])
-        if n == 0:
-            raise ChannelClosed("connection closed")
-        got += n
-    return buffer
-
-
-async def asend(sock: socket.socket, message: Any) -> None:
-    loop = asyncio.get_running_loop()
-    try:
-        for part in encode(message):
-            await loop.sock_sendall(sock, part)
-    except OSError as exc:
-        raise ChannelClosed(str(exc)) from exc
-
-
-async def arecv(sock: socket.socket) -> Any:
-    loop = asyncio.get_running_loop()
-    try:
-        prefix = await _arecv_exact(loop, sock, _PREFIX.size)
-        body_size, count = _PREFIX.unpack(prefix)
-        rest = await _arecv_exact(loop, sock, _LENGTH.size * count + body_size)
-        sizes = [_LENGTH.unpack_from(rest, i * _LENGTH.size)[0] for i in range(count)]
-        buffers = [await _arecv_exact(loop, sock, size) for size in sizes]
-    except OSError as exc:
-        raise ChannelClosed(str(exc)) from exc
-    return _decode(rest[_LENGTH.size * count :], buffers)
+def advance(parts: list[memoryview], sent: int) -> list[memoryview]:
+    """``parts`` without their first ``sent`` bytes."""
+    index = 0
+    while index < len(parts) and sent >= parts[index].nbytes:
+        sent -= parts[index].nbytes
+        index += 1
+    rest = parts[index:]
+    if sent and rest:
+        rest[0] = rest[0][sent:]
+    return rest

@@ -5,11 +5,16 @@ the model file, and then answers framed messages (:mod:`repokit.backends.python.
 inherited socket ``fd``:
 
 - ``("init", {...})``: run ``auto_complete_config`` (if asked and defined) and ``initialize``;
-- ``("execute", [request, ...])``: run ``execute`` (a coroutine is run to completion) and check
-  the responses as Triton does;
+- ``("execute", [batch, ...])``: for each batch (a list of requests) in turn, run ``execute``
+  once (a coroutine is run to completion) and check the responses as Triton does. The server
+  sends every batch that queued up for this instance while it was busy in one message; each
+  still gets its own ``execute`` call, so the model sees exactly the batches the scheduler
+  formed. The reply lists one ``(status, payload, (input_ns, infer_ns, output_ns))`` per batch,
+  timed here: building the pb_utils requests, ``execute``, converting the responses;
 - ``("finalize", None)``: run ``finalize`` and exit.
 
-Replies are ``("ok", payload)`` or ``("error", message)``. Exceptions from model code, including
+Replies are ``("ok", payload)`` or ``("error", message)``. Tensors travel packed
+(:func:`repokit.backends.python.ipc.pack_array`). Exceptions from model code, including
 ``SystemExit``, are formatted as Triton's stub formats them (``Type: message`` plus an ``At:``
 list of frames, innermost first). Only numpy and the standard library are imported here.
 """
@@ -21,6 +26,7 @@ import importlib.util
 import inspect
 import socket
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -28,8 +34,10 @@ from typing import Any
 from repokit.backends.python import ipc, pb_utils
 
 _THIS_FILE = str(Path(__file__).resolve())
-# request tuple: (inputs [(name, array)], requested output names, id, correlation id, flags, params)
+# request tuple: (inputs [(name, packed array)], requested output names, id, correlation id,
+# flags, parameters JSON)
 RequestTuple = tuple[list[tuple[str, Any]], tuple[str, ...], str, "int | str", int, str]
+BatchReply = tuple[str, Any, tuple[int, int, int]]
 
 
 def format_exception(exc: BaseException) -> str:
@@ -47,6 +55,7 @@ class Instance:
         self.model: Any = None
         self.name = ""
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._dtypes: dict[str, Any] = {}
 
     def _run(self, result: Any) -> Any:
         if inspect.isawaitable(result):
@@ -98,10 +107,12 @@ class Instance:
         return module
 
     # --- execute -----------------------------------------------------------------------------
-    def execute(self, batch: list[RequestTuple]) -> tuple[str, Any]:
+    def execute(self, batch: list[RequestTuple]) -> BatchReply:
+        started = time.perf_counter_ns()
+        dtypes = self._dtypes
         requests = [
             pb_utils.InferenceRequest(
-                inputs=[pb_utils.Tensor(name, array) for name, array in inputs],
+                inputs=[pb_utils.Tensor(name, ipc.unpack_array(a, dtypes)) for name, a in inputs],
                 requested_output_names=requested,
                 request_id=request_id,
                 correlation_id=correlation_id,
@@ -110,19 +121,24 @@ class Instance:
             )
             for inputs, requested, request_id, correlation_id, flags, parameters in batch
         ]
+        built = time.perf_counter_ns()
         try:
             responses = self._run(self.model.execute(requests))
             problem = self._check(responses, len(requests))
         except BaseException as exc:
             problem = format_exception(exc)
+        executed = time.perf_counter_ns()
         if problem is not None:
-            return "error", (
+            message = (
                 f"Failed to process the request(s) for model '{self.name}', message: {problem}"
             )
-        return "ok", [
+            return "error", message, (built - started, executed - built, 0)
+        results = [
             self._result(response, request.requested_output_names())
             for response, request in zip(responses, requests, strict=True)
         ]
+        finished = time.perf_counter_ns()
+        return "ok", results, (built - started, executed - built, finished - executed)
 
     @staticmethod
     def _check(responses: Any, count: int) -> str | None:
@@ -157,7 +173,9 @@ class Instance:
         if error is not None:
             return ("error", error.code_name(), error.message())
         outputs = [
-            (t.name(), t.as_numpy()) for t in response.output_tensors() if t.name() in requested
+            (t.name(), ipc.pack_array(t.as_numpy()))
+            for t in response.output_tensors()
+            if t.name() in requested
         ]
         return ("ok", outputs, response.parameter_dict())
 
@@ -170,34 +188,52 @@ class Instance:
                 sys.stderr.write(f"finalize of '{self.name}' failed: {format_exception(exc)}\n")
 
 
+def _send_reply(channel: ipc.BlockingChannel, instance: Instance, op: str, reply: Any) -> None:
+    """Send ``reply``; a result that cannot be pickled fails only its own batch."""
+    try:
+        channel.send(reply)
+        return
+    except BaseException as exc:  # e.g. an output object array holding unpicklable objects
+        problem = exc
+    if op == "execute" and reply[0] == "ok":
+        batches = []
+        for batch_reply in reply[1]:
+            try:
+                ipc.encode(batch_reply)
+            except BaseException as exc:
+                batch_reply = ("error", _unsendable(instance, exc), batch_reply[2])
+            batches.append(batch_reply)
+        channel.send(("ok", batches))
+    else:
+        channel.send(("error", _unsendable(instance, problem)))
+
+
+def _unsendable(instance: Instance, exc: BaseException) -> str:
+    return (
+        f"Failed to process the request(s) for model '{instance.name}', message: "
+        f"{format_exception(exc)}"
+    )
+
+
 def serve(sock: socket.socket) -> None:
+    channel = ipc.BlockingChannel(sock)
     instance = Instance()
     while True:
         try:
-            op, payload = ipc.recv(sock)
+            op, payload = channel.recv()
         except ipc.ChannelClosed:
             return
-        if op == "init":
-            reply: tuple[str, Any] = instance.init(payload)
-        elif op == "execute":
-            reply = instance.execute(payload)
+        if op == "execute":
+            reply: tuple[str, Any] = ("ok", [instance.execute(batch) for batch in payload])
+        elif op == "init":
+            reply = instance.init(payload)
         elif op == "finalize":
             instance.finalize()
-            ipc.send(sock, ("ok", None))
+            channel.send(("ok", None))
             return
         else:
             reply = ("error", f"unknown operation {op!r}")
-        try:
-            ipc.send(sock, reply)
-        except BaseException as exc:  # e.g. an output that cannot be pickled
-            ipc.send(
-                sock,
-                (
-                    "error",
-                    f"Failed to process the request(s) for model "
-                    f"'{instance.name}', message: {format_exception(exc)}",
-                ),
-            )
+        _send_reply(channel, instance, op, reply)
 
 
 def main(argv: list[str]) -> int:

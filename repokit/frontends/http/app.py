@@ -115,7 +115,7 @@ def create_http_app(
     app: Sanic[Any, Any] = Sanic(f"repokit-http-{uuid.uuid4().hex[:12]}", configure_logging=False)
     app.config.ACCESS_LOG = access_log
     app.config.AUTO_RELOAD = False
-    app.config.TOUCHUP = False  # sanic rewrites shared classes per app; breaks with two apps
+    app.config.TOUCHUP = False  # runner._start_sanic enables it once per process
     # Bodies up to the input limit plus binary tensors: Triton limits only the JSON parts and
     # raw/decompressed inputs, so the transport limit is generous.
     app.config.REQUEST_MAX_SIZE = max(frontend.max_input_size * 4, 1 << 31)

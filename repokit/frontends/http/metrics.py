@@ -32,7 +32,7 @@ def create_metrics_app(service: InferenceService) -> Sanic[Any, Any]:
     )
     app.config.ACCESS_LOG = False
     app.config.AUTO_RELOAD = False
-    app.config.TOUCHUP = False  # sanic rewrites shared classes per app; breaks with two apps
+    app.config.TOUCHUP = False  # runner._start_sanic enables it once per process
     app.config.NOISY_EXCEPTIONS = False
     app.add_route(handle, "/", methods=ALL_METHODS, name="root")
     app.add_route(handle, "/<path:path>", methods=ALL_METHODS, name="metrics")

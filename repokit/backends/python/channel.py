@@ -1,0 +1,118 @@
+"""The server's end of an instance socket, driven by event-loop callbacks (no tasks, no locks).
+
+Messages are sent in order and the instance process answers each with exactly one reply, so
+replies are matched to requests first-in first-out. :meth:`Channel.request` hands the reply
+to a callback straight from the socket's reader callback: a reply costs one ``recv_into``
+and no task wake-up. A frame that does not fit in the socket buffer is finished by a writer
+callback, without copying it. When the process exits (the socket reads EOF or fails) every
+pending callback gets :class:`~repokit.backends.python.ipc.ChannelClosed` and ``on_lost`` runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from repokit.backends.python import ipc
+
+ReplyCallback = Callable[[Any], None]  # gets the reply, or a ChannelClosed instance
+_IOV_MAX = 512
+
+
+class Channel:
+    def __init__(self, sock: Any, on_lost: Callable[[], None]) -> None:
+        sock.setblocking(False)
+        self._sock = sock
+        self._fd: int = sock.fileno()
+        self._loop = asyncio.get_running_loop()
+        self._parser = ipc.FrameParser()
+        self._callbacks: deque[ReplyCallback] = deque()
+        self._outbox: list[memoryview] = []
+        self._on_lost = on_lost
+        self.closed = False
+        self._loop.add_reader(self._fd, self._readable)
+
+    # --- requests ----------------------------------------------------------------------------
+    def request(self, message: Any, on_reply: ReplyCallback) -> None:
+        """Send ``message``; ``on_reply`` gets its reply (raises if it cannot be pickled)."""
+        if self.closed:
+            raise ipc.ChannelClosed("the instance process is gone")
+        parts = ipc.encode(message)
+        self._callbacks.append(on_reply)
+        if self._outbox:
+            self._outbox.extend(memoryview(p) for p in parts)
+            return
+        self._outbox = [memoryview(p) for p in parts]
+        self._write()
+        if self._outbox and not self.closed:
+            self._loop.add_writer(self._fd, self._write)
+
+    async def call(self, message: Any) -> Any:
+        """``request`` as a coroutine (raises ChannelClosed when the process is gone)."""
+        future: asyncio.Future[Any] = self._loop.create_future()
+
+        def deliver(reply: Any) -> None:
+            if future.done():
+                return
+            if isinstance(reply, ipc.ChannelClosed):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
+
+        self.request(message, deliver)
+        return await future
+
+    # --- socket callbacks --------------------------------------------------------------------
+    def _write(self) -> None:
+        outbox = self._outbox
+        while outbox:
+            try:
+                sent = self._sock.sendmsg(outbox[:_IOV_MAX])
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self.close()
+                return
+            outbox = self._outbox = ipc.advance(outbox, sent)
+        self._loop.remove_writer(self._fd)
+
+    def _readable(self) -> None:
+        parser = self._parser
+        try:
+            count = self._sock.recv_into(parser.buffer())
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close()
+            return
+        if count == 0:
+            self.close()
+            return
+        for message in parser.feed(count):
+            if self._callbacks:
+                self._deliver(self._callbacks.popleft(), message)
+
+    def _deliver(self, callback: ReplyCallback, reply: Any) -> None:
+        try:
+            callback(reply)
+        except Exception as exc:  # a bug in a callback must not stop the channel
+            self._loop.call_exception_handler(
+                {"message": "python backend reply callback failed", "exception": exc}
+            )
+
+    # --- shutdown ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop watching the socket, close it and fail every pending request."""
+        if self.closed:
+            return
+        self.closed = True
+        self._loop.remove_reader(self._fd)
+        self._loop.remove_writer(self._fd)
+        self._outbox = []
+        self._sock.close()
+        callbacks, self._callbacks = self._callbacks, deque()
+        for callback in callbacks:
+            self._deliver(callback, ipc.ChannelClosed("the instance process is gone"))
+        self._on_lost()
