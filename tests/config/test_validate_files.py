@@ -151,3 +151,91 @@ def test_specific_version_missing(tmp_path: Path) -> None:
 def test_batch_strategy(tmp_path: Path, body: str, expected: str) -> None:
     make_model(tmp_path, config=python_config(body))
     assert rules(validate_one(tmp_path)) == [expected]
+
+
+@pytest.mark.parametrize(
+    ("data", "ok"),
+    [
+        (b"", False),
+        (b"\x01\x00\x00\x00a\x02\x00\x00\x00bc", True),
+        (b"\x01\x00\x00\x00a", False),
+        (b"\x01\x00\x00\x00a\x01\x00", False),
+        (b"\x01\x00\x00\x00a\x01\x00\x00\x00b\x00\x00\x00\x00", False),
+    ],
+)
+def test_warmup_string_file_must_be_a_bytes_tensor(tmp_path: Path, data: bytes, ok: bool) -> None:
+    io = ('input [ { name: "IN" data_type: TYPE_STRING dims: [ 2 ] } ]\n'
+          'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    config = python_config('model_warmup [ { name: "w" batch_size: 1 inputs { key: "IN" value '
+                           '{ data_type: TYPE_STRING dims: [ 2 ] input_data_file: "s" } } } ]', io)
+    make_model(tmp_path, config=config, files={"warmup/s": data})
+    report = validate_one(tmp_path)
+    assert report.ok is ok
+    if not ok:
+        assert rules(report) == ["warmup-string-data-invalid"]
+
+
+WARM = ('model_warmup [ { name: "w" batch_size: 1 inputs { key: "IN" value { data_type: '
+        "TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]")
+RETURNS_LIST = "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+RETURNS_NONE = ("class TritonPythonModel:\n    def execute(self, requests):\n"
+                "        def helper():\n            return 1\n        return None\n")
+
+
+@pytest.mark.parametrize(
+    ("decoupled", "source", "ok"),
+    [(True, RETURNS_LIST, False), (True, RETURNS_NONE, True), (False, RETURNS_NONE, False),
+     (False, RETURNS_LIST, True)],
+)
+def test_warmup_runs_execute(tmp_path: Path, decoupled: bool, source: str, ok: bool) -> None:
+    policy = "model_transaction_policy { decoupled: true }" if decoupled else ""
+    make_model(tmp_path, config=python_config(f"{WARM} {policy}"), files={"1/model.py": source})
+    report = validate_one(tmp_path)
+    assert report.ok is ok
+    if not ok:
+        assert rules(report) == ["warmup-execute-return"]
+
+
+@pytest.mark.parametrize(
+    ("source", "rule"),
+    [("def broken(:\n", "python-model-syntax-error"), ("x = 1\n", "python-model-class-missing")],
+)
+def test_python_sources(tmp_path: Path, source: str, rule: str) -> None:
+    make_model(tmp_path, files={"1/model.py": source})
+    report = validate_one(tmp_path)
+    assert rules(report) == [rule]
+    assert report.diagnostics[0].file == "m/1/model.py"
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["from impl import TritonPythonModel\n", "from impl import *\n",
+     "TritonPythonModel = object\n",
+     "try:\n    class TritonPythonModel: ...\nexcept E:\n    pass\n"],
+)
+def test_model_class_bound_other_ways(tmp_path: Path, source: str) -> None:
+    make_model(tmp_path, files={"1/model.py": source})
+    assert validate_one(tmp_path).ok
+
+
+def test_python_model_filename_and_env(tmp_path: Path) -> None:
+    make_model(tmp_path, config=python_config('default_model_filename: "model.onnx"'),
+               files={"1/model.onnx": "x"})
+    assert rules(validate_one(tmp_path)) == ["python-model-filename-invalid"]
+    env = ('parameters { key: "EXECUTION_ENV_PATH" value { string_value: '
+           '"$$TRITON_MODEL_DIRECTORY/e.tgz" } }')
+    make_model(tmp_path, "n", config=python_config(env))
+    assert rules(validate_one(tmp_path, "n")) == ["python-execution-env-missing"]
+    (tmp_path / "n" / "e.tgz").write_bytes(b"x")
+    assert validate_one(tmp_path, "n").ok
+
+
+def test_empty_repository_agents(tmp_path: Path) -> None:
+    make_model(tmp_path, config=python_config("model_repository_agents {}"))
+    assert rules(validate_one(tmp_path)) == ["repository-agent-unavailable"]
+
+
+def test_config_that_is_a_directory(tmp_path: Path) -> None:
+    make_model(tmp_path, config=None)
+    (tmp_path / "m" / "config.pbtxt").mkdir()
+    assert "config-unreadable" in rules(validate_one(tmp_path))

@@ -141,6 +141,8 @@ _ROWS: list[tuple[str, Severity, str, str]] = [
     ("warmup-data-missing", E, BACKEND, "warmup input needs a data kind"),
     ("warmup-file-missing", E, BACKEND, "warmup input_data_file does not exist"),
     ("warmup-file-too-small", E, BACKEND, "warmup input_data_file is too small"),
+    ("warmup-string-data-invalid", E, BACKEND, "warmup STRING file is not a BYTES tensor"),
+    ("warmup-execute-return", E, BACKEND, "warmup runs execute(), whose return is wrong"),
     ("warmup-input-missing", E, BACKEND, "a warmup sample misses a required input"),
     ("warmup-data-type-mismatch", E, BACKEND, "warmup data_type differs from the input"),
     ("warmup-shape-mismatch", E, BACKEND, "warmup dims differ from the input dims"),

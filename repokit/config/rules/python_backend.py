@@ -43,6 +43,56 @@ def _binds_model_class(tree: ast.Module) -> bool:
     return False
 
 
+def _model_class(tree: ast.Module) -> ast.ClassDef | None:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == MODEL_CLASS:
+            return node
+    return None
+
+
+def _returns(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Return]:
+    """The return statements of ``function`` itself (not of nested functions or classes)."""
+    found: list[ast.Return] = []
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            found.append(node)
+        elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+                            | ast.Lambda):
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _check_warmup_execute(ctx: RuleContext, rel: str, tree: ast.Module) -> None:
+    """Warmup calls execute() at load time: a decoupled model's execute must return None, a
+    non-decoupled one's must return the responses (the python backend fails otherwise)."""
+    if not any(sample.batch_size for sample in ctx.config.model_warmup):
+        return
+    model_class = _model_class(tree)
+    if model_class is None:
+        return
+    execute = next((n for n in model_class.body if isinstance(n, ast.FunctionDef |
+                    ast.AsyncFunctionDef) and n.name == "execute"), None)
+    if execute is None:
+        return  # possibly inherited: nothing to say
+    returns = _returns(execute)
+    with_value = [r for r in returns if r.value is not None and not (
+        isinstance(r.value, ast.Constant) and r.value.value is None)]
+    decoupled = ctx.config.model_transaction_policy.decoupled
+    if decoupled and with_value:
+        ctx.report("warmup-execute-return",
+                   f"{rel}: the model is decoupled and has warmup samples, but execute() returns "
+                   "a value; Triton: \"is using the decoupled mode and the execute function must "
+                   "return None\" fails the warmup, so the load fails", file=rel,
+                   line=with_value[0].lineno)
+    elif not decoupled and not with_value:
+        ctx.report("warmup-execute-return",
+                   f"{rel}: the model has warmup samples but execute() returns no list of "
+                   "responses; the warmup request fails, so the load fails", file=rel,
+                   line=execute.lineno)
+
+
 def check_python_sources(ctx: RuleContext) -> None:
     """model.py of every loaded version must compile and define TritonPythonModel."""
     if ctx.config.backend != PYTHON:
@@ -75,3 +125,5 @@ def check_python_sources(ctx: RuleContext) -> None:
             ctx.report("python-model-class-missing",
                        f"{rel} defines no class '{MODEL_CLASS}'; Triton: \"AttributeError: "
                        f"module has no attribute '{MODEL_CLASS}'\"", file=rel)
+            continue
+        _check_warmup_execute(ctx, rel, tree)

@@ -5,6 +5,7 @@ shapes, batch size) before the load can succeed."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from repokit.config.rules.context import RuleContext
 from repokit.config.rules.io import element_count
@@ -65,12 +66,45 @@ def _check_input_data(ctx: RuleContext, path: str, key: str, data: mc.ModelWarmu
                    f"'{data.input_data_file}' must exist under <model>/warmup/",
                    path=f"{path}.input_data_file")
         return
+    if data.data_type == mc.TYPE_STRING:
+        problem = bytes_tensor_problem(file_path, element_count(list(data.dims)))
+        if problem:
+            ctx.report("warmup-string-data-invalid",
+                       f"warmup input '{key}' file {data.input_data_file}: {problem} (TYPE_STRING "
+                       "data is a sequence of 4-byte little-endian lengths, each followed by "
+                       "that many bytes)", path=f"{path}.input_data_file", file=rel)
+        return
     expected = byte_size(data.data_type, list(data.dims))
-    if data.data_type != mc.TYPE_STRING and size < expected:
+    if size < expected:
         ctx.report("warmup-file-too-small",
                    f"warmup setting expects {expected} bytes, but the data provided from "
                    f"{data.input_data_file}only has {size} bytes",
                    path=f"{path}.input_data_file", file=rel)
+
+
+def bytes_tensor_problem(path: Path, elements: int) -> str:
+    """What Triton's ValidateBytesInputs says about a serialised BYTES tensor, or ""."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror})"
+    offset, checked, remaining_element = 0, 0, 0
+    while offset < len(data):
+        if not remaining_element:
+            if len(data) - offset < 4:
+                return (f"incomplete string length indicator, expecting 4 bytes but only "
+                        f"{len(data) - offset} bytes available")
+            remaining_element = int.from_bytes(data[offset : offset + 4], "little")
+            offset += 4
+            checked += 1
+            if checked > elements:
+                return f"unexpected number of string elements {checked}, expecting {elements}"
+        take = min(remaining_element, len(data) - offset)
+        offset += take
+        remaining_element -= take
+    if checked != elements:
+        return f"expected {elements} string elements, got {checked}"
+    return ""
 
 
 def _check_against_model(
