@@ -103,8 +103,8 @@ def validate_model(model: ModelDir, options: ValidateOptions, root: Path) -> Mod
     elif options.strict:
         ctx.report("config-missing",
                    f"failed to open text file for read {ctx.relative(config_path)}: No such "
-                   "file or directory (strict mode requires a config.pbtxt with backend or "
-                   "platform, max_batch_size, input and output)",
+                   "file or directory (with --strict, Triton's --disable-auto-complete-config, "
+                   "every model needs a config.pbtxt)",
                    file=ctx.relative(config_path))
         return report
     else:

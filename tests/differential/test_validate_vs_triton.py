@@ -150,3 +150,67 @@ def test_normalised_config_matches_triton_config_endpoint(
         config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
     assert _ints(ours) == _ints(triton_config)
+
+
+MODEL_PY = "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+IO = ('input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+      'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+
+
+def _python_model(root: Path, name: str, config: str | None, version: str | None = "1") -> None:
+    model = root / name
+    model.mkdir(parents=True)
+    if config is not None:
+        (model / "config.pbtxt").write_text(config)
+    if version is not None:
+        (model / version).mkdir()
+        (model / version / "model.py").write_text(MODEL_PY)
+
+
+def _run_server(repo: Path, workdir: Path, flags: list[str]) -> TritonReference:
+    server = TritonReference(repo, workdir, ["--exit-on-error=false", *flags])
+    server.start()
+    return server
+
+
+def test_strict_mode_verdicts(tmp_path: Path) -> None:
+    """--strict is Triton's --disable-auto-complete-config."""
+    repo = tmp_path / "repo"
+    _python_model(repo, "strict_no_config", None)
+    _python_model(repo, "strict_no_io", 'backend: "python"\n')
+    _python_model(repo, "strict_bad_dims", 'backend: "python"\n' + IO.replace("[ 4 ]", "[ 0 ]", 1))
+    _python_model(repo, "strict_ok", 'backend: "python"\nmax_batch_size: 2\n' + IO)
+    server = _run_server(repo, tmp_path / "srv",
+                         ["--model-control-mode=explicit", "--disable-auto-complete-config"])
+    try:
+        verdicts = server.judge(sorted(p.name for p in repo.iterdir()), timeout=60)
+    finally:
+        server.stop()
+    report = validate_repository(repo, ValidateOptions(strict=True))
+    assert {n: r.ok for n, r in report.models.items()} == {n: v.ok for n, v in verdicts.items()}
+    assert not verdicts["strict_no_config"].ok and verdicts["strict_no_io"].ok
+
+
+def test_repository_root_verdicts_from_the_index(tmp_path: Path) -> None:
+    """Hidden and stray directories at the root are models: start Triton in `none` mode on the
+    whole repository and read each model's state from the repository index."""
+    repo = tmp_path / "repo"
+    _python_model(repo, "root_ok", 'backend: "python"\n' + IO)
+    (repo / ".ipynb_checkpoints").mkdir()
+    (repo / "stray_folder" / "notes").mkdir(parents=True)
+    _python_model(repo, ".hidden_model", 'backend: "python"\n' + IO)
+    (repo / "README.md").write_text("files at the root are ignored\n")
+    server = _run_server(repo, tmp_path / "srv", ["--model-control-mode=none"])
+    try:
+        index = server.index()
+    finally:
+        server.stop()
+    ready = {entry["name"] for entry in index if entry.get("state") == "READY"}
+    report = validate_repository(repo, ValidateOptions())
+    # a directory that fails before Triton registers it is missing from the index: not READY
+    states = {name: name in ready for name in report.models}
+    assert {n: r.ok for n, r in report.models.items()} == states
+    assert states == {"root_ok": True, ".hidden_model": True, ".ipynb_checkpoints": False,
+                      "stray_folder": False}
+    hidden = report.models[".hidden_model"].diagnostics
+    assert [d.rule for d in hidden] == ["model-dir-hidden"]

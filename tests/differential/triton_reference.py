@@ -165,6 +165,14 @@ class TritonReference:
             data: dict[str, object] = json.loads(r.read())
             return data
 
+    def index(self) -> list[dict[str, str]]:
+        """POST /v2/repository/index: every model with its state and reason."""
+        request = urllib.request.Request(f"{self.url}/v2/repository/index", data=b"{}",
+                                         method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            data: list[dict[str, str]] = json.loads(response.read())
+            return data
+
     def load_all(
         self, models: Sequence[str], timeout: float = 60.0, workers: int = 4
     ) -> dict[str, LoadResult]:
