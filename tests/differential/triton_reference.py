@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -141,7 +142,7 @@ class TritonReference:
         return f"http://127.0.0.1:{self.http_port}"
 
     def load(self, model: str, timeout: float = 60.0) -> LoadResult:
-        quoted = urllib.request.quote(model, safe="")
+        quoted = urllib.parse.quote(model, safe="")
         request = urllib.request.Request(
             f"{self.url}/v2/repository/models/{quoted}/load", data=b"", method="POST"
         )
@@ -160,7 +161,7 @@ class TritonReference:
 
     def model_config(self, model: str) -> dict[str, object]:
         """GET /v2/models/<m>/config as JSON."""
-        quoted = urllib.request.quote(model, safe="")
+        quoted = urllib.parse.quote(model, safe="")
         with urllib.request.urlopen(f"{self.url}/v2/models/{quoted}/config", timeout=10) as r:
             data: dict[str, object] = json.loads(r.read())
             return data
