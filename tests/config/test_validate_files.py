@@ -239,3 +239,10 @@ def test_config_that_is_a_directory(tmp_path: Path) -> None:
     make_model(tmp_path, config=None)
     (tmp_path / "m" / "config.pbtxt").mkdir()
     assert "config-unreadable" in rules(validate_one(tmp_path))
+
+
+def test_stray_directory(tmp_path: Path) -> None:
+    (tmp_path / "notes" / "drafts").mkdir(parents=True)
+    report = validate_one(tmp_path, "notes")
+    assert not report.ok
+    assert rules(report)[0] == "model-dir-stray"

@@ -62,6 +62,7 @@ _ROWS: list[tuple[str, Severity, str, str]] = [
     ("backend-undeterminable", E, REPOSITORY, "no backend can be deduced for the model"),
     ("model-not-found", E, REPOSITORY, "a model named on the command line does not exist"),
     ("model-dir-unreadable", E, REPOSITORY, "the model directory cannot be listed"),
+    ("model-dir-stray", W, ADVISORY, "a directory with no config and no version folder"),
     ("model-dir-hidden", W, ADVISORY, "a hidden directory at the root is loaded as a model"),
     ("version-dir-leading-zeros", W, ADVISORY, "version folders with leading zeros are ignored"),
     ("version-dir-not-numeric", W, ADVISORY, "non-numeric version folders are ignored"),

@@ -15,6 +15,13 @@ def check_model_dir(ctx: RuleContext) -> None:
                    f"hidden directory '{model.name}' is a model for Triton (every subdirectory "
                    "of the repository is); it fails to load unless it is a real model. Move it "
                    "out of the repository", file=dir_file)
+    has_config = any(name == "config.pbtxt" for name in model.files)
+    if not has_config and not model.existing_versions and not model.hidden:
+        ctx.report("model-dir-stray",
+                   f"directory '{model.name}' has neither a config.pbtxt nor a version folder; "
+                   "Triton treats every directory of the repository as a model, so this one "
+                   "fails to load. Move it out of the repository if it is not a model",
+                   file=dir_file)
     for version_dir in model.version_dirs:
         name, file = version_dir.name, f"{dir_file}/{version_dir.name}"
         if version_dir.kind is VersionDirKind.LEADING_ZEROS:
