@@ -103,6 +103,8 @@ assert theirs.ModelInferRequest(model_name="m").model_name == "m"
 assert v2.ModelInferRequest.DESCRIPTOR.full_name == "inference.ModelInferRequest"
 print("ok")
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"

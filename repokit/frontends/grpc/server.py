@@ -19,6 +19,7 @@ from repokit.errors import unavailable
 from repokit.frontends.grpc.options import GrpcOptions, grpc_options_from_settings
 from repokit.frontends.grpc.restricted import RestrictedProtocolInterceptor
 from repokit.frontends.grpc.servicer import InferenceServicer, guarded
+from repokit.frontends.v1.grpc_service import add_v1_servicer
 from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from repokit.protocol.generated import health_pb2 as health_pb
 from repokit.protocol.generated import health_pb2_grpc as health_grpc
@@ -93,6 +94,7 @@ def build_grpc_server(service: InferenceService, options: GrpcOptions) -> GrpcSe
     server = grpc.aio.server(options=options.channel_options(), interceptors=interceptors)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service), server)
     health_grpc.add_HealthServicer_to_server(HealthServicer(service), server)
+    add_v1_servicer(service, server)  # v1 hook: nvidia.inferenceserver.GRPCService
     target = f"{options.address}:{options.port}"
     credentials = _credentials(options)
     try:

@@ -28,6 +28,7 @@ from repokit.frontends.http.responses import error_response
 from repokit.frontends.http.restricted import parse_restricted_apis, restriction_error
 from repokit.frontends.http.routing import Endpoint, Route, resolve
 from repokit.frontends.status import http_status
+from repokit.frontends.v1.http_api import V1HttpFrontend
 
 ALL_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")
 DEFAULT_MAX_INPUT_SIZE = 1 << 26
@@ -74,8 +75,11 @@ class HttpFrontend:
             Endpoint.SYSTEM_SHM: ((), ops.system_shm),
             Endpoint.CUDA_SHM: ((), ops.cuda_shm),
         }
+        self.v1 = V1HttpFrontend(service)  # v1 hook: the legacy /api/ URL space
 
     async def dispatch(self, request: Request, path: str = "") -> HTTPResponse:
+        if request.path.startswith("/api/"):  # v1 hook: repokit.frontends.v1.http_api
+            return await self.v1.dispatch(request)
         route = resolve(request.path)
         if route is None:
             return error_response(404, "Not Found")
