@@ -73,6 +73,8 @@ class V1Servicer:
 
     async def _infer_into(self, request: Any, response: Any) -> None:
         header = request.meta_data
+        version = model_version(request.model_version)
+        self.ops.service.model_config(request.model_name, version)  # unknown model first
         raw = list(request.raw_input)
         buffers: list[Buffer | None] = []
         for item in header.input:
@@ -89,7 +91,6 @@ class V1Servicer:
             raise invalid_arg(
                 f"{len(raw)} raw_input entries more than inputs without shared memory in the header"
             )
-        version = model_version(request.model_version)
         out_header, outputs = await self.ops.infer(request.model_name, version, header, buffers)
         response.meta_data.CopyFrom(out_header)
         response.raw_output.extend(bytes(b) for b in outputs)

@@ -30,7 +30,7 @@ class V1Reply:
     http_status: int
     status: Any  # RequestStatus
     body: bytes
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: Any = field(default_factory=dict)  # case-insensitive (requests)
 
     @property
     def ok(self) -> bool:
@@ -49,18 +49,30 @@ class V1InferResult:
     trailer: bytes = b""  # the serialized InferResponseHeader after the raw outputs
 
 
-def split_outputs(header: Any, data: list[bytes] | bytes) -> tuple[dict[str, bytes], bytes]:
-    """Raw outputs by name (in header order) and whatever follows them in an HTTP body."""
+def shm_outputs(header: Any) -> set[str]:
+    """Outputs a request header (message or text) places in shared memory."""
+    if isinstance(header, str):
+        try:
+            header = text_format.Parse(header, RequestHeader())
+        except text_format.ParseError:
+            return set()
+    return {o.name for o in header.output if o.HasField("shared_memory")}
+
+
+def split_outputs(
+    header: Any, data: list[bytes] | bytes, in_shm: set[str]
+) -> tuple[dict[str, bytes], bytes]:
+    """Raw outputs by name (in header order) and whatever follows them in an HTTP body.
+    Outputs the request put in shared memory have raw metadata but no bytes here."""
     outputs: dict[str, bytes] = {}
+    raw = [o for o in header.output if o.HasField("raw") and o.name not in in_shm]
     if isinstance(data, list):
-        raw = [o for o in header.output if o.HasField("raw")]
         return {o.name: d for o, d in zip(raw, data, strict=True)}, b""
     offset = 0
-    for out in header.output:
-        if out.HasField("raw"):
-            size = out.raw.batch_byte_size
-            outputs[out.name] = data[offset : offset + size]
-            offset += size
+    for out in raw:
+        size = out.raw.batch_byte_size
+        outputs[out.name] = data[offset : offset + size]
+        offset += size
     return outputs, data[offset:]
 
 
@@ -82,7 +94,7 @@ class V1HttpClient:
             method, self.base + path, headers=headers, data=data, params=params, timeout=60
         )
         status = text_format.Parse(r.headers["NV-Status"], request_status_pb2.RequestStatus())
-        return V1Reply(r.status_code, status, r.content, dict(r.headers))
+        return V1Reply(r.status_code, status, r.content, r.headers)
 
     def health(self, mode: str) -> V1Reply:
         return self.request("GET", f"/api/health/{mode}")
@@ -119,7 +131,9 @@ class V1HttpClient:
         result = V1InferResult(reply)
         if reply.ok:
             result.header = text_format.Parse(reply.headers["NV-InferResponse"], ResponseHeader())
-            result.outputs, result.trailer = split_outputs(result.header, reply.body)
+            result.outputs, result.trailer = split_outputs(
+                result.header, reply.body, shm_outputs(header)
+            )
         return result
 
 
@@ -141,5 +155,7 @@ class V1GrpcClient:
         )
         outputs: dict[str, bytes] = {}
         if response.request_status.code == request_status_pb2.SUCCESS:
-            outputs, _ = split_outputs(response.meta_data, list(response.raw_output))
+            outputs, _ = split_outputs(
+                response.meta_data, list(response.raw_output), shm_outputs(header)
+            )
         return response, outputs
