@@ -62,8 +62,11 @@ from repokit.protocol.types import InferTensor, ParamValue
 _STUB_MODULE = "repokit.backends.python.stub"
 _PACKAGE_PARENT = str(Path(repokit.__file__).resolve().parent.parent)
 _NO_TIMING = (0, 0, 0)
-# a queued message: (operation, payload, future of its reply)
-_Queued = tuple[str, Any, "asyncio.Future[Any]"]
+# Queued batches are merged into one message up to this many tensor bytes: merging saves the
+# per-message costs of small requests; large tensors gain nothing from it.
+MERGE_LIMIT_BYTES = 1024 * 1024
+# a queued message: (operation, payload, future of its reply, tensor bytes)
+_Queued = tuple[str, Any, "asyncio.Future[Any]", int]
 
 
 @dataclass(eq=False)
@@ -220,11 +223,13 @@ class PythonBackend(Backend):
         instance.dead = True
 
     # --- the message queue of an instance ------------------------------------------------
-    def _call(self, instance: _Instance, op: str, payload: Any) -> asyncio.Future[Any]:
+    def _call(
+        self, instance: _Instance, op: str, payload: Any, size: int = 0
+    ) -> asyncio.Future[Any]:
         """Queue one message; the future gets its reply (ChannelClosed if the process is gone).
         Messages go out one at a time; execute messages that queued up meanwhile are merged."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        instance.queue.append((op, payload, future))
+        instance.queue.append((op, payload, future, size))
         if not instance.busy:
             self._flush(instance)
         return future
@@ -239,8 +244,12 @@ class PythonBackend(Backend):
             sent = [queue.pop(0)]
             message: tuple[str, Any] = (sent[0][0], sent[0][1])
         else:
-            count = 0
+            count = 1
+            total = queue[0][3]
             while count < len(queue) and queue[count][0] == "execute":
+                total += queue[count][3]
+                if total > MERGE_LIMIT_BYTES:
+                    break
                 count += 1
             sent = [item for item in queue[:count] if not item[2].done()]
             del queue[:count]
@@ -262,7 +271,7 @@ class PythonBackend(Backend):
             instance.dead = True
             failed = sent + instance.queue
             instance.queue = []
-            for _, _, future in failed:
+            for _, _, future, _ in failed:
                 if not future.done():
                     future.set_exception(ipc.ChannelClosed(str(reply)))
             return
@@ -270,11 +279,11 @@ class PythonBackend(Backend):
             if not sent[0][2].done():
                 sent[0][2].set_result(reply)
         elif reply[0] == "ok":
-            for (_, _, future), batch_reply in zip(sent, reply[1], strict=True):
+            for (_, _, future, _), batch_reply in zip(sent, reply[1], strict=True):
                 if not future.done():
                     future.set_result(batch_reply)
         else:
-            for _, _, future in sent:
+            for _, _, future, _ in sent:
                 if not future.done():
                     future.set_result(("error", reply[1], _NO_TIMING))
         if instance.queue:
@@ -291,9 +300,10 @@ class PythonBackend(Backend):
         if target.dead:
             return self._dead(target, requests), Timing()
         batch = [self._request_tuple(r) for r in requests]
+        size = sum(t.data.nbytes for r in requests for t in r.inputs.values())
         try:
             status, body, (input_ns, infer_ns, output_ns) = await self._call(
-                target, "execute", batch
+                target, "execute", batch, size
             )
         except ipc.ChannelClosed:
             return self._dead(target, requests), Timing()

@@ -1,0 +1,201 @@
+"""Python backend IPC: batches queued for a busy instance travel in one message, yet each gets
+its own ``execute`` call; cancellation and instance death while queued; the frame parser."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from repokit.backends.base import BackendRequest
+from repokit.backends.python import ipc
+from repokit.backends.python.backend import PythonBackend
+from repokit.scheduler.default import DefaultScheduler
+from tests.backends.conftest import request
+from tests.backends.test_python_backend import load
+
+# execute waits for the file "gate" next to the model, then answers each request with its
+# INPUT0 plus the size of the batch it arrived in; INPUT0 == -1 makes the process exit.
+GATED = """
+import os
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+GATE = os.path.join(os.path.dirname(__file__), "gate")
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        while not os.path.exists(GATE):
+            time.sleep(0.001)
+        responses = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            if x.flat[0] == -1:
+                os._exit(3)
+            out = x + np.float32(len(requests))
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]))
+        return responses
+"""
+
+
+def row(value: float) -> BackendRequest:
+    return request({"INPUT0": np.full((1, 4), value, np.float32)})
+
+
+def count_messages(backend: PythonBackend, instance: int = 0) -> list[str]:
+    """Record the operation of every message sent to the instance process."""
+    sent: list[str] = []
+    channel = backend._instances[instance].channel
+    assert channel is not None
+    original = channel.request
+
+    def counting(message: Any, on_reply: Any) -> None:
+        sent.append(message[0] if message[0] != "execute" else f"execute x{len(message[1])}")
+        original(message, on_reply)
+
+    channel.request = counting  # type: ignore[method-assign]
+    return sent
+
+
+async def test_queued_batches_share_one_message_and_keep_their_execute(tmp_path: Path) -> None:
+    backend = await load(tmp_path, "gated", GATED)
+    sent = count_messages(backend)
+    first = asyncio.ensure_future(backend.execute(0, [row(100)]))
+    await asyncio.sleep(0)  # the first batch is at the process, which waits for the gate
+    sizes = [1, 2, 3, 1]
+    queued = [
+        asyncio.ensure_future(backend.execute(0, [row(10 * i + j) for j in range(size)]))
+        for i, size in enumerate(sizes)
+    ]
+    await asyncio.sleep(0)
+    (tmp_path / "gated" / "1" / "gate").touch()
+    (result,), timing = await first
+    np.testing.assert_array_equal(result.outputs[0].data, np.full((1, 4), 101, np.float32))
+    assert timing.compute_infer_ns > 0
+    for i, (size, task) in enumerate(zip(sizes, queued, strict=True)):
+        results, timing = await task
+        assert timing.compute_infer_ns > 0 and timing.compute_input_ns > 0
+        for j, one in enumerate(results):  # each batch was its own execute call
+            expected = np.full((1, 4), 10 * i + j + size, np.float32)
+            np.testing.assert_array_equal(one.outputs[0].data, expected)
+    assert sent == ["execute x1", "execute x4"]
+    await backend.unload()
+
+
+async def test_a_cancelled_queued_execute_is_not_sent(tmp_path: Path) -> None:
+    backend = await load(tmp_path, "cancel", GATED)
+    sent = count_messages(backend)
+    first = asyncio.ensure_future(backend.execute(0, [row(1)]))
+    await asyncio.sleep(0)
+    dropped = asyncio.ensure_future(backend.execute(0, [row(2)]))
+    kept = asyncio.ensure_future(backend.execute(0, [row(3)]))
+    await asyncio.sleep(0)
+    dropped.cancel()
+    (tmp_path / "cancel" / "1" / "gate").touch()
+    assert (await first)[0][0].error is None
+    (result,), _ = await kept
+    np.testing.assert_array_equal(result.outputs[0].data, np.full((1, 4), 4, np.float32))
+    assert dropped.cancelled()
+    assert sent == ["execute x1", "execute x1"]
+    await backend.unload()
+
+
+async def test_instance_death_fails_the_running_and_the_queued_batches(tmp_path: Path) -> None:
+    backend = await load(tmp_path, "dies", GATED)
+    running = asyncio.ensure_future(backend.execute(0, [row(-1)]))
+    await asyncio.sleep(0)
+    queued = [asyncio.ensure_future(backend.execute(0, [row(i)])) for i in range(3)]
+    await asyncio.sleep(0)
+    (tmp_path / "dies" / "1" / "gate").touch()
+    for task in (running, *queued):
+        (result,), _ = await task
+        assert result.error is not None
+        assert result.error.message == "Stub process 'dies_0_0' is not healthy."
+    assert not backend.health()
+    (after,), _ = await backend.execute(0, [row(1)])
+    assert after.error is not None and "is not healthy" in after.error.message
+    await backend.unload()
+
+
+async def test_default_scheduler_pipelines_and_counts_pending(tmp_path: Path) -> None:
+    backend = await load(tmp_path, "sched", GATED)
+    scheduler = DefaultScheduler(backend)
+    await scheduler.start()
+    tasks = [asyncio.ensure_future(scheduler.submit(row(i), 1)) for i in range(4)]
+    await asyncio.sleep(0)
+    assert scheduler.pending_count == 3  # one executes, three wait
+    (tmp_path / "sched" / "1" / "gate").touch()
+    for i, task in enumerate(tasks):
+        scheduled = await task
+        expected = np.full((1, 4), i + 1, np.float32)  # one request per execute
+        np.testing.assert_array_equal(scheduled.result.outputs[0].data, expected)
+        assert scheduled.queue_ns >= 0 and scheduled.timing.compute_infer_ns > 0
+    assert scheduler.pending_count == 0
+    await scheduler.stop()
+    await backend.unload()
+
+
+def test_frame_parser_reassembles_frames_split_anywhere() -> None:
+    rng = np.random.default_rng(1)
+    big = rng.random(100_000, dtype=np.float32)  # 400 kB: out of band
+    strings = np.array([b"a", b"\x00b"], dtype=object)
+    messages = [
+        ("ok", [("x", ipc.pack_array(np.arange(6, dtype=np.int16).reshape(2, 3)))]),
+        ("big", ipc.pack_array(big), ipc.pack_array(big[::2])),
+        ("strings", ipc.pack_array(strings), ipc.pack_array(np.zeros((0, 3), np.float64))),
+        ("empty", None),
+    ]
+    stream = b"".join(bytes(memoryview(p).cast("B")) for m in messages for p in ipc.encode(m))
+    chooser = random.Random(7)
+    for _ in range(5):
+        parser = ipc.FrameParser()
+        got: list[Any] = []
+        position = 0
+        while position < len(stream):
+            target = parser.buffer()
+            count = min(len(target), len(stream) - position, chooser.choice([1, 7, 4096, 1 << 20]))
+            target[:count] = stream[position : position + count]
+            position += count
+            got.extend(parser.feed(count))
+        assert len(got) == len(messages)
+        dtypes: dict[str, np.dtype[Any]] = {}
+        small = ipc.unpack_array(got[0][1][0][1], dtypes)
+        np.testing.assert_array_equal(small, np.arange(6, dtype=np.int16).reshape(2, 3))
+        np.testing.assert_array_equal(ipc.unpack_array(got[1][1], dtypes), big)
+        np.testing.assert_array_equal(ipc.unpack_array(got[1][2], dtypes), big[::2])
+        assert ipc.unpack_array(got[2][1], dtypes).tolist() == strings.tolist()
+        assert ipc.unpack_array(got[2][2], dtypes).shape == (0, 3)
+        assert got[3] == ("empty", None)
+
+
+async def test_an_unsendable_output_fails_only_its_own_batch(tmp_path: Path) -> None:
+    code = GATED.replace(
+        "            out = x + np.float32(len(requests))",
+        "            out = x + np.float32(len(requests))\n"
+        "            if x.flat[0] == 5:\n"
+        "                out = np.array([lambda: None], dtype=object)",
+    )
+    backend = await load(tmp_path, "unsendable", code)
+    sent = count_messages(backend)
+    first = asyncio.ensure_future(backend.execute(0, [row(1)]))
+    await asyncio.sleep(0)
+    bad = asyncio.ensure_future(backend.execute(0, [row(5)]))
+    good = asyncio.ensure_future(backend.execute(0, [row(6)]))
+    await asyncio.sleep(0)
+    (tmp_path / "unsendable" / "1" / "gate").touch()
+    assert (await first)[0][0].error is None
+    (failed,), _ = await bad
+    assert failed.error is not None
+    assert failed.error.message.startswith(
+        "Failed to process the request(s) for model 'unsendable_0_0', message: "
+    )
+    (result,), _ = await good
+    np.testing.assert_array_equal(result.outputs[0].data, np.full((1, 4), 7, np.float32))
+    assert sent == ["execute x1", "execute x2"]
+    assert backend.health()
+    await backend.unload()
