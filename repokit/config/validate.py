@@ -13,7 +13,7 @@ from pathlib import Path
 
 from repokit.config.diagnostics import Diagnostic, Severity
 from repokit.config.normalize import normalize_instance_groups, normalize_model_config
-from repokit.config.parse import ConfigParseError, parse_file
+from repokit.config.parse import ConfigParseError, parse_text
 from repokit.config.report import ModelReport, RepositoryReport, ValidateOptions
 from repokit.config.rules.context import RuleContext
 from repokit.config.rules.files import (
@@ -42,11 +42,24 @@ _GPU_TARGET_GPUS: tuple[int, ...] = (0,)
 def _load_config(ctx: RuleContext, path: Path) -> mc.ModelConfig | None:
     """Parse the config file, reporting parse errors; None when it cannot be used."""
     ctx.config_file = ctx.relative(path)
+    raw = b""
     try:
-        config = parse_file(path)
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # Triton's C++ parser accepts bytes that are not UTF-8 (in comments and strings)
+            ctx.report("config-not-utf8",
+                       f"{ctx.config_file} is not valid UTF-8 (byte {exc.start}); Triton accepts "
+                       "it, but its strings will not round-trip through the JSON config API")
+            text = raw.decode("utf-8", errors="replace")
+        config = parse_text(text)
     except ConfigParseError as exc:
+        hint = ""
+        if raw.startswith(b"\xef\xbb\xbf"):
+            hint = " (the file starts with a UTF-8 byte-order mark, which Triton rejects too)"
         ctx.report("config-parse-error",
-                   f"failed to read text proto from {ctx.config_file}: {exc.message}",
+                   f"failed to read text proto from {ctx.config_file}: {exc.message}{hint}",
                    line=exc.line, column=exc.column)
         return None
     except OSError as exc:

@@ -148,3 +148,17 @@ def test_valid_sequence_controls(tmp_path: Path) -> None:
     assert report.ok
     assert report.config is not None
     assert report.config.sequence_batching.max_sequence_idle_microseconds == 1_000_000
+
+
+def test_config_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    make_model(tmp_path, config=None)
+    (tmp_path / "m" / "config.pbtxt").write_bytes(b'# caf\xe9\nbackend: "python"\n' + IO.encode())
+    report = validate_one(tmp_path)
+    assert report.ok and rules(report) == ["config-not-utf8"]
+
+
+def test_byte_order_mark_is_a_parse_error(tmp_path: Path) -> None:
+    make_model(tmp_path, config=None)
+    (tmp_path / "m" / "config.pbtxt").write_bytes(b'\xef\xbb\xbfbackend: "python"\n')
+    [diagnostic] = validate_one(tmp_path).diagnostics
+    assert diagnostic.rule == "config-parse-error" and "byte-order mark" in diagnostic.message

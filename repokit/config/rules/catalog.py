@@ -54,6 +54,7 @@ def _io_rules() -> list[tuple[str, Severity, str, str]]:
 _ROWS: list[tuple[str, Severity, str, str]] = [
     # parsing and layout (§3.3, §5)
     ("config-parse-error", E, REPOSITORY, "config.pbtxt is not a valid ModelConfig text proto"),
+    ("config-not-utf8", W, ADVISORY, "config.pbtxt is not valid UTF-8"),
     ("config-unreadable", E, REPOSITORY, "the config file cannot be read"),
     ("config-field-unsupported", E, REPOSITORY, "a field Triton 2.51's schema does not know"),
     ("config-missing", E, REPOSITORY, "strict mode requires config.pbtxt"),
