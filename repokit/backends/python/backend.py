@@ -11,17 +11,33 @@ global state (``sys.path``, module imports, ``triton_python_backend_utils``) can
 the server's or another model's. The child imports only numpy and the standard library, so an
 instance starts in about 0.1 s; the instances of a model start concurrently.
 
-The server talks to an instance over a Unix socketpair with framed pickle-5 messages
-(:mod:`repokit.backends.python.ipc`): tensors of 64 KiB and more go out of band, written from
-and read into their own memory without extra copies. The event loop awaits the socket, so a
-busy or hung instance never blocks it.
+The server talks to an instance over a Unix socketpair (4 MiB socket buffers) with framed
+pickle-5 messages (:mod:`repokit.backends.python.ipc`): tensors travel as (dtype, shape,
+buffer), those of 64 KiB and more out of band, written from and read into their own memory
+without extra copies. The server's end (:mod:`repokit.backends.python.channel`) is driven by
+event-loop reader/writer callbacks, so a busy or hung instance never blocks the loop.
 
-Measured on this machine (2 shared cores, Python 3.11, numpy 2; sequential round trips
-through ``PythonBackend.execute``, one request per execute):
-- add_sub (FP32[1,16] x 2 in and out): ~3 us when its ``execute`` is called in-process with
-  pb_utils objects, ~75-90 us through the instance process, so the IPC costs ~75-85 us per
-  request (two socket wake-ups, pickling, building the pb_utils objects on each side);
-- identity on a 1 MB FP32 tensor: ~0.26 ms per round trip (2 MB across the socket).
+Pipelining: one message per instance is at the process at a time; ``execute`` calls for a busy
+instance queue up, and when its reply arrives every queued batch (up to
+:data:`MERGE_LIMIT_BYTES` of tensors) goes out in ONE message. The process still runs
+``execute`` once per batch, in order, and times each (building the pb_utils requests,
+``execute``, converting the responses: the batch's ``Timing``), so models see exactly the
+batches the scheduler formed (one request per call with the default scheduler, which hands
+requests straight to this backend: ``pipelines_executions``). A queued call that is cancelled
+is never sent.
+
+Measured on this machine (2 cores shared with other work, Python 3.11, numpy 2; noisy):
+- add_sub (FP32[1,16] x 2 in and out) through ``PythonBackend.execute``: ~41-47 us per
+  sequential round trip (was ~75-90 us), ~30-35 us per request with many in flight;
+  ``InferenceService.infer`` in-process (``/tmp/prof_core.py``): ~14-16k req/s at
+  concurrency 1 and ~24-26k at concurrency 8 (was ~8.6k at both); server CPU ~33 us and
+  instance CPU ~16 us per request at concurrency 8;
+- identity on a 1 MB FP32 tensor: ~0.14-0.17 ms per sequential round trip (2 MB across the
+  socket);
+- over HTTP (``benchmarks/http_vs_triton.py``, wrk): add_sub JSON at concurrency 8 ~8-10k
+  req/s (Triton 2.51 ~16-18k, a bare Sanic handler ~35k): the HTTP stack (Sanic, JSON decode
+  and encode) now costs more than this backend; identity 1 MB binary at concurrency 4
+  0.8-1.2x Triton, dominated by the body copies in Sanic and the response join.
 
 Failures
 --------
