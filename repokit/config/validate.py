@@ -89,8 +89,16 @@ def _has_errors(ctx: RuleContext) -> bool:
     return any(d.severity is Severity.ERROR for d in ctx.diagnostics)
 
 
-def validate_model(model: ModelDir, options: ValidateOptions, root: Path) -> ModelReport:
-    """Everything Triton checks when loading ``model``, as diagnostics in a ModelReport."""
+def validate_model(
+    model: ModelDir,
+    options: ValidateOptions,
+    root: Path,
+    config_override: mc.ModelConfig | None = None,
+) -> ModelReport:
+    """Everything Triton checks when loading ``model``, as diagnostics in a ModelReport.
+
+    ``config_override`` replaces the config file, as the load API's ``config`` parameter does.
+    """
     ctx = RuleContext(model=model, config=mc.ModelConfig(), options=options, root=root)
     report = ModelReport(name=model.name, directory=model.path, config_file=None, config=None)
     report.diagnostics = ctx.diagnostics
@@ -102,12 +110,16 @@ def validate_model(model: ModelDir, options: ValidateOptions, root: Path) -> Mod
     check_model_dir(ctx)
     config_path = model.config_path(options.model_config_name)
     has_config = config_path.exists()
-    if has_config and not config_path.is_file():
+    if config_override is not None:
+        config = mc.ModelConfig()
+        config.CopyFrom(config_override)
+        has_config = True
+    elif has_config and not config_path.is_file():
         ctx.report("config-unreadable",
                    f"{ctx.relative(config_path)} is not a regular file; Triton 2.51 crashes "
                    "reading it (std::length_error)", file=ctx.relative(config_path))
         return report
-    if has_config:
+    elif has_config:
         report.config_file = config_path
         loaded = _load_config(ctx, config_path)
         if loaded is None:

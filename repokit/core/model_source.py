@@ -1,26 +1,27 @@
 """Read one model directory the way the server loads it: config, normalisation, versions.
 
-The seam between the serving core and the repository/config modules: the ModelManager asks
-``read_model`` for a model's normalised config and the versions its policy selects, and gets a
-``ModelLoadError`` carrying Triton's reason text when the model cannot load. Config files are
-found as Triton does (``configs/<name>.pbtxt`` with ``--model-config-name``, else
-``config.pbtxt``); a load-API override replaces the file.
+The seam between the serving core and the validator: the ModelManager asks ``read_model`` for a
+model's normalised config and the versions its policy selects. ``read_model`` runs exactly the
+rules of ``repokit validate`` (repokit.config.validate.validate_model), so a model that validate
+rejects is never loaded, and the repository index shows the first error as its reason. A
+load-API config override replaces the config file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from repokit.config.parse import ConfigParseError, parse_file
-from repokit.core.config_defaults import normalize_for_serving, validate_for_serving
+from repokit.config.diagnostics import Severity
+from repokit.config.report import ValidateOptions
+from repokit.config.validate import validate_model
 from repokit.protocol.generated import model_config_pb2 as mc
+from repokit.repository.layout import scan_model_dir
 
-_SKIPPED_VERSION_DIRS = frozenset({"warmup", "initial_state", "configs"})
-_LEADING_INT = re.compile(r"^\s*([+-]?\d+)")
+# findings that mean "the config is fine, but the version policy selects nothing"
+_POLICY_RULES = frozenset({"no-version-available"})
 
 
 class ModelLoadError(Exception):
@@ -69,54 +70,6 @@ def fingerprint(directory: Path) -> str:
     return digest.hexdigest()
 
 
-def version_directories(model_dir: Path) -> dict[int, Path]:
-    """Numeric version folders by Triton's rules (§5.1): prefix parsing, no leading zeros."""
-    versions: dict[int, Path] = {}
-    try:
-        entries = list(os.scandir(model_dir))
-    except OSError:
-        return versions
-    for entry in entries:
-        name = entry.name
-        if not entry.is_dir() or name in _SKIPPED_VERSION_DIRS:
-            continue
-        if len(name) > 1 and name.startswith("0"):
-            continue
-        match = _LEADING_INT.match(name)
-        if match is None:
-            continue
-        versions.setdefault(int(match.group(1)), Path(entry.path))
-    return versions
-
-
-def select_versions(name: str, config: mc.ModelConfig, available: list[int]) -> list[int]:
-    policy = config.version_policy
-    kind = policy.WhichOneof("policy_choice")
-    ordered = sorted(available)
-    if kind == "all":
-        chosen = ordered
-    elif kind == "specific":
-        wanted = set(policy.specific.versions)
-        chosen = [v for v in ordered if v in wanted]
-    else:
-        count = policy.latest.num_versions if kind == "latest" else 1
-        chosen = ordered[-count:] if count > 0 else []
-    if not chosen:
-        raise ModelLoadError(
-            f"at least one version must be available under the version policy of model '{name}'",
-            config_ok=True,
-        )
-    return chosen
-
-
-def config_path(model_dir: Path, config_name: str) -> Path:
-    if config_name:
-        custom = model_dir / "configs" / f"{config_name}.pbtxt"
-        if custom.is_file():
-            return custom
-    return model_dir / "config.pbtxt"
-
-
 def read_model(
     name: str,
     directory: Path,
@@ -125,32 +78,14 @@ def read_model(
     config_name: str = "",
     strict: bool = False,
 ) -> ModelDefinition:
-    """Read, normalise and validate ``directory``; ModelLoadError with Triton's reason."""
-    if override is not None:
-        config = mc.ModelConfig()
-        config.CopyFrom(override)
-    else:
-        path = config_path(directory, config_name)
-        if path.is_file():
-            try:
-                config = parse_file(path)
-            except ConfigParseError as exc:
-                where = f"{exc.line}:{exc.column}: " if exc.line else ""
-                raise ModelLoadError(
-                    f"failed to read text proto from {path}: {where}{exc.message}"
-                ) from exc
-            except OSError as exc:
-                raise ModelLoadError(f"failed to open text file for read {path}: {exc}") from exc
-        elif strict:
-            raise ModelLoadError(
-                f"failed to open text file for read {path}: No such file or directory"
-            )
-        else:
-            config = mc.ModelConfig()
-    available = version_directories(directory)
-    normalize_for_serving(config, name, directory, available)
-    problem = validate_for_serving(config, name, directory)
-    if problem:
-        raise ModelLoadError(problem)
-    versions = select_versions(name, config, list(available))
-    return ModelDefinition(name, directory, config, tuple(versions))
+    """Validate ``directory`` with every rule of ``repokit validate``; ModelLoadError with the
+    first error (Triton's wording) when Triton would refuse it, else the normalised config."""
+    options = ValidateOptions(strict=strict, target="cpu", model_config_name=config_name)
+    model = scan_model_dir(directory, name)
+    report = validate_model(model, options, directory.parent, config_override=override)
+    errors = [d for d in report.diagnostics if d.severity is Severity.ERROR]
+    if errors or report.config is None:
+        first = errors[0] if errors else None
+        reason = first.message if first is not None else f"model '{name}' could not be read"
+        raise ModelLoadError(reason, config_ok=first is not None and first.rule in _POLICY_RULES)
+    return ModelDefinition(name, directory, report.config, tuple(report.versions))

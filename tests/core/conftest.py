@@ -107,7 +107,7 @@ def backend_factory(controls: Controls) -> Callable[[ModelContext], Backend]:
     return create
 
 
-PASSTHRU_PY = "# served by NumpyBackend in tests/core\n"
+PASSTHRU_PY = "# served by NumpyBackend in tests/core\nclass TritonPythonModel:\n    pass\n"
 
 MODELS: dict[str, str] = {
     "opt_in": """

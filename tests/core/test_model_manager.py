@@ -60,13 +60,12 @@ async def test_none_mode_index_and_readiness(tmp_path: Path, controls: Controls)
         assert index[("multiver", "1")]["state"] == "READY"
         assert index[("multiver", "3")]["state"] == "READY"
         assert ("multiver", "2") not in index
-        assert index[("bad_mbs", None)] == {
-            "name": "bad_mbs",
-            "state": "UNAVAILABLE",
-            "reason": "'max_batch_size' must be non-negative value for bad_mbs",
-        }
+        bad = index[("bad_mbs", None)]
+        assert (bad["name"], bad["state"]) == ("bad_mbs", "UNAVAILABLE")
+        # the reason is the validator's finding: Triton's words, then advice
+        assert bad["reason"].startswith("'max_batch_size' must be non-negative value for bad_mbs")
         assert index[("parse_err", None)]["reason"].startswith("failed to read text proto from")
-        assert index[("noversion", None)]["reason"] == (
+        assert index[("noversion", None)]["reason"].startswith(
             "at least one version must be available under the version policy of model 'noversion'"
         )
         # the ensemble is READY (its composing models loaded); its scheduler comes later
@@ -198,16 +197,16 @@ async def test_load_failures(explicit: InferenceService) -> None:
     with pytest.raises(RepokitError) as error:
         await explicit.load_model("bad_mbs")
     assert error.value.code is Code.INTERNAL
-    assert error.value.message == (
+    assert error.value.message.startswith(
         "failed to load 'bad_mbs', failed to poll from model repository: "
         "'max_batch_size' must be non-negative value for bad_mbs"
     )
     with pytest.raises(RepokitError) as error:
         await explicit.load_model("noversion")
-    assert (error.value.code, error.value.message) == (
-        Code.INVALID_ARG,
+    assert error.value.code is Code.INVALID_ARG
+    assert error.value.message.startswith(
         "load failed for model 'noversion': at least one version must be available under the "
-        "version policy of model 'noversion'\n",
+        "version policy of model 'noversion'"
     )
 
 
@@ -257,7 +256,7 @@ async def test_config_override_replaces_the_config(explicit: InferenceService) -
 
 
 async def test_file_parameters(explicit: InferenceService, tmp_path: Path) -> None:
-    files = {"file:1/model.py": b"# new model\n"}
+    files = {"file:1/model.py": b"# new model\nclass TritonPythonModel:\n    pass\n"}
     with pytest.raises(RepokitError) as error:
         await explicit.load_model("newm", None, files)
     assert error.value.message.endswith(
@@ -267,7 +266,7 @@ async def test_file_parameters(explicit: InferenceService, tmp_path: Path) -> No
     response = await explicit.infer(identity_request("newm"))
     np.testing.assert_array_equal(response.outputs[0].data, f32(3))
     loaded = explicit.manager.get("newm")
-    assert (loaded.directory / "1" / "model.py").read_bytes() == b"# new model\n"
+    assert (loaded.directory / "1" / "model.py").read_bytes().startswith(b"# new model\n")
     private = loaded.directory
     await explicit.unload_model("newm")
     assert not private.exists()  # the private copy is removed with the model
