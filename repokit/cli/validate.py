@@ -16,7 +16,7 @@ from repokit.cli.render import render_text, to_sarif
 from repokit.config.report import RepositoryReport, ValidateOptions
 from repokit.config.rules.catalog import RULES
 from repokit.config.validate import validate_repository
-from repokit.errors import RepokitError
+from repokit.errors import Code, RepokitError
 from repokit.repository.layout import looks_like_model_dir
 
 
@@ -48,6 +48,30 @@ def resolve_target(path: Path, models: list[str]) -> tuple[Path, tuple[str, ...]
     return path, tuple(models)
 
 
+def validate_json_config(path: Path, options: ValidateOptions) -> RepositoryReport:
+    """A config given as JSON (the load API's override form): schema and protobuf findings,
+    then, when the file sits in a model directory, every load-time rule with it as the config."""
+    from repokit.config.json_schema import load_config_json
+    from repokit.config.validate import validate_model
+    from repokit.repository.layout import scan_model_dir
+
+    model_dir = path.resolve().parent
+    root = model_dir.parent
+    report = RepositoryReport(root=root)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RepokitError(Code.INVALID_ARG, f"cannot read '{path}': {exc}") from exc
+    config, findings = load_config_json(text, model_dir.name, path.name)
+    if config is not None and looks_like_model_dir(model_dir):
+        model = validate_model(scan_model_dir(model_dir), options, root, config_override=config)
+        model.diagnostics[:0] = findings
+        report.models[model.name] = model
+    else:
+        report.diagnostics.extend(findings)
+    return report
+
+
 def run_validate(
     path: Path,
     options: ValidateOptions,
@@ -57,7 +81,14 @@ def run_validate(
 ) -> int:
     """Validate and render; returns the exit code (0 clean, 1 errors, 2 usage error)."""
     try:
-        report: RepositoryReport = validate_repository(path, options)
+        if path.is_file():
+            report = validate_json_config(path, options)
+        else:
+            report = validate_repository(path, options)
+        if options.deep:
+            from repokit.build.deep_check import deep_check
+
+            deep_check(report)
     except RepokitError as exc:
         (err_console or console).print(f"[bold red]error:[/] {exc.message}", highlight=False)
         return 2
@@ -74,7 +105,13 @@ def run_validate(
 def register(app: typer.Typer) -> None:
     @app.command("validate")
     def validate(
-        path: Annotated[Path, typer.Argument(help="A model repository or one model directory.")],
+        path: Annotated[
+            Path,
+            typer.Argument(
+                help="A model repository, one model directory, or a config given as JSON "
+                "(the load API's override form; the rules run with it as the model's config)."
+            ),
+        ],
         model: Annotated[
             list[str] | None, typer.Option("--model", help="Only this model (repeatable).")
         ] = None,
@@ -90,6 +127,13 @@ def register(app: typer.Typer) -> None:
         model_config_name: Annotated[
             str, typer.Option("--model-config-name", help="Use configs/<NAME>.pbtxt if present.")
         ] = "",
+        deep: Annotated[
+            bool,
+            typer.Option(
+                "--deep", help="Also check configs against the model files (ONNX: names, "
+                "dtypes, ranks, dims), as `repokit build` does."
+            ),
+        ] = False,
     ) -> None:
         """Report every reason Triton would refuse to load each model, without a server."""
         console = Console(soft_wrap=True)
@@ -97,13 +141,14 @@ def register(app: typer.Typer) -> None:
         if not path.exists():
             err_console.print(f"[bold red]error:[/] path '{path}' does not exist", highlight=False)
             raise typer.Exit(2)
-        if not path.is_dir():
-            err_console.print(f"[bold red]error:[/] path '{path}' is not a directory",
-                              highlight=False)
+        is_json = path.is_file() and path.suffix == ".json"
+        if not path.is_dir() and not is_json:
+            err_console.print(f"[bold red]error:[/] path '{path}' is not a directory (or a "
+                              "JSON config)", highlight=False)
             raise typer.Exit(2)
-        root, models = resolve_target(path, list(model or []))
+        root, models = (path, ()) if is_json else resolve_target(path, list(model or []))
         options = ValidateOptions(
             strict=strict, target=target.value, models=models,
-            model_config_name=model_config_name,
+            model_config_name=model_config_name, deep=deep,
         )
         raise typer.Exit(run_validate(root, options, output, console, err_console))
