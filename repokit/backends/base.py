@@ -18,13 +18,17 @@ one ``BackendResult`` per request, in order: either output tensors or a ``Repoki
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from repokit.errors import RepokitError
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferTensor, ParamValue
+
+if TYPE_CHECKING:
+    from repokit.backends.server_api import RequestControl, ServerApi
 
 
 @dataclass
@@ -39,6 +43,8 @@ class BackendRequest:
     flags: int = 0  # 1 = SEQUENCE_START, 2 = SEQUENCE_END (Triton's TRITONSERVER_REQUEST_FLAG_*)
     priority: int = 0  # the request's priority level (0 = the model's default level)
     timeout_us: int = 0  # the request's queue timeout (0 = the queue policy's)
+    # cancellation and streamed (decoupled) responses; None for plain unary requests
+    control: RequestControl | None = None
 
 
 @dataclass
@@ -59,6 +65,7 @@ class ModelContext:
     repository: Path
     config: mc.ModelConfig  # normalised (instance groups filled in)
     config_json: str  # the config as Triton's /config JSON, as passed to python models
+    server: ServerApi | None = None  # the serving core (BLS, model control, custom metrics)
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,10 @@ class Backend(abc.ABC):
 
     def __init__(self, context: ModelContext) -> None:
         self.context = context
+        # set by the core before load() when the model may complete its own config (python
+        # auto_complete_config): takes the completed config JSON, returns the context with the
+        # normalised config (raises RepokitError when the completed config cannot load)
+        self.on_config_completed: Callable[[str], ModelContext] | None = None
 
     @property
     @abc.abstractmethod

@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repokit.backends.base import Backend, ModelContext
+from repokit.backends.server_api import ServerApi
+from repokit.config.normalize import normalize_instance_groups, normalize_model_config
+from repokit.config.parse import ConfigParseError, parse_json
+from repokit.core.config_json import config_to_json
 from repokit.core.request_checks import ModelIO
 from repokit.core.scheduling import (
     StepRunner,
@@ -99,6 +103,8 @@ class LoadedVersion:
         backend_factory: BackendFactory,
         scheduler_factory: SchedulerFactory,
         run_step: StepRunner | None = None,
+        server: ServerApi | None = None,
+        auto_complete: bool = True,
     ) -> None:
         """Load the backend, warm every instance up, start the scheduler. Ensembles get an
         ensemble scheduler whose steps go through ``run_step`` (the core's composing-model
@@ -119,8 +125,11 @@ class LoadedVersion:
                 repository=self.directory.parent,
                 config=self.config,
                 config_json=json.dumps(self.config_json),
+                server=server,
             )
             backend = backend_factory(context)
+            if auto_complete:
+                backend.on_config_completed = self._adopt_completed_config
             await backend.load()
             self.backend = backend
             try:
@@ -133,6 +142,35 @@ class LoadedVersion:
                 raise
             self.scheduler = scheduler
         self.stats.load_duration_secs = time.perf_counter() - began
+
+    def _adopt_completed_config(self, completed_json: str) -> ModelContext:
+        """Make the config a model completed (python ``auto_complete_config``) this version's
+        config: normalised and checked as a config file would be; /config shows it and the
+        request checks use it."""
+        try:
+            config = parse_json(completed_json)
+        except ConfigParseError as exc:
+            raise internal(f"auto-complete-config produced an invalid config: {exc}") from exc
+        if config.name != self.name or config.backend != self.config.backend:
+            raise internal(
+                f"auto-complete-config of model '{self.name}' may not change its name or backend"
+            )
+        if config.max_batch_size < 0:
+            raise internal(f"'max_batch_size' must be non-negative value for {self.name}")
+        normalize_model_config(config)
+        normalize_instance_groups(config)
+        self.config = config
+        self.config_json = config_to_json(config)
+        self.io = ModelIO(config)
+        return ModelContext(
+            name=self.name,
+            version=self.version,
+            model_dir=self.directory,
+            version_dir=self.directory / str(self.version),
+            repository=self.directory.parent,
+            config=config,
+            config_json=json.dumps(self.config_json),
+        )
 
     async def stop(self) -> None:
         """Drain in-flight requests, stop the scheduler, unload the backend."""

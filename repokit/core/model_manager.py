@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from repokit.backends.base import Backend, BackendRequest, BackendResult, ModelContext
+from repokit.backends.server_api import ServerApi
 from repokit.config.parse import ConfigParseError, parse_json
 from repokit.core.config_json import config_to_json
 from repokit.core.dispatch import run_composing
@@ -142,6 +143,7 @@ class ModelManager:
         self._records: dict[str, ModelRecord] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._poll_task: asyncio.Task[None] | None = None
+        self.server: ServerApi | None = None  # handed to backends (set by the service)
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -440,7 +442,9 @@ class ModelManager:
             return dependency_error
         try:
             loaded.labels = read_labels(loaded.directory, loaded.config)
-            await loaded.start(self._backend_factory, self._scheduler_factory, self.run_step)
+            await loaded.start(
+                self._backend_factory, self._scheduler_factory, self.run_step, self.server
+            )
         except RepokitError as exc:
             return exc.message
         except Exception as exc:  # a backend bug must not take other models down

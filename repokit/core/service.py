@@ -9,15 +9,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
+from repokit.backends.server_api import RequestControl
+from repokit.core.decoupled import stream_responses
 from repokit.core.dispatch import record_ran, submit
 from repokit.core.loaded_model import LoadedVersion
 from repokit.core.log_settings import LogSettingsStore
 from repokit.core.metrics import MetricSource, render_metrics
+from repokit.core.model_bridge import ServiceBridge
 from repokit.core.model_manager import ModelManager
 from repokit.core.outputs import finish_outputs
-from repokit.core.request_checks import prepare
+from repokit.core.request_checks import PreparedRequest, prepare
 from repokit.core.settings import ServerSettings
 from repokit.core.shared_memory import SystemSharedMemory
 from repokit.errors import RepokitError, invalid_arg, unavailable
@@ -62,6 +66,9 @@ class InferenceService:
         self._live = False
         self._exiting = False
         self._inflight = 0
+        # what backends may call (BLS, model control, custom metrics, model logs)
+        self.bridge = ServiceBridge(self)
+        manager.server = self.bridge
 
     # --- lifecycle (build_service's start/stop) ------------------------------------------
     async def start(self) -> None:
@@ -143,6 +150,11 @@ class InferenceService:
 
     # --- inference ---------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
+        loaded, prepared = self.admit(request)
+        return await self.run_admitted(loaded, request, prepared)
+
+    def admit(self, request: InferRequest) -> tuple[LoadedVersion, PreparedRequest]:
+        """The version a request runs on and the request checked against it (raises)."""
         if self._exiting:
             raise unavailable("Server exiting")
         loaded = self.manager.get(request.model_name, request.model_version)
@@ -151,8 +163,40 @@ class InferenceService:
                 raise invalid_arg(
                     "Output can't set both 'shared_memory_region' and 'classification'"
                 )
-        prepared = prepare(loaded.io, request, self.shared_memory.read)
-        return await self._run(loaded, request, prepared.backend_request, prepared.batch_size)
+        return loaded, prepare(loaded.io, request, self.shared_memory.read)
+
+    async def run_admitted(
+        self, loaded: LoadedVersion, request: InferRequest, prepared: PreparedRequest
+    ) -> InferResponse:
+        """Run an admitted request; a caller that goes away cancels it (the model sees
+        ``is_cancelled()``)."""
+        backend_request = prepared.backend_request
+        control = backend_request.control = RequestControl()
+        try:
+            return await self._run(loaded, request, backend_request, prepared.batch_size)
+        except asyncio.CancelledError:
+            control.cancel()
+            raise
+
+    async def infer_stream(
+        self, request: InferRequest, control: RequestControl | None = None
+    ) -> AsyncIterator[InferResponse]:
+        """The responses of a decoupled model as it sends them; the last one has ``final``
+        set, unless the model ended with an empty final flag (see repokit.core.decoupled)."""
+        loaded, prepared = self.admit(request)
+        self._inflight += 1
+        try:
+            async for response in stream_responses(
+                loaded,
+                request,
+                prepared.backend_request,
+                prepared.batch_size,
+                self.shared_memory,
+                control,
+            ):
+                yield response
+        finally:
+            self._inflight -= 1
 
     async def _run(
         self, loaded: LoadedVersion, request: InferRequest, backend_request: Any, batch: int
@@ -204,7 +248,7 @@ class InferenceService:
             )
             for v in self.manager.all_ready()
         ]
-        return render_metrics(sources)
+        return render_metrics(sources) + self.bridge.custom_metrics.render()
 
     # --- repository ----------------------------------------------------------------------
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:

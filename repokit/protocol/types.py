@@ -86,6 +86,8 @@ class InferResponse:
     # every output name (in memory or shm) in the model's order, as Triton lists them; only
     # filled when there are shm outputs (otherwise ``outputs`` already has that order)
     output_order: list[str] = field(default_factory=list)
+    # streamed responses of decoupled models: True on the response that completes the request
+    final: bool = False
 
 
 def empty_array(datatype: str) -> npt.NDArray[Any]:

@@ -235,6 +235,7 @@ class SequenceBatchScheduler(Scheduler):
             request_id=request.request_id,
             correlation_id=request.correlation_id,
             flags=request.flags,
+            control=request.control,
         )
 
     def _filler(self, template: BackendRequest) -> BackendRequest:

@@ -75,7 +75,7 @@ def test_logger_writes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     pb_utils.Logger.log_error("bad")
     pb_utils.Logger.log("v", pb_utils.Logger.VERBOSE)
     err = capsys.readouterr().err
-    assert "I [python model] hello" in err and "E [python model] bad" in err
+    assert "INFO test_pb_utils.py:74] hello" in err and "ERROR test_pb_utils.py:75] bad" in err
 
 
 def test_model_config_auto_complete_rules() -> None:

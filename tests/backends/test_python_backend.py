@@ -318,7 +318,7 @@ async def test_sys_exit_in_initialize_fails_load_only(tmp_path: Path) -> None:
 async def test_process_dying_in_initialize_and_import_errors(tmp_path: Path) -> None:
     died = await load_error(tmp_path, "die", "import os\nos._exit(7)\n")
     assert died.code is Code.INTERNAL
-    assert died.message == "Stub process 'die_0_0' exited with code 7 during initialize"
+    assert died.message.startswith("Stub process 'die_0_0' exited with code 7 during initialize")
     missing = await load_error(tmp_path, "no_class", "x = 1\n")
     assert "TritonPythonModel class not found" in missing.message
     broken = await load_error(tmp_path, "broken", "import not_a_module_anywhere\n")

@@ -55,6 +55,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import itertools
 import json
 import os
 import socket
@@ -70,7 +72,9 @@ import repokit
 from repokit.backends.base import Backend, BackendRequest, BackendResult, ModelContext, Timing
 from repokit.backends.python import ipc
 from repokit.backends.python.channel import Channel
+from repokit.backends.python.server_link import ServerLink
 from repokit.backends.registry import instance_count
+from repokit.backends.server_api import RequestControl
 from repokit.errors import Code, RepokitError
 from repokit.protocol import datatypes
 from repokit.protocol.types import InferTensor, ParamValue
@@ -96,6 +100,8 @@ class _Instance:
     queue: list[_Queued] = field(default_factory=list)
     busy: bool = False  # a message is at the process; its reply has not arrived yet
     dead: bool = False
+    link: ServerLink | None = None  # what the process asks of the server
+    streams: dict[int, RequestControl] = field(default_factory=dict)  # decoupled requests
 
     def alive(self) -> bool:
         return not self.dead and self.process.poll() is None
@@ -134,6 +140,8 @@ class PythonBackend(Backend):
         self._dtypes: dict[str, np.dtype[Any]] = {}
         self._datatypes: dict[np.dtype[Any], str] = {}
         self.completed_config_json: str | None = None  # set when auto_complete_config ran
+        self._decoupled = context.config.model_transaction_policy.decoupled
+        self._keys = itertools.count(1)  # request keys (cancellation, decoupled responses)
 
     @property
     def instance_count(self) -> int:
@@ -171,20 +179,44 @@ class PythonBackend(Backend):
                 Code.UNAVAILABLE,
                 f"unable to find '{model_file}' for model '{self.context.name}'",
             )
+        spawned = [self._spawn(name) for name in self._names[: self._count]]
+        try:
+            if self._auto_complete:
+                body = await self._exchange(
+                    spawned[0], "auto_complete", "initialize (auto_complete_config)"
+                )
+                completed = body.get("config")
+                if completed:
+                    self.completed_config_json = completed
+                    adopt = self.on_config_completed
+                    if adopt is not None:
+                        self.context = adopt(completed)
+                    else:  # no server to normalise it: initialize gets it as completed
+                        self.context = dataclasses.replace(self.context, config_json=completed)
+                    self._adopt_context()
+        except BaseException:
+            await asyncio.gather(*(self._stop(i, graceful=False) for i in spawned))
+            raise
         started = await asyncio.gather(
-            *(self._start(name, i == 0) for i, name in enumerate(self._names[: self._count])),
+            *(self._exchange(instance, "init", "initialize") for instance in spawned),
             return_exceptions=True,
         )
         failures = [r for r in started if isinstance(r, BaseException)]
-        self._instances = [r for r in started if isinstance(r, _Instance)]
+        self._instances = spawned
         if failures:
-            await self.unload()
+            await asyncio.gather(*(self._stop(i, graceful=False) for i in spawned))
+            self._instances = []
             first = failures[0]
             if isinstance(first, RepokitError):
                 raise first
             raise RepokitError(Code.INTERNAL, f"failed to start python model instance: {first}")
 
-    async def _start(self, name: str, auto_complete: bool) -> _Instance:
+    def _adopt_context(self) -> None:
+        config = self.context.config
+        self._all_outputs = tuple(o.name for o in config.output)
+        self._decoupled = config.model_transaction_policy.decoupled
+
+    def _spawn(self, name: str) -> _Instance:
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         for end in (parent_sock, child_sock):
             ipc.enlarge_buffers(end)
@@ -202,41 +234,56 @@ class PythonBackend(Backend):
         finally:
             child_sock.close()
         instance = _Instance(name=name, process=process, sock=parent_sock)
-        instance.channel = Channel(parent_sock, lambda: self._lost(instance))
-        payload = {
-            "model_file": str(self._model_file()),
-            "args": self._args(name),
-            "auto_complete": self._auto_complete and auto_complete,
-        }
+        channel = Channel(parent_sock, lambda: self._lost(instance))
+        instance.channel = channel
+        instance.link = ServerLink(
+            name,
+            self.context.name,
+            self.context.server,
+            channel.send,
+            instance.streams,
+            self._result,
+        )
+        channel.set_message_handler(instance.link.handle)
+        return instance
+
+    async def _exchange(self, instance: _Instance, op: str, phase: str) -> dict[str, Any]:
+        """Run ``auto_complete`` or ``init`` on a started process; Triton's load errors."""
+        name = instance.name
+        payload = {"model_file": str(self._model_file()), "args": self._args(name)}
         try:
-            reply = await asyncio.wait_for(
-                self._call(instance, "init", payload), self._init_timeout_s
-            )
+            reply = await asyncio.wait_for(self._call(instance, op, payload), self._init_timeout_s)
         except TimeoutError:
             await self._stop(instance, graceful=False)
             raise RepokitError(
                 Code.INTERNAL,
-                f"python model instance '{name}' did not finish initialize within "
+                f"python model instance '{name}' did not finish {phase} within "
                 f"{self._init_timeout_s:g} s",
             ) from None
         except ipc.ChannelClosed:
-            code = await asyncio.to_thread(process.wait)
+            code = await asyncio.to_thread(instance.process.wait)
             await self._stop(instance, graceful=False)
             raise RepokitError(
                 Code.INTERNAL,
-                f"Stub process '{name}' exited with code {code} during initialize",
+                f"Stub process '{name}' exited with code {code} during {phase}",
             ) from None
         status, body = reply
         if status != "ok":
             await self._stop(instance, graceful=False)
             raise RepokitError(Code.INTERNAL, str(body))
-        if body.get("config"):
-            self.completed_config_json = body["config"]
-        return instance
+        result: dict[str, Any] = body
+        return result
 
-    @staticmethod
-    def _lost(instance: _Instance) -> None:
+    def _lost(self, instance: _Instance) -> None:
         instance.dead = True
+        streams = list(instance.streams.values())
+        instance.streams.clear()
+        error = RepokitError(Code.INTERNAL, f"Stub process '{instance.name}' is not healthy.")
+        for control in streams:
+            if control.sink is not None:
+                control.sink(BackendResult(error=error), True)
+        if instance.link is not None:
+            instance.link.close()
 
     # --- the message queue of an instance ------------------------------------------------
     def _call(
@@ -315,7 +362,7 @@ class PythonBackend(Backend):
         target = self._instances[instance % len(self._instances)]
         if target.dead:
             return self._dead(target, requests), Timing()
-        batch = [self._request_tuple(r) for r in requests]
+        batch = [self._request_tuple(target, r) for r in requests]
         size = sum(t.data.nbytes for r in requests for t in r.inputs.values())
         try:
             status, body, (input_ns, infer_ns, output_ns) = await self._call(
@@ -329,8 +376,19 @@ class PythonBackend(Backend):
             return [BackendResult(error=error) for _ in requests], timing
         return [self._result(item) for item in body], timing
 
-    def _request_tuple(self, request: BackendRequest) -> tuple[Any, ...]:
-        inputs = [(name, ipc.pack_array(tensor.data)) for name, tensor in request.inputs.items()]
+    def _request_tuple(self, target: _Instance, request: BackendRequest) -> tuple[Any, ...]:
+        inputs = [
+            (name, ipc.pack_array(tensor.data), "BF16" if tensor.datatype == "BF16" else None)
+            for name, tensor in request.inputs.items()
+        ]
+        key = next(self._keys)
+        control = request.control
+        if control is not None:
+            if self._decoupled:
+                target.streams[key] = control
+            channel = target.channel
+            if channel is not None:
+                control.on_cancel(lambda: channel.send(("@cancel", key)))
         return (
             inputs,
             request.requested_outputs or self._all_outputs,
@@ -338,6 +396,7 @@ class PythonBackend(Backend):
             request.correlation_id,
             request.flags,
             json.dumps(request.parameters) if request.parameters else "{}",
+            key,
         )
 
     def _datatype(self, dtype: np.dtype[Any]) -> str:
@@ -347,7 +406,9 @@ class PythonBackend(Backend):
             name = self._datatypes[dtype] = found.protocol if found is not None else "BYTES"
         return name
 
-    def _result(self, item: tuple[Any, ...]) -> BackendResult:
+    def _result(self, item: tuple[Any, ...] | None) -> BackendResult:
+        if item is None:  # a decoupled model: its responses go to the request's sink
+            return BackendResult()
         if item[0] == "error":
             _, code_name, message = item
             code = Code.__members__.get(code_name, Code.INTERNAL)

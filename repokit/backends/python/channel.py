@@ -1,7 +1,10 @@
 """The server's end of an instance socket, driven by event-loop callbacks (no tasks, no locks).
 
 Messages are sent in order and the instance process answers each with exactly one reply, so
-replies are matched to requests first-in first-out. :meth:`Channel.request` hands the reply
+replies are matched to requests first-in first-out. Messages the instance starts itself (BLS
+calls, log lines, metric updates, decoupled responses: a tuple whose first item starts with
+``@``) go to ``on_message`` instead; :meth:`Channel.send` writes a message that expects no
+reply (answers to those calls, cancellations). :meth:`Channel.request` hands the reply
 to a callback straight from the socket's reader callback: a reply costs one ``recv_into``
 and no task wake-up. A frame that does not fit in the socket buffer is finished by a writer
 callback, without copying it. When the process exits (the socket reads EOF or fails) every
@@ -22,7 +25,12 @@ _IOV_MAX = 512
 
 
 class Channel:
-    def __init__(self, sock: Any, on_lost: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        sock: Any,
+        on_lost: Callable[[], None],
+        on_message: Callable[[Any], None] | None = None,
+    ) -> None:
         sock.setblocking(False)
         self._sock = sock
         self._fd: int = sock.fileno()
@@ -31,8 +39,12 @@ class Channel:
         self._callbacks: deque[ReplyCallback] = deque()
         self._outbox: list[memoryview] = []
         self._on_lost = on_lost
+        self._on_message = on_message
         self.closed = False
         self._loop.add_reader(self._fd, self._readable)
+
+    def set_message_handler(self, on_message: Callable[[Any], None]) -> None:
+        self._on_message = on_message
 
     # --- requests ----------------------------------------------------------------------------
     def request(self, message: Any, on_reply: ReplyCallback) -> None:
@@ -41,6 +53,15 @@ class Channel:
             raise ipc.ChannelClosed("the instance process is gone")
         parts = ipc.encode(message)
         self._callbacks.append(on_reply)
+        self._queue_parts(parts)
+
+    def send(self, message: Any) -> None:
+        """Send a message that gets no reply (a no-op once the process is gone)."""
+        if self.closed:
+            return
+        self._queue_parts(ipc.encode(message))
+
+    def _queue_parts(self, parts: list[bytes | memoryview]) -> None:
         if self._outbox:
             self._outbox.extend(memoryview(p) for p in parts)
             return
@@ -91,7 +112,10 @@ class Channel:
             self.close()
             return
         for message in parser.feed(count):
-            if self._callbacks:
+            if message[0][:1] == "@":
+                if self._on_message is not None:
+                    self._deliver(self._on_message, message)
+            elif self._callbacks:
                 self._deliver(self._callbacks.popleft(), message)
 
     def _deliver(self, callback: ReplyCallback, reply: Any) -> None:

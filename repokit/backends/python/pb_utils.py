@@ -5,24 +5,39 @@ process (:mod:`repokit.backends.python.stub`) registers this module under that n
 imports the model. It runs inside that process only, so it imports nothing but numpy and the
 standard library.
 
-Supported: Tensor, InferenceRequest (as passed to ``execute``), InferenceResponse, TritonError,
-TritonModelException, Logger, ModelConfig (for ``auto_complete_config``), the lookup helpers and
-the type conversion helpers and constants of Triton's module. Not supported: BLS
-(``InferenceRequest.exec``), decoupled response senders and GPU tensors.
+Supported: Tensor (numpy, DLPack, BYTES as object arrays, BF16 inputs behind DLPack as in
+Triton), InferenceRequest (as passed to ``execute``, and built by the model for BLS: ``exec``,
+``async_exec``, ``exec(decoupled=True)``), InferenceResponse, InferenceResponseSender,
+TritonError, TritonModelException, Logger, MetricFamily / Metric, load_model / unload_model /
+is_model_ready, ModelConfig (for ``auto_complete_config``), the lookup helpers and the type
+conversion helpers and constants of Triton's module. BLS and senders live in
+:mod:`~repokit.backends.python.pb_bls`, logging, metrics and model control in
+:mod:`~repokit.backends.python.pb_services`. Not supported: GPU tensors (CPU-only server).
 """
 
 from __future__ import annotations
 
 import json
 import struct
-import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from repokit.backends.python import pb_bls
+from repokit.backends.python.pb_bls import ResponseIterator as ResponseIterator
+from repokit.backends.python.pb_bls import ResponseSender as InferenceResponseSender
 from repokit.backends.python.pb_model_config import ModelConfig as ModelConfig
+from repokit.backends.python.pb_runtime import RUNTIME
+from repokit.backends.python.pb_services import Logger as Logger
+from repokit.backends.python.pb_services import LogLevel as LogLevel
+from repokit.backends.python.pb_services import Metric as Metric
+from repokit.backends.python.pb_services import MetricFamily as MetricFamily
+from repokit.backends.python.pb_services import MetricKind as MetricKind
+from repokit.backends.python.pb_services import is_model_ready as is_model_ready
+from repokit.backends.python.pb_services import load_model as load_model
+from repokit.backends.python.pb_services import unload_model as unload_model
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -101,6 +116,10 @@ class TritonError:
     def code_name(self) -> str:
         return self._NAMES[self._code]
 
+    @classmethod
+    def code_of(cls, name: str) -> int:
+        return cls._NAMES.index(name) if name in cls._NAMES else cls.INTERNAL
+
     def __repr__(self) -> str:
         return f"TritonError({self._message!r}, {self.code_name()})"
 
@@ -137,16 +156,23 @@ def _as_tensor_array(name: str, data: Any) -> npt.NDArray[Any]:
 
 
 class Tensor:
-    """A named CPU tensor backed by a numpy array (BYTES tensors are object arrays)."""
+    """A named CPU tensor backed by a numpy array (BYTES tensors are object arrays; BF16
+    tensors hold their raw 16-bit words and, as in Triton, are reachable only via DLPack)."""
 
-    def __init__(self, name: str, data: Any) -> None:
+    def __init__(self, name: str, data: Any, *, bf16: bool = False) -> None:
         self._name = str(name)
         self._array = _as_tensor_array(self._name, data)
+        self._bf16 = bf16
 
     def name(self) -> str:
         return self._name
 
     def as_numpy(self) -> npt.NDArray[Any]:
+        if self._bf16:
+            raise TritonModelException(
+                "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and "
+                "from_dlpack() instead."
+            )
         return self._array
 
     def shape(self) -> list[int]:
@@ -156,19 +182,39 @@ class Tensor:
         return True
 
     def triton_dtype(self) -> int | None:
+        if self._bf16:
+            return 14
         return numpy_to_triton_type(self._array.dtype.type)
+
+    def triton_datatype(self) -> str | None:
+        """The protocol datatype when numpy cannot tell it (BF16), else None."""
+        return "BF16" if self._bf16 else None
+
+    def raw_array(self) -> npt.NDArray[Any]:
+        """The backing array (BF16: the raw uint16 words)."""
+        return self._array
 
     def to_dlpack(self) -> Any:
         if self._array.dtype == np.object_:
             raise TritonModelException("DLPack does not support BYTES tensors")
+        if self._bf16:
+            raise TritonModelException(
+                "BF16 tensors cannot be exported through numpy's DLPack (numpy has no bfloat16)"
+            )
         return self._array.__dlpack__()
+
+    def __dlpack__(self, stream: Any = None, **_: Any) -> Any:
+        return self.to_dlpack()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
 
     @staticmethod
     def from_dlpack(name: str, capsule: Any) -> Tensor:
         source = capsule if hasattr(capsule, "__dlpack__") else _Capsule(capsule)
         try:
             array = np.from_dlpack(source)
-        except (BufferError, TypeError, RuntimeError) as exc:
+        except (BufferError, TypeError, RuntimeError, ValueError) as exc:
             raise TritonModelException(f"unable to import DLPack tensor '{name}': {exc}") from None
         return Tensor(name, array)
 
@@ -177,7 +223,7 @@ class Tensor:
 
 
 class InferenceRequest:
-    """A request as ``execute`` receives it."""
+    """A request as ``execute`` receives it, or one a model builds for BLS."""
 
     def __init__(
         self,
@@ -187,20 +233,29 @@ class InferenceRequest:
         request_id: str = "",
         correlation_id: int | str = 0,
         flags: int = 0,
-        parameters: str | dict[str, Any] = "{}",
+        parameters: str | dict[str, Any] | None = None,
         model_version: int = -1,
         timeout: int = 0,
-        **_: Any,
+        preferred_memory: Any = None,
+        trace: Any = None,
+        key: int = 0,
     ) -> None:
+        if not isinstance(correlation_id, (int, str)):
+            raise TritonModelException("Correlation ID must be integer or string")
         self._model_name = model_name
         self._inputs = list(inputs)
         self._requested = set(requested_output_names)
         self._request_id = request_id
         self._correlation_id = correlation_id
         self._flags = flags
+        if parameters is None:
+            parameters = "{}"
         self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters)
         self._model_version = model_version
         self._timeout = timeout
+        self._key = key
+        self._sender: InferenceResponseSender | None = None
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -220,6 +275,9 @@ class InferenceRequest:
     def flags(self) -> int:
         return self._flags
 
+    def set_flags(self, flags: int) -> None:
+        self._flags = int(flags)
+
     def parameters(self) -> str:
         return self._parameters
 
@@ -229,21 +287,46 @@ class InferenceRequest:
     def model_name(self) -> str:
         return self._model_name
 
+    def model_version(self) -> int:
+        return self._model_version
+
+    def key(self) -> int:
+        return self._key
+
+    def trace(self) -> None:
+        return None
+
     def is_cancelled(self) -> bool:
-        return False
+        link = RUNTIME.link
+        if link is None or not self._key:
+            return False
+        if self._key not in link.cancelled:
+            link.poll()
+        return self._key in link.cancelled
 
-    def get_response_sender(self) -> Any:
-        raise TritonModelException("decoupled response senders are not supported by repokit")
+    def get_response_sender(self) -> InferenceResponseSender:
+        if self._sender is None:
+            self._sender = InferenceResponseSender(self)
+        return self._sender
 
-    def exec(self, *_: Any, **__: Any) -> InferenceResponse:
-        raise TritonModelException(
-            "BLS requests (InferenceRequest.exec) are not supported by repokit"
-        )
+    def response_sender_if_used(self) -> InferenceResponseSender | None:
+        return self._sender
 
-    async def async_exec(self, *_: Any, **__: Any) -> InferenceResponse:
-        raise TritonModelException(
-            "BLS requests (InferenceRequest.exec) are not supported by repokit"
-        )
+    def set_release_flags(self, flags: int) -> None:
+        if flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise TritonModelException(
+                "Request rescheduling is not supported by repokit's sequence batcher "
+                "(iterative_sequence)"
+            )
+        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
+            raise TritonModelException("Unsupported release flags provided.")
+        self._release_flags = flags
+
+    def exec(self, decoupled: bool = False) -> Any:
+        return pb_bls.execute(self, decoupled)
+
+    def async_exec(self, decoupled: bool = False) -> Any:
+        return pb_bls.async_execute(self, decoupled)
 
 
 class InferenceResponse:
@@ -284,46 +367,6 @@ class InferenceResponse:
 
     def parameter_dict(self) -> dict[str, Any]:
         return self._parameters
-
-
-# --- logging ------------------------------------------------------------------------------
-class LogLevel:
-    INFO = 0
-    WARNING = 1
-    ERROR = 2
-    VERBOSE = 3
-
-
-class Logger:
-    """Model logging; lines go to the instance process's stderr (the server's log)."""
-
-    INFO = LogLevel.INFO
-    WARNING = LogLevel.WARNING
-    ERROR = LogLevel.ERROR
-    VERBOSE = LogLevel.VERBOSE
-    _PREFIX = ("I", "W", "E", "V")
-
-    @staticmethod
-    def log(message: str, level: int = LogLevel.INFO) -> None:
-        prefix = Logger._PREFIX[level] if 0 <= level < len(Logger._PREFIX) else "I"
-        sys.stderr.write(f"{prefix} [python model] {message}\n")
-        sys.stderr.flush()
-
-    @staticmethod
-    def log_info(message: str) -> None:
-        Logger.log(message, LogLevel.INFO)
-
-    @staticmethod
-    def log_warn(message: str) -> None:
-        Logger.log(message, LogLevel.WARNING)
-
-    @staticmethod
-    def log_error(message: str) -> None:
-        Logger.log(message, LogLevel.ERROR)
-
-    @staticmethod
-    def log_verbose(message: str) -> None:
-        Logger.log(message, LogLevel.VERBOSE)
 
 
 # --- lookup helpers ---------------------------------------------------------------------------

@@ -4,7 +4,9 @@ It registers :mod:`repokit.backends.python.pb_utils` as ``triton_python_backend_
 the model file, and then answers framed messages (:mod:`repokit.backends.python.ipc`) on the
 inherited socket ``fd``:
 
-- ``("init", {...})``: run ``auto_complete_config`` (if asked and defined) and ``initialize``;
+- ``("auto_complete", {...})``: import the model and run its ``auto_complete_config`` (the
+  server then starts every instance with the completed config);
+- ``("init", {...})``: import the model (if not yet) and run ``initialize``;
 - ``("execute", [batch, ...])``: for each batch (a list of requests) in turn, run ``execute``
   once (a coroutine is run to completion) and check the responses as Triton does. The server
   sends every batch that queued up for this instance while it was busy in one message; each
@@ -12,6 +14,17 @@ inherited socket ``fd``:
   formed. The reply lists one ``(status, payload, (input_ns, infer_ns, output_ns))`` per batch,
   timed here: building the pb_utils requests, ``execute``, converting the responses;
 - ``("finalize", None)``: run ``finalize`` and exit.
+
+Decoupled models (``model_transaction_policy { decoupled: true }``) must return None from
+``execute``; their responses go to the server as the model sends them through
+``request.get_response_sender()`` (:mod:`repokit.backends.python.pb_bls`), from ``execute`` or
+any thread, and an ``async def execute`` runs on a background event loop without being awaited
+(as Triton does). If ``execute`` fails, every request whose sender is still open gets the
+error as its final response. Non-decoupled models may also answer through senders (one
+response each) and return None.
+
+The socket is shared with BLS calls, log lines and metric updates of any thread
+(:mod:`repokit.backends.python.child_link`).
 
 Replies are ``("ok", payload)`` or ``("error", message)``. Tensors travel packed
 (:func:`repokit.backends.python.ipc.pack_array`). Exceptions from model code, including
@@ -22,39 +35,60 @@ list of frames, innermost first). Only numpy and the standard library are import
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import inspect
+import json
 import socket
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from repokit.backends.python import ipc, pb_utils
+from repokit.backends.python import ipc, pb_bls, pb_utils
+from repokit.backends.python.child_link import ChildLink
+from repokit.backends.python.pb_runtime import RUNTIME
 
-_THIS_FILE = str(Path(__file__).resolve())
-# request tuple: (inputs [(name, packed array)], requested output names, id, correlation id,
-# flags, parameters JSON)
-RequestTuple = tuple[list[tuple[str, Any]], tuple[str, ...], str, "int | str", int, str]
+_OWN_DIR = str(Path(__file__).resolve().parent)
+# request tuple: (inputs [(name, packed array, "BF16" or None)], requested output names, id,
+# correlation id, flags, parameters JSON, request key)
+RequestTuple = tuple[
+    list[tuple[str, Any, "str | None"]], tuple[str, ...], str, "int | str", int, str, int
+]
 BatchReply = tuple[str, Any, tuple[int, int, int]]
 
 
 def format_exception(exc: BaseException) -> str:
     """``Type: message`` and the model's frames, innermost first (as pybind11 prints them)."""
     text = f"{type(exc).__name__}: {exc}"
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != _THIS_FILE]
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_OWN_DIR)
+    ]
     if not frames:
         return text
     lines = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
     return f"{text}\n\nAt:\n{lines}"
 
 
+def _none_returned() -> str:
+    return (
+        "execute() returned None; a model that is not decoupled must return a list with one "
+        "InferenceResponse per request, or send one response per request through its response "
+        "sender"
+    )
+
+
 class Instance:
-    def __init__(self) -> None:
+    def __init__(self, link: ChildLink) -> None:
+        self.link = link
+        self.model_class: Any = None
         self.model: Any = None
         self.name = ""
+        self.decoupled = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._background: asyncio.AbstractEventLoop | None = None
         self._dtypes: dict[str, Any] = {}
 
     def _run(self, result: Any) -> Any:
@@ -64,34 +98,76 @@ class Instance:
             return self._loop.run_until_complete(result)
         return result
 
+    def _run_in_background(self, coroutine: Any) -> None:
+        """A decoupled ``async def execute``: run it without waiting (its own loop thread)."""
+        if self._background is None:
+            loop = self._background = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, daemon=True).start()
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._background)
+        future.add_done_callback(self._background_done)
+
+    def _background_done(self, future: Any) -> None:
+        exc = future.exception()
+        if exc is not None:
+            RUNTIME.log(
+                2,
+                f"Failed to process the request(s) for model '{self.name}', message: "
+                f"{format_exception(exc)}",
+                "stub.py",
+                0,
+            )
+
     # --- init --------------------------------------------------------------------------------
-    def init(self, payload: dict[str, Any]) -> tuple[str, Any]:
-        args: dict[str, str] = payload["args"]
-        self.name = args["model_instance_name"]
-        try:
-            module = self._import(Path(payload["model_file"]))
+    def _load_class(self, model_file: str) -> Any:
+        if self.model_class is None:
+            module = self._import(Path(model_file))
             model_class = getattr(module, "TritonPythonModel", None)
             if model_class is None:
-                return "error", (
-                    f"TritonPythonModel class not found in {payload['model_file']}; a python "
-                    "model must define class TritonPythonModel"
+                raise ImportError(
+                    f"TritonPythonModel class not found in {model_file}; a python model must "
+                    "define class TritonPythonModel"
                 )
-            config_json = None
-            complete = getattr(model_class, "auto_complete_config", None)
-            if payload.get("auto_complete") and complete is not None:
-                completed = complete(pb_utils.ModelConfig(args["model_config"]))
-                if isinstance(completed, pb_utils.ModelConfig):
-                    import json
+            self.model_class = model_class
+        return self.model_class
 
-                    config_json = json.dumps(completed.as_dict())
-                    args = {**args, "model_config": config_json}
+    def _configure(self, args: dict[str, str]) -> None:
+        self.name = args["model_instance_name"]
+        RUNTIME.link = self.link
+        RUNTIME.instance_name = self.name
+        RUNTIME.model_name = args.get("model_name", "")
+
+    def auto_complete(self, payload: dict[str, Any]) -> tuple[str, Any]:
+        args: dict[str, str] = payload["args"]
+        self._configure(args)
+        try:
+            model_class = self._load_class(payload["model_file"])
+            complete = getattr(model_class, "auto_complete_config", None)
+            if complete is None:
+                return "ok", {"config": None}
+            completed = complete(pb_utils.ModelConfig(args["model_config"]))
+            if not isinstance(completed, pb_utils.ModelConfig):
+                return "ok", {"config": None}
+            return "ok", {"config": json.dumps(completed.as_dict())}
+        except BaseException as exc:
+            return "error", format_exception(exc)
+
+    def init(self, payload: dict[str, Any]) -> tuple[str, Any]:
+        args: dict[str, str] = payload["args"]
+        self._configure(args)
+        try:
+            model_class = self._load_class(payload["model_file"])
+            self.decoupled = pb_utils.using_decoupled_model_transaction_policy(
+                json.loads(args["model_config"])
+            )
+            RUNTIME.decoupled = self.decoupled
             self.model = model_class()
             initialize = getattr(self.model, "initialize", None)
             if initialize is not None:
                 self._run(initialize(args))
         except BaseException as exc:
             return "error", format_exception(exc)
-        return "ok", {"config": config_json}
+        RUNTIME.executing = True
+        return "ok", {"config": None}
 
     @staticmethod
     def _import(path: Path) -> Any:
@@ -107,23 +183,34 @@ class Instance:
         return module
 
     # --- execute -----------------------------------------------------------------------------
+    def _tensor(self, name: str, packed: Any, special: str | None) -> pb_utils.Tensor:
+        array = ipc.unpack_array(packed, self._dtypes)
+        if special is None:
+            return pb_utils.Tensor(name, array)
+        return pb_utils.Tensor(name, array, bf16=True)
+
     def execute(self, batch: list[RequestTuple]) -> BatchReply:
         started = time.perf_counter_ns()
-        dtypes = self._dtypes
+        tensor = self._tensor
         requests = [
             pb_utils.InferenceRequest(
-                inputs=[pb_utils.Tensor(name, ipc.unpack_array(a, dtypes)) for name, a in inputs],
+                inputs=[tensor(name, a, special) for name, a, special in inputs],
                 requested_output_names=requested,
                 request_id=request_id,
                 correlation_id=correlation_id,
                 flags=flags,
                 parameters=parameters,
+                key=key,
             )
-            for inputs, requested, request_id, correlation_id, flags, parameters in batch
+            for inputs, requested, request_id, correlation_id, flags, parameters, key in batch
         ]
         built = time.perf_counter_ns()
+        if self.decoupled:
+            return self._execute_decoupled(requests, started, built)
         try:
             responses = self._run(self.model.execute(requests))
+            if responses is None:
+                responses = self._sent_responses(requests)
             problem = self._check(responses, len(requests))
         except BaseException as exc:
             problem = format_exception(exc)
@@ -134,25 +221,60 @@ class Instance:
             )
             return "error", message, (built - started, executed - built, 0)
         results = [
-            self._result(response, request.requested_output_names())
+            pb_bls.response_to_wire(response, request.requested_output_names())
             for response, request in zip(responses, requests, strict=True)
         ]
         finished = time.perf_counter_ns()
         return "ok", results, (built - started, executed - built, finished - executed)
 
     @staticmethod
+    def _sent_responses(requests: list[pb_utils.InferenceRequest]) -> Any:
+        """A non-decoupled model that answered through response senders and returned None."""
+        responses = []
+        for request in requests:
+            sender = request.response_sender_if_used()
+            kept = [r for r, _ in sender.kept if r is not None] if sender is not None else []
+            if not kept:
+                return None
+            responses.append(kept[0])
+        return responses
+
+    def _execute_decoupled(
+        self, requests: list[pb_utils.InferenceRequest], started: int, built: int
+    ) -> BatchReply:
+        problem = None
+        try:
+            returned = self.model.execute(requests)
+            if inspect.iscoroutine(returned):
+                self._run_in_background(returned)
+                returned = None
+            if returned is not None:
+                problem = (
+                    f"Python model '{self.name}' is using the decoupled mode and the execute "
+                    "function must return None."
+                )
+        except BaseException as exc:
+            problem = format_exception(exc)
+        executed = time.perf_counter_ns()
+        if problem is not None:
+            message = (
+                f"Failed to process the request(s) for model '{self.name}', message: {problem}"
+            )
+            RUNTIME.log(2, message, "stub.py", 0)
+            for request in requests:
+                sender = request.get_response_sender()
+                if not sender.closed:
+                    error = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+                    with contextlib.suppress(pb_utils.TritonModelException):  # closed meanwhile
+                        sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return "ok", [None] * len(requests), (built - started, executed - built, 0)
+
+    @staticmethod
     def _check(responses: Any, count: int) -> str | None:
         if responses is None:
-            return (
-                "execute() returned None; a model that is not decoupled must return a list "
-                "with one InferenceResponse per request (repokit does not support response "
-                "senders)"
-            )
+            return _none_returned()
         if not isinstance(responses, (list, tuple)):
-            return (
-                "execute() must return a list of InferenceResponse objects, got "
-                f"'{type(responses)}'"
-            )
+            return f"Expected a list in the execute return, found type '{type(responses)}'."
         if len(responses) != count:
             return (
                 "Number of InferenceResponse objects do not match the number of "
@@ -167,31 +289,25 @@ class Instance:
                 )
         return None
 
-    @staticmethod
-    def _result(response: pb_utils.InferenceResponse, requested: set[str]) -> tuple[Any, ...]:
-        error = response.error()
-        if error is not None:
-            return ("error", error.code_name(), error.message())
-        outputs = [
-            (t.name(), ipc.pack_array(t.as_numpy()))
-            for t in response.output_tensors()
-            if t.name() in requested
-        ]
-        return ("ok", outputs, response.parameter_dict())
-
     def finalize(self) -> None:
+        RUNTIME.finalizing = True
         finalize = getattr(self.model, "finalize", None)
         if finalize is not None:
             try:
                 self._run(finalize())
             except BaseException as exc:
-                sys.stderr.write(f"finalize of '{self.name}' failed: {format_exception(exc)}\n")
+                RUNTIME.log(
+                    2,
+                    f"Failed to finalize model instance '{self.name}': {format_exception(exc)}",
+                    "stub.py",
+                    0,
+                )
 
 
-def _send_reply(channel: ipc.BlockingChannel, instance: Instance, op: str, reply: Any) -> None:
+def _send_reply(link: ChildLink, instance: Instance, op: str, reply: Any) -> None:
     """Send ``reply``; a result that cannot be pickled fails only its own batch."""
     try:
-        channel.send(reply)
+        link.send(reply)
         return
     except BaseException as exc:  # e.g. an output object array holding unpicklable objects
         problem = exc
@@ -203,9 +319,9 @@ def _send_reply(channel: ipc.BlockingChannel, instance: Instance, op: str, reply
             except BaseException as exc:
                 batch_reply = ("error", _unsendable(instance, exc), batch_reply[2])
             batches.append(batch_reply)
-        channel.send(("ok", batches))
+        link.send(("ok", batches))
     else:
-        channel.send(("error", _unsendable(instance, problem)))
+        link.send(("error", _unsendable(instance, problem)))
 
 
 def _unsendable(instance: Instance, exc: BaseException) -> str:
@@ -216,24 +332,26 @@ def _unsendable(instance: Instance, exc: BaseException) -> str:
 
 
 def serve(sock: socket.socket) -> None:
-    channel = ipc.BlockingChannel(sock)
-    instance = Instance()
+    link = ChildLink(sock)
+    instance = Instance(link)
     while True:
         try:
-            op, payload = channel.recv()
+            op, payload = link.next_op()
         except ipc.ChannelClosed:
             return
         if op == "execute":
             reply: tuple[str, Any] = ("ok", [instance.execute(batch) for batch in payload])
         elif op == "init":
             reply = instance.init(payload)
+        elif op == "auto_complete":
+            reply = instance.auto_complete(payload)
         elif op == "finalize":
             instance.finalize()
-            channel.send(("ok", None))
+            link.send(("ok", None))
             return
         else:
             reply = ("error", f"unknown operation {op!r}")
-        _send_reply(channel, instance, op, reply)
+        _send_reply(link, instance, op, reply)
 
 
 def main(argv: list[str]) -> int:

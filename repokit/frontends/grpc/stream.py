@@ -7,11 +7,12 @@ the request's id (Triton 2.51 sets no model name or version there), and the stre
 open (Triton's ``stream_infer_handler.cc``). Every response carries the
 ``triton_final_response`` parameter.
 
-Decoupled models: when the core offers ``infer_stream(request)`` (an async iterator of
-responses), each response is sent with ``triton_final_response=false`` and the end of the
-request is marked by an empty final response only if the request set
-``triton_enable_empty_final_response=true``. Until the core has it, decoupled models are
-answered in-band with UNSUPPORTED.
+Decoupled models: ``InferenceService.infer_stream(request)`` yields the responses as the model
+sends them; each is sent with ``triton_final_response`` false, except one the model flagged
+final (true). A model that ends with an empty final flag gets an empty final response (the
+request's id, model name and version, ``triton_final_response=true``) only if the request set
+``triton_enable_empty_final_response=true``, as Triton does. A client that closes the stream
+cancels its open requests (the model sees ``request.is_cancelled()``).
 """
 
 from __future__ import annotations
@@ -19,17 +20,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Hashable
-from typing import cast
 
 from repokit.core.service import InferenceService
-from repokit.errors import RepokitError, unsupported
+from repokit.errors import RepokitError
 from repokit.frontends.grpc.codec import DecodedRequest, decode_infer_request, encode_infer_response
 from repokit.frontends.grpc.messages import parse_model_version
 from repokit.protocol.generated import grpc_service_pb2 as pb
-from repokit.protocol.types import InferResponse
 
 FINAL_RESPONSE_PARAM = "triton_final_response"
-DECOUPLED_NOT_SUPPORTED = "decoupled models are not supported by this server yet"
 
 _log = logging.getLogger(__name__)
 
@@ -154,14 +152,12 @@ class StreamSession:
     async def _run_decoupled(
         self, decoded: DecodedRequest
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        infer_stream = getattr(self._service, "infer_stream", None)
-        if infer_stream is None:
-            raise unsupported(DECOUPLED_NOT_SUPPORTED)
         request = decoded.request
-        responses = cast(AsyncIterator[InferResponse], infer_stream(request))
-        async for response in responses:
-            yield _final_flagged(encode_infer_response(response), False)
-        if decoded.enable_empty_final_response:
+        ended = False
+        async for response in self._service.infer_stream(request):
+            ended = response.final
+            yield _final_flagged(encode_infer_response(response), response.final)
+        if not ended and decoded.enable_empty_final_response:
             empty = pb.ModelInferResponse(
                 id=request.id, model_name=request.model_name, model_version=request.model_version
             )

@@ -1,0 +1,199 @@
+"""``pb_utils.Logger``, ``MetricFamily`` / ``Metric`` and model control, in the instance process.
+
+Log lines go to the server (``("@log", level, message, file, line)``), which writes them to its
+log under its log settings (verbose lines only with a verbose level > 0). Metric families and
+metrics live in the server's custom-metrics registry (they appear on its metrics endpoint);
+creating them and reading a value are calls, updates are one-way messages that the server
+applies in order, so a ``value()`` after an ``increment()`` sees it. ``load_model``,
+``unload_model`` and ``is_model_ready`` are calls answered by the server's model manager, with
+its errors (explicit model control mode only for load/unload).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import sys
+from typing import Any
+
+from repokit.backends.python.pb_runtime import RUNTIME
+
+
+def _exception(message: str) -> Exception:
+    from repokit.backends.python.pb_utils import TritonModelException
+
+    return TritonModelException(message)
+
+
+# --- logging ------------------------------------------------------------------------------------
+class LogLevel(enum.IntEnum):
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+def _caller() -> tuple[str, int]:
+    frame = sys._getframe(3)
+    return frame.f_code.co_filename.rsplit("/", 1)[-1], frame.f_lineno
+
+
+class Logger:
+    """Model log lines in the server's log."""
+
+    LogLevel = LogLevel
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
+
+    @staticmethod
+    def _emit(message: Any, level: int) -> None:
+        filename, line = _caller()
+        RUNTIME.log(int(level), str(message), filename, line)
+
+    @staticmethod
+    def log(message: str, level: int = LogLevel.INFO) -> None:
+        Logger._emit(message, level)
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        Logger._emit(message, LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        Logger._emit(message, LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        Logger._emit(message, LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        Logger._emit(message, LogLevel.VERBOSE)
+
+
+# --- custom metrics -----------------------------------------------------------------------------
+class MetricKind(enum.IntEnum):
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+
+class Metric:
+    """One labelled series of a MetricFamily."""
+
+    def __init__(self, family: MetricFamily, handle: int) -> None:
+        self._family = family
+        self._handle = handle
+
+    def _update(self, op: str, value: float, what: str) -> None:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise _exception(f"Failed to {what} metric value: value must be a number") from None
+        problem = self._family.check(op)
+        if problem:
+            raise _exception(f"Failed to {what} metric value: {problem}")
+        RUNTIME.require_link("Metric").send(("@metric", self._handle, op, number))
+
+    def increment(self, value: float) -> None:
+        if self._family.kind == MetricKind.COUNTER and float(value) < 0:
+            raise _exception(
+                "Failed to increment metric value: TRITONSERVER_METRIC_KIND_COUNTER can only be "
+                "incremented monotonically by non-negative values."
+            )
+        self._update("increment", value, "increment")
+
+    def set(self, value: float) -> None:
+        self._update("set", value, "set")
+
+    def observe(self, value: float) -> None:
+        self._update("observe", value, "observe")
+
+    def value(self) -> float:
+        if self._family.kind == MetricKind.HISTOGRAM:
+            raise _exception(
+                "Failed to get metric value: TRITONSERVER_METRIC_KIND_HISTOGRAM does not "
+                "support Value"
+            )
+        result = RUNTIME.call("Metric", "metric_value", self._handle)
+        return float(result)
+
+    def __del__(self) -> None:
+        link = RUNTIME.link
+        if link is not None and not link.closed:
+            with contextlib.suppress(Exception):  # the process may be shutting down
+                link.send(("@metric_release", self._handle))
+
+
+_KIND_NAMES = {MetricKind.COUNTER: "COUNTER", MetricKind.GAUGE: "GAUGE"}
+_KIND_NAMES[MetricKind.HISTOGRAM] = "HISTOGRAM"
+
+
+class MetricFamily:
+    """A custom metric family on the server's metrics endpoint."""
+
+    COUNTER = MetricKind.COUNTER
+    GAUGE = MetricKind.GAUGE
+    HISTOGRAM = MetricKind.HISTOGRAM
+
+    def __init__(self, name: str, description: str, kind: MetricKind) -> None:
+        if kind not in _KIND_NAMES:
+            raise _exception("Unknown metric kind")
+        self.kind = MetricKind(kind)
+        try:
+            self._handle = RUNTIME.call(
+                "MetricFamily", "metric_family", (str(name), str(description), _KIND_NAMES[kind])
+            )
+        except Exception as exc:
+            raise _exception(f"Error when creating MetricFamily: {exc}") from None
+
+    def check(self, op: str) -> str:
+        """Triton's refusal of ``op`` for this kind, or ""."""
+        kind = _KIND_NAMES[self.kind]
+        allowed = {
+            "COUNTER": ("increment",),
+            "GAUGE": ("increment", "set"),
+            "HISTOGRAM": ("observe",),
+        }[kind]
+        if op in allowed:
+            return ""
+        return f"TRITONSERVER_METRIC_KIND_{kind} does not support {op.capitalize()}"
+
+    def Metric(
+        self, labels: dict[str, str] | None = None, buckets: list[float] | None = None
+    ) -> Metric:
+        if labels is not None and not isinstance(labels, dict):
+            raise _exception("Failed to create metric. Labels must be a dictionary.")
+        if buckets is not None:
+            if not isinstance(buckets, list):
+                raise _exception("Failed to create metric. Buckets must be a list.")
+            if self.kind != MetricKind.HISTOGRAM:
+                raise _exception("Failed to create metric. Unexpected buckets found.")
+        elif self.kind == MetricKind.HISTOGRAM:
+            raise _exception("Failed to create metric. Missing required buckets.")
+        label_map = {str(k): str(v) for k, v in (labels or {}).items()}
+        try:
+            handle = RUNTIME.call(
+                "Metric",
+                "metric",
+                (self._handle, json.dumps(label_map), [float(b) for b in buckets or []] or None),
+            )
+        except Exception as exc:
+            raise _exception(f"Error when creating Metric: {exc}") from None
+        return Metric(self, handle)
+
+
+# --- model control ------------------------------------------------------------------------------
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+    RUNTIME.call("load_model", "load_model", (model_name, config or None, dict(files or {})))
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    RUNTIME.call("unload_model", "unload_model", (model_name, bool(unload_dependents)))
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    return bool(RUNTIME.call("is_model_ready", "is_model_ready", (model_name, model_version)))
