@@ -197,11 +197,10 @@ class ThreadedConcurrencyLoad(_LoadBase):
 
 
 def supports_threads(transport: Transport) -> bool:
-    connect = getattr(transport, "connect_blocking", None)
-    if connect is None:
+    if getattr(transport, "connect_blocking", None) is None:
         return False
-    probe = getattr(transport, "options", None)
-    return not getattr(probe, "streaming", False)
+    supports = getattr(transport, "supports_blocking", None)
+    return supports is None or bool(supports())
 
 
 def constant_intervals(rate: float) -> Iterator[int]:

@@ -11,6 +11,8 @@ so that the hot path only writes bytes and reads the answer.
 
 from __future__ import annotations
 
+import socket
+import sys
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -93,3 +95,16 @@ class Transport(Protocol):
     ) -> Any: ...
 
     async def connect(self) -> Connection: ...
+
+
+def blocking_with_timeouts(sock: socket.socket, timeout: float) -> None:
+    """A blocking socket whose send/recv time out in the kernel (SO_RCVTIMEO/SO_SNDTIMEO):
+    a Python-level timeout would add a poll() before every send and recv."""
+    sock.settimeout(None)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    seconds = int(timeout)
+    value = seconds.to_bytes(8, sys.byteorder) + int((timeout - seconds) * 1e6).to_bytes(
+        8, sys.byteorder
+    )
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)

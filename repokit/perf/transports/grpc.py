@@ -12,6 +12,7 @@ subchannel) to mirror separate HTTP/2 connections.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from google.protobuf import json_format
 
 from repokit.perf.errors import PerfError
 from repokit.perf.transports.base import InferTiming, SequenceFlags, ShmBinding, TransportOptions
+from repokit.perf.transports.grpc_wire import WireConnection, WireError, header_block
 from repokit.perf.transports.http import split_url
 from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.tensor_codec import array_from_bytes, array_to_bytes
@@ -123,7 +125,8 @@ class GrpcConnection:
 
 
 class BlockingGrpcConnection:
-    """A worker thread's unary calls on a synchronous channel (perf_analyzer's sync mode)."""
+    """A worker thread's unary calls on a synchronous grpc channel: the fallback when the
+    server's headers defeat :mod:`repokit.perf.transports.grpc_wire` (Huffman-coded)."""
 
     def __init__(self, owner: GrpcTransport, channel: grpc.Channel) -> None:
         self._clock = owner.clock
@@ -154,13 +157,75 @@ class BlockingGrpcConnection:
         pass
 
 
+class WireGrpcConnection:
+    """A worker thread's calls on its own HTTP/2 connection (:mod:`grpc_wire`): unary, or
+    one bidirectional ModelStreamInfer stream carrying every request with --streaming."""
+
+    def __init__(self, owner: GrpcTransport, wire: WireConnection) -> None:
+        self._clock = owner.clock
+        self._wire = wire
+        self._streaming = owner.options.streaming
+        self._unary_block = owner.header_block("ModelInfer")
+        self._stream_block = owner.header_block("ModelStreamInfer")
+        self._stream_open = False
+
+    def infer(
+        self,
+        request: PreparedGrpc,
+        sequence: SequenceFlags | None = None,
+        want_outputs: bool = False,
+    ) -> InferTiming:
+        clock = self._clock
+        start = clock()
+        payload = request.serialized if sequence is None else _sequence_bytes(request, sequence)
+        wire = self._wire
+        try:
+            if self._streaming:
+                if not self._stream_open:
+                    wire.start_stream(self._stream_block)
+                    self._stream_open = True
+                wire.send_message(payload)
+                sent = clock()
+                raw, error = wire.receive_message()
+            else:
+                wire.send_unary(self._unary_block, payload)
+                sent = clock()
+                raw, error = wire.receive_unary()
+        except (OSError, WireError) as exc:
+            now = clock()
+            return InferTiming(start, now, now, now, f"gRPC connection failed: {exc}")
+        received = clock()
+        if error is not None or raw is None:
+            return InferTiming(start, sent, received, clock(), error or "gRPC error")
+        if self._streaming:
+            stream_reply = pb.ModelStreamInferResponse.FromString(raw)
+            if stream_reply.error_message:
+                return InferTiming(start, sent, received, clock(), stream_reply.error_message)
+            if not want_outputs:
+                return InferTiming(start, sent, received, clock(), None)
+            reply = stream_reply.infer_response
+        elif not want_outputs:
+            return InferTiming(start, sent, received, clock(), None)
+        else:
+            reply = pb.ModelInferResponse.FromString(raw)
+        return InferTiming(start, sent, received, clock(), None, decode_grpc_outputs(reply))
+
+    def close(self) -> None:
+        if self._stream_open:
+            with contextlib.suppress(OSError):
+                self._wire.end_stream()
+        self._wire.close()
+
+
 class GrpcTransport:
     def __init__(self, options: TransportOptions, clock: Callable[[], int]) -> None:
         self.options = options
         self.clock = clock
-        host, port = split_url(options.url, 8001)
-        self.target = f"{host}:{port}"
+        self.host, self.port = split_url(options.url, 8001)
+        self.target = f"{self.host}:{self.port}"
         self.metadata = tuple((k.lower(), v) for k, v in options.headers.items()) or None
+        self.wire_problem: str | None = None  # why the own HTTP/2 client is not used
+        self._wire_probed = False
         self._channels: list[grpc.aio.Channel] = []
         self._sync_channels: list[grpc.Channel] = []
         self._next = itertools.count()
@@ -180,6 +245,30 @@ class GrpcTransport:
         except asyncio.TimeoutError:
             await self.close()
             raise PerfError(f"cannot connect to {self.target} over gRPC") from None
+        if not self._wire_probed:
+            self._wire_probed = True
+            self.wire_problem = await asyncio.to_thread(self._probe_wire)
+
+    def header_block(self, method: str) -> bytes:
+        return header_block(SERVICE + method, self.target, dict(self.metadata or ()))
+
+    def _probe_wire(self) -> str | None:
+        """One ServerLive call on :mod:`grpc_wire`; the reason it cannot be used, or None."""
+        try:
+            wire = WireConnection.open(self.host, self.port, timeout=10)
+        except OSError as exc:
+            return f"cannot connect: {exc}"
+        try:
+            _, error = wire.unary(self.header_block("ServerLive"), b"")
+        except (OSError, WireError) as exc:
+            return str(exc)
+        finally:
+            wire.close()
+        return error
+
+    def supports_blocking(self) -> bool:
+        """Worker threads can drive this transport (streaming needs the own HTTP/2 client)."""
+        return self.wire_problem is None or not self.options.streaming
 
     async def close(self) -> None:
         for channel in self._channels:
@@ -189,10 +278,13 @@ class GrpcTransport:
             sync_channel.close()
         self._sync_channels.clear()
 
-    def connect_blocking(self) -> BlockingGrpcConnection | None:
-        """A synchronous connection, or None with --streaming (streams stay on asyncio)."""
-        if self.options.streaming:
-            return None
+    def connect_blocking(self) -> WireGrpcConnection | BlockingGrpcConnection:
+        """A worker thread's own HTTP/2 connection, or (fallback) a synchronous grpc channel."""
+        if self.wire_problem is None:
+            try:
+                return WireGrpcConnection(self, WireConnection.open(self.host, self.port))
+            except OSError as exc:
+                raise PerfError(f"cannot connect to {self.target} over gRPC: {exc}") from None
         if not self._sync_channels:
             for i in range(CHANNELS):
                 options = [*_CHANNEL_OPTIONS, ("repokit.perf.sync_channel", i)]

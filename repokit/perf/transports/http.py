@@ -22,7 +22,13 @@ import numpy.typing as npt
 import orjson
 
 from repokit.perf.errors import PerfError
-from repokit.perf.transports.base import InferTiming, SequenceFlags, ShmBinding, TransportOptions
+from repokit.perf.transports.base import (
+    InferTiming,
+    SequenceFlags,
+    ShmBinding,
+    TransportOptions,
+    blocking_with_timeouts,
+)
 from repokit.protocol.json_codec import array_to_json
 from repokit.protocol.tensor_codec import array_from_bytes, array_to_bytes
 
@@ -297,7 +303,7 @@ class HttpTransport:
             raise PerfError(
                 f"cannot connect to {self.host}:{self.port} over HTTP: {exc.strerror or exc}"
             ) from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        blocking_with_timeouts(sock, 60)
         return BlockingHttpConnection(self, sock)
 
     def _head(self, method: str, path: bytes, length: int, extra: bytes = b"") -> bytes:
