@@ -321,3 +321,51 @@ def test_restricted_api_and_disabled_shm(tmp_path: Path) -> None:
         )
         assert shm_response.status_code == 501
         assert "--allow-client-shm=true" in shm_response.json()["error"]
+
+
+def test_large_binary_output_is_written_in_parts(server: ServerThread) -> None:
+    """Outputs of 64 KiB and more go out as the JSON header then the tensor bytes (not joined):
+    the framing must be exactly the joined one's."""
+    payload = np.random.default_rng(7).random(300_000).astype(np.float32)
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [payload.size],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": payload.nbytes},
+                }
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    with requests.Session() as session:
+        for _ in range(3):  # the keep-alive connection stays usable after a streamed body
+            response = session.post(
+                f"http://{server.http_url}/v2/models/identity/infer",
+                data=head + payload.tobytes(),
+                headers={
+                    "Inference-Header-Content-Length": str(len(head)),
+                    "Accept-Encoding": "identity",  # requests asks for gzip by default
+                },
+                timeout=30,
+            )
+            assert response.status_code == 200
+            assert "Content-Encoding" not in response.headers
+            assert response.headers["Content-Type"] == "application/octet-stream"
+            length = int(response.headers["Inference-Header-Content-Length"])
+            assert int(response.headers["Content-Length"]) == length + payload.nbytes
+            header = json.loads(response.content[:length])
+            assert header["outputs"][0]["parameters"] == {"binary_data_size": payload.nbytes}
+            body = np.frombuffer(response.content[length:], dtype=np.float32)
+            assert np.array_equal(body, payload)
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        tensor = httpclient.InferInput("INPUT0", [payload.size], "FP32")
+        tensor.set_data_from_numpy(payload, binary_data=True)
+        for compression in (None, "gzip"):
+            result = client.infer("identity", [tensor], response_compression_algorithm=compression)
+            assert np.array_equal(result.as_numpy("OUTPUT0"), payload)
+    finally:
+        client.close()

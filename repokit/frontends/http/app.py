@@ -32,6 +32,7 @@ from repokit.frontends.v1.http_api import V1HttpFrontend
 
 ALL_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")
 DEFAULT_MAX_INPUT_SIZE = 1 << 26
+REQUEST_BUFFER_SIZE = 1 << 22
 
 
 class HttpSettings(Protocol):
@@ -45,7 +46,10 @@ class HttpSettings(Protocol):
     def allow_client_shm(self) -> bool: ...
 
 
-Handler = Callable[[Request, Route], Awaitable[HTTPResponse]]
+# a handler returns its response, or None when it already sent one (request.respond)
+Handler = Callable[[Request, Route], Awaitable[HTTPResponse | None]]
+# resolved routes kept per raw path (a client usually sends few distinct paths)
+ROUTE_CACHE_SIZE = 1024
 
 
 class HttpFrontend:
@@ -75,12 +79,26 @@ class HttpFrontend:
             Endpoint.SYSTEM_SHM: ((), ops.system_shm),
             Endpoint.CUDA_SHM: ((), ops.cuda_shm),
         }
+        self._routes: dict[str, Route | None] = {}
         self.v1 = V1HttpFrontend(service)  # v1 hook: the legacy /api/ URL space
 
-    async def dispatch(self, request: Request, path: str = "") -> HTTPResponse:
-        if request.path.startswith("/api/"):  # v1 hook: repokit.frontends.v1.http_api
+    def route(self, path: str) -> Route | None:
+        """:func:`resolve` remembered per path (routes are immutable; the cache starts over
+        when it is full, so arbitrary paths cannot grow it without bound)."""
+        routes = self._routes
+        if path in routes:
+            return routes[path]
+        route = resolve(path)
+        if len(routes) >= ROUTE_CACHE_SIZE:
+            routes.clear()
+        routes[path] = route
+        return route
+
+    async def dispatch(self, request: Request, path: str = "") -> HTTPResponse | None:
+        raw_path = request.path  # a property that decodes the URL on every access
+        if raw_path.startswith("/api/"):  # v1 hook: repokit.frontends.v1.http_api
             return await self.v1.dispatch(request)
-        route = resolve(request.path)
+        route = self.route(raw_path)
         if route is None:
             return error_response(404, "Not Found")
         if self.restrictions:
@@ -123,6 +141,10 @@ def create_http_app(
     # Bodies up to the input limit plus binary tensors: Triton limits only the JSON parts and
     # raw/decompressed inputs, so the transport limit is generous.
     app.config.REQUEST_MAX_SIZE = max(frontend.max_input_size * 4, 1 << 31)
+    # Sanic stops reading a connection once this much is buffered and resumes when the body
+    # reader drained it; its 64 KiB default costs a pause/resume round per 64 KiB of a large
+    # tensor (the whole body is read into memory before the handler runs in any case).
+    app.config.REQUEST_BUFFER_SIZE = REQUEST_BUFFER_SIZE
     app.config.REQUEST_TIMEOUT = 3600
     app.config.RESPONSE_TIMEOUT = 3600
     app.config.KEEP_ALIVE_TIMEOUT = 75

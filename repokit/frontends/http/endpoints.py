@@ -21,7 +21,7 @@ from repokit.frontends.http.infer_request import (
     parse_json_document,
     parse_model_version,
 )
-from repokit.frontends.http.infer_response import encode_infer_response
+from repokit.frontends.http.infer_response import EncodedResponse, encode_infer_response
 from repokit.frontends.http.responses import empty_response, error_response, json_response
 from repokit.frontends.http.routing import Route
 from repokit.frontends.status import http_status
@@ -30,6 +30,17 @@ CLIENT_SHM_DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 )
 _HEADER_LENGTH = "inference-header-content-length"
+# binary bodies of at least this many bytes are written part by part instead of joined
+STREAM_THRESHOLD = 1 << 16
+
+
+def _compressed(encoded: EncodedResponse, encoding: str) -> HTTPResponse:
+    headers = {"Content-Encoding": encoding}
+    if encoded.header_length is not None:
+        headers["Inference-Header-Content-Length"] = str(encoded.header_length)
+    return HTTPResponse(
+        compress(encoded.body, encoding), headers=headers, content_type=encoded.content_type
+    )
 
 
 class Endpoints:
@@ -71,9 +82,9 @@ class Endpoints:
 
     # --- inference -------------------------------------------------------------------------
 
-    async def infer(self, request: Request, route: Route) -> HTTPResponse:
+    async def infer(self, request: Request, route: Route) -> HTTPResponse | None:
         service = self.service
-        version = parse_model_version(route.version)
+        version = parse_model_version(route.version) if route.version else ""
         if service.is_decoupled(route.model, version):
             raise RepokitError(
                 Code.UNSUPPORTED,
@@ -97,19 +108,26 @@ class Endpoints:
         )
         result = await service.infer(decoded.request)
         encoded = encode_infer_response(result, decoded)
-        out_headers: dict[str, str] = {}
-        if encoded.header_length is not None:
-            out_headers["Inference-Header-Content-Length"] = str(encoded.header_length)
-        payload = encoded.body
         accept = headers.get("accept-encoding")
         if accept:
             chosen = choose_response_encoding(accept)
             if chosen != "identity":
-                payload = compress(payload, chosen)
-                out_headers["Content-Encoding"] = chosen
-        return HTTPResponse(
-            payload, status=200, headers=out_headers, content_type=encoded.content_type
-        )
+                return _compressed(encoded, chosen)
+        if encoded.header_length is None:
+            return HTTPResponse(encoded.head, content_type=encoded.content_type)
+        out_headers = {"Inference-Header-Content-Length": str(encoded.header_length)}
+        size = encoded.size
+        if size < STREAM_THRESHOLD:
+            return HTTPResponse(
+                encoded.body, headers=out_headers, content_type=encoded.content_type
+            )
+        # Large binary outputs go to the socket as they are, after the JSON header: joining
+        # them would copy every byte once here and once more in Sanic's header+body concat.
+        out_headers["content-length"] = str(size)
+        response = await request.respond(headers=out_headers, content_type=encoded.content_type)
+        for part in encoded.parts:
+            await response.send(part)
+        return None
 
     async def generate(self, request: Request, route: Route) -> HTTPResponse:
         raise RepokitError(

@@ -1,15 +1,21 @@
 """InferResponse -> HTTP body + headers (Triton's ``InferRequestClass::FinalizeResponse``).
 
 The JSON header is written once with orjson; binary outputs follow it in the order the outputs
-appear in the JSON, and the body is joined once. A response carries
-``Content-Type: application/octet-stream`` and ``Inference-Header-Content-Length`` only when
-at least one binary output has bytes (zero-byte binary outputs add none, as in Triton).
+appear in the JSON. The parts are kept apart (:attr:`EncodedResponse.parts`) so the endpoint
+writes them to the socket one after the other instead of joining megabytes into one buffer. A
+response carries ``Content-Type: application/octet-stream`` and
+``Inference-Header-Content-Length`` only when at least one binary output has bytes (zero-byte
+binary outputs add none, as in Triton).
+
+Non-finite floats: orjson writes NaN/Infinity as ``null`` where Triton writes the bare tokens,
+so a header that contains ``null`` while a JSON output is floating point is checked exactly and
+rewritten with the standard library (rare); every other response costs one substring search.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,13 +28,34 @@ from repokit.protocol.types import InferResponse
 
 JSON_CONTENT_TYPE = "application/json"
 BINARY_CONTENT_TYPE = "application/octet-stream"
+# datatypes whose JSON form is a plain ``tolist()`` (BYTES decode, FP16/BF16 refuse JSON)
+_PLAIN_JSON = frozenset(
+    {"BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP32",
+     "FP64"}
+)  # fmt: skip
 
 
 @dataclass
 class EncodedResponse:
-    body: bytes
+    head: bytes  # the JSON header (the whole body when there is no binary output)
     content_type: str
     header_length: int | None  # Inference-Header-Content-Length for binary bodies
+    blobs: list[bytes | memoryview] = field(default_factory=list)  # binary outputs, in order
+
+    @property
+    def parts(self) -> list[bytes | memoryview]:
+        return [self.head, *self.blobs]
+
+    @property
+    def size(self) -> int:
+        return len(self.head) + sum(memoryview(b).nbytes for b in self.blobs)
+
+    @property
+    def body(self) -> bytes:
+        """The whole body in one buffer (compression and tests; the endpoint streams parts)."""
+        if not self.blobs:
+            return self.head
+        return b"".join(self.parts)
 
 
 def _has_non_finite(array: Any) -> bool:
@@ -47,33 +74,46 @@ def encode_infer_response(response: InferResponse, decoded: DecodedInfer) -> Enc
     blobs: list[bytes | memoryview] = []
     binary_outputs = decoded.binary_outputs
     default_binary = decoded.default_binary
-    non_finite = False
+    float_json: list[Any] = []  # JSON outputs that could hold NaN/Infinity
     for tensor in response.outputs:
-        entry: dict[str, Any] = {
-            "name": tensor.name,
-            "datatype": tensor.datatype,
-            "shape": [int(d) for d in tensor.shape],
-        }
-        if binary_outputs.get(tensor.name, default_binary):
-            raw = array_to_bytes(tensor.datatype, tensor.data)
+        name = tensor.name
+        datatype = tensor.datatype
+        data = tensor.data
+        if binary_outputs.get(name, default_binary):
+            raw = array_to_bytes(datatype, data)
             size = memoryview(raw).nbytes
-            entry["parameters"] = {"binary_data_size": size}
+            outputs.append(
+                {
+                    "name": name,
+                    "datatype": datatype,
+                    "shape": [int(d) for d in tensor.shape],
+                    "parameters": {"binary_data_size": size},
+                }
+            )
             if size:
                 blobs.append(raw)
+            continue
+        if datatype in _PLAIN_JSON:
+            values = data.ravel().tolist()
+            if data.dtype.kind == "f":
+                float_json.append(data)
         else:
-            data = tensor.data
-            if not non_finite and _has_non_finite(data):
-                non_finite = True
-            entry["data"] = array_to_json(tensor.datatype, data, output_name=tensor.name)
-        outputs.append(entry)
+            values = array_to_json(datatype, data, output_name=name)
+        outputs.append(
+            {
+                "name": name,
+                "datatype": datatype,
+                "shape": [int(d) for d in tensor.shape],
+                "data": values,
+            }
+        )
     for name, (_ref, datatype, shape) in response.shm_outputs.items():
         outputs.append({"name": name, "datatype": datatype, "shape": [int(d) for d in shape]})
     header["outputs"] = outputs
-    if non_finite:
-        # orjson writes NaN/Infinity as null; Triton writes the bare tokens (rapidjson flags).
+    head = orjson.dumps(header)
+    if float_json and b"null" in head and any(_has_non_finite(a) for a in float_json):
+        # orjson wrote NaN/Infinity as null; Triton writes the bare tokens (rapidjson flags).
         head = json.dumps(header, separators=(",", ":"), allow_nan=True).encode()
-    else:
-        head = orjson.dumps(header)
     if not blobs:
         return EncodedResponse(head, JSON_CONTENT_TYPE, None)
-    return EncodedResponse(b"".join([head, *blobs]), BINARY_CONTENT_TYPE, len(head))
+    return EncodedResponse(head, BINARY_CONTENT_TYPE, len(head), blobs)
