@@ -142,9 +142,9 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        family = pb_utils.MetricFamily("parity_cancel_seen", "cancelled requests seen",
-                                       pb_utils.MetricFamily.COUNTER)
-        self.seen = family.Metric(labels={"model": "wait_cancel"})
+        self.family = pb_utils.MetricFamily("parity_cancel_seen", "cancelled requests seen",
+                                            pb_utils.MetricFamily.COUNTER)
+        self.seen = self.family.Metric(labels={"model": "wait_cancel"})
 
     def execute(self, requests):
         for request in requests:
@@ -211,13 +211,15 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         self.args = args
-        family = pb_utils.MetricFamily("parity_requests", "requests seen by the model",
+        self.family = family = pb_utils.MetricFamily(
+            "parity_requests", "requests seen by the model",
                                        pb_utils.MetricFamily.COUNTER)
         self.counter = family.Metric(labels={"model": args["model_name"], "kind": "all"})
-        gauge = pb_utils.MetricFamily("parity_last_sum", "sum of the last input",
+        self.gauge_family = gauge = pb_utils.MetricFamily(
+            "parity_last_sum", "sum of the last input",
                                       pb_utils.MetricFamily.GAUGE)
         self.gauge = gauge.Metric(labels={"model": args["model_name"]})
-        histogram = pb_utils.MetricFamily("parity_sizes", "input sums",
+        self.histogram_family = histogram = pb_utils.MetricFamily("parity_sizes", "input sums",
                                           pb_utils.MetricFamily.HISTOGRAM)
         self.histogram = histogram.Metric(labels={"model": args["model_name"]},
                                           buckets=[1.0, 10.0, 100.0])

@@ -15,6 +15,7 @@ import contextlib
 import enum
 import json
 import sys
+import weakref
 from typing import Any
 
 from repokit.backends.python.pb_runtime import RUNTIME
@@ -85,21 +86,29 @@ class Metric:
     """One labelled series of a MetricFamily."""
 
     def __init__(self, family: MetricFamily, handle: int) -> None:
-        self._family = family
+        # no reference to the family: as in Triton, deleting the family invalidates its metrics
+        self._kind = family.kind
         self._handle = handle
+        self.invalidated = False
 
     def _update(self, op: str, value: float, what: str) -> None:
         try:
             number = float(value)
         except (TypeError, ValueError):
             raise _exception(f"Failed to {what} metric value: value must be a number") from None
-        problem = self._family.check(op)
+        if self.invalidated:
+            raise _exception(
+                f"Failed to {what} metric value: Invalid metric operation as the corresponding "
+                "'MetricFamily' has been deleted. The 'MetricFamily' object should be deleted "
+                "AFTER its corresponding 'Metric' objects have been deleted."
+            )
+        problem = MetricFamily.refusal(self._kind, op)
         if problem:
             raise _exception(f"Failed to {what} metric value: {problem}")
         RUNTIME.require_link("Metric").send(("@metric", self._handle, op, number))
 
     def increment(self, value: float) -> None:
-        if self._family.kind == MetricKind.COUNTER and float(value) < 0:
+        if not self.invalidated and self._kind == MetricKind.COUNTER and float(value) < 0:
             raise _exception(
                 "Failed to increment metric value: TRITONSERVER_METRIC_KIND_COUNTER can only be "
                 "incremented monotonically by non-negative values."
@@ -113,7 +122,13 @@ class Metric:
         self._update("observe", value, "observe")
 
     def value(self) -> float:
-        if self._family.kind == MetricKind.HISTOGRAM:
+        if self.invalidated:
+            raise _exception(
+                "Failed to get metric value: Invalid metric operation as the corresponding "
+                "'MetricFamily' has been deleted. The 'MetricFamily' object should be deleted "
+                "AFTER its corresponding 'Metric' objects have been deleted."
+            )
+        if self._kind == MetricKind.HISTOGRAM:
             raise _exception(
                 "Failed to get metric value: TRITONSERVER_METRIC_KIND_HISTOGRAM does not "
                 "support Value"
@@ -143,6 +158,7 @@ class MetricFamily:
         if kind not in _KIND_NAMES:
             raise _exception("Unknown metric kind")
         self.kind = MetricKind(kind)
+        self._metrics: weakref.WeakSet[Metric] = weakref.WeakSet()
         try:
             self._handle = RUNTIME.call(
                 "MetricFamily", "metric_family", (str(name), str(description), _KIND_NAMES[kind])
@@ -150,9 +166,17 @@ class MetricFamily:
         except Exception as exc:
             raise _exception(f"Error when creating MetricFamily: {exc}") from None
 
+    def __del__(self) -> None:
+        for metric in list(getattr(self, "_metrics", ())):
+            metric.invalidated = True
+
     def check(self, op: str) -> str:
+        return MetricFamily.refusal(self.kind, op)
+
+    @staticmethod
+    def refusal(kind_value: MetricKind, op: str) -> str:
         """Triton's refusal of ``op`` for this kind, or ""."""
-        kind = _KIND_NAMES[self.kind]
+        kind = _KIND_NAMES[kind_value]
         allowed = {
             "COUNTER": ("increment",),
             "GAUGE": ("increment", "set"),
@@ -183,7 +207,9 @@ class MetricFamily:
             )
         except Exception as exc:
             raise _exception(f"Error when creating Metric: {exc}") from None
-        return Metric(self, handle)
+        metric = Metric(self, handle)
+        self._metrics.add(metric)
+        return metric
 
 
 # --- model control ------------------------------------------------------------------------------
