@@ -88,6 +88,25 @@ def serve(
     grpc_restricted_protocol: Annotated[
         list[str] | None, typer.Option(help="<protocols>:<key>=<value>, repeatable.")
     ] = None,
+    reuse_grpc_port: Annotated[str, typer.Option(metavar="BOOL")] = "false",
+    grpc_use_ssl: Annotated[str, typer.Option(metavar="BOOL")] = "false",
+    grpc_use_ssl_mutual: Annotated[str, typer.Option(metavar="BOOL")] = "false",
+    grpc_server_cert: Annotated[str, typer.Option(help="PEM file.")] = "",
+    grpc_server_key: Annotated[str, typer.Option(help="PEM file.")] = "",
+    grpc_root_cert: Annotated[str, typer.Option(help="PEM file.")] = "",
+    grpc_keepalive_time: Annotated[int, typer.Option(help="ms")] = 7_200_000,
+    grpc_keepalive_timeout: Annotated[int, typer.Option(help="ms")] = 20_000,
+    grpc_keepalive_permit_without_calls: Annotated[str, typer.Option(metavar="BOOL")] = "false",
+    grpc_http2_max_pings_without_data: int = 2,
+    grpc_http2_min_recv_ping_interval_without_data: Annotated[
+        int, typer.Option(help="ms")
+    ] = 300_000,
+    grpc_http2_max_ping_strikes: int = 2,
+    grpc_max_connection_age: Annotated[int, typer.Option(help="ms; 0 = unlimited")] = 0,
+    grpc_max_connection_age_grace: Annotated[int, typer.Option(help="ms; 0 = unlimited")] = 0,
+    grpc_infer_response_compression_level: Annotated[
+        str, typer.Option(help="none | low | medium | high")
+    ] = "none",
     allow_client_shm: Annotated[str, typer.Option(metavar="BOOL")] = "false",
     strict_model_config: Annotated[str, typer.Option(metavar="BOOL")] = "false",
     disable_auto_complete_config: bool = False,
@@ -144,13 +163,44 @@ def serve(
         http_restricted_api=list(http_restricted_api or []),
         grpc_restricted_protocol=list(grpc_restricted_protocol or []),
         access_log=log_verbose > 0,
+        reuse_grpc_port=parse_bool(reuse_grpc_port, "--reuse-grpc-port"),
+        grpc_use_ssl=parse_bool(grpc_use_ssl, "--grpc-use-ssl"),
+        grpc_use_ssl_mutual=parse_bool(grpc_use_ssl_mutual, "--grpc-use-ssl-mutual"),
+        grpc_server_cert=grpc_server_cert,
+        grpc_server_key=grpc_server_key,
+        grpc_root_cert=grpc_root_cert,
+        grpc_keepalive_time=grpc_keepalive_time,
+        grpc_keepalive_timeout=grpc_keepalive_timeout,
+        grpc_keepalive_permit_without_calls=parse_bool(
+            grpc_keepalive_permit_without_calls, "--grpc-keepalive-permit-without-calls"
+        ),
+        grpc_http2_max_pings_without_data=grpc_http2_max_pings_without_data,
+        grpc_http2_min_recv_ping_interval_without_data=(
+            grpc_http2_min_recv_ping_interval_without_data
+        ),
+        grpc_http2_max_ping_strikes=grpc_http2_max_ping_strikes,
+        grpc_max_connection_age=grpc_max_connection_age,
+        grpc_max_connection_age_grace=grpc_max_connection_age_grace,
+        grpc_infer_response_compression_level=grpc_infer_response_compression_level,
     )
+    if grpc_infer_response_compression_level not in ("none", "low", "medium", "high"):
+        raise typer.BadParameter(
+            "--grpc-infer-response-compression-level expects none, low, medium or high, got "
+            f"'{grpc_infer_response_compression_level}'"
+        )
+    if (settings.grpc_use_ssl or settings.grpc_use_ssl_mutual) and not (
+        grpc_server_cert and grpc_server_key
+    ):
+        raise typer.BadParameter("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
     failed: list[str] = []
 
     async def on_ready(handle: ServerHandle) -> None:
         index = handle.service.repository_index()
         console.print(model_table(index))
-        failures = [e for e in index if e.get("state") == "UNAVAILABLE" and "version" in e]
+        # tritonserver --exit-on-error: any model (or version) that failed to load at startup
+        failures = [
+            e for e in index if e.get("state") == "UNAVAILABLE" and e.get("reason") != "unloaded"
+        ]
         if failures and core.exit_on_error and core.model_control_mode != "explicit":
             failed.extend(f"{e['name']}: {e.get('reason', '')}" for e in failures)
             handle.request_stop()  # exit-on-error: tritonserver refuses to start
@@ -167,8 +217,8 @@ def serve(
         _run(run_server(settings, ready_callback=on_ready))
     except KeyboardInterrupt:
         pass
-    except OSError as exc:
-        console.print(f"[red]error: creating server: {exc}[/]")
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]error: creating server: {exc}[/]", highlight=False)
         raise typer.Exit(1) from None
     if failed:
         console.print("[red]error: creating server: Internal - failed to load all models[/]")

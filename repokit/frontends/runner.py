@@ -48,6 +48,22 @@ class ServeSettings:
     http_restricted_api: list[str] = field(default_factory=list)
     grpc_restricted_protocol: list[str] = field(default_factory=list)
     access_log: bool = False
+    # gRPC options read by repokit.frontends.grpc.options (tritonserver's flags and defaults)
+    reuse_grpc_port: bool = False
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False
+    grpc_server_cert: str = ""
+    grpc_server_key: str = ""
+    grpc_root_cert: str = ""
+    grpc_keepalive_time: int = 7_200_000  # ms
+    grpc_keepalive_timeout: int = 20_000  # ms
+    grpc_keepalive_permit_without_calls: bool = False
+    grpc_http2_max_pings_without_data: int = 2
+    grpc_http2_min_recv_ping_interval_without_data: int = 300_000  # ms
+    grpc_http2_max_ping_strikes: int = 2
+    grpc_max_connection_age: int = 0  # ms, 0 = unlimited
+    grpc_max_connection_age_grace: int = 0  # ms, 0 = unlimited
+    grpc_infer_response_compression_level: str = "none"
 
     # the HTTP frontend reads these two from the core settings
     @property

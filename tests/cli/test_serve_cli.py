@@ -1,0 +1,169 @@
+"""`repokit serve` as a user runs it: a real process, its flags, its exit codes and signals."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from repokit.paths import default_sample_repository
+
+STARTED = re.compile(r"Started (HTTPService|GRPCInferenceService|Metrics Service) at (\S+):(\d+)")
+
+
+def _repo(tmp_path: Path, *models: str) -> Path:
+    repo = tmp_path / "models"
+    for name in models:
+        shutil.copytree(default_sample_repository() / name, repo / name)
+    return repo
+
+
+class Served:
+    def __init__(self, process: subprocess.Popen[str], ports: dict[str, int]) -> None:
+        self.process = process
+        self.ports = ports
+
+
+def _start(*args: str, timeout: float = 60.0) -> Served:
+    env = {**os.environ, "COLUMNS": "200"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "repokit", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    assert process.stdout is not None
+    ports: dict[str, int] = {}
+    deadline = time.monotonic() + timeout
+    lines: list[str] = []
+    while time.monotonic() < deadline and len(ports) < 3:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        match = STARTED.search(line)
+        if match:
+            ports[match.group(1)] = int(match.group(3))
+    if len(ports) < 3:
+        process.kill()
+        pytest.fail("server did not start:\n" + "".join(lines))
+    return Served(process, ports)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    s = _start(
+        str(_repo(tmp_path, "add_sub")), "--http-port", "0", "--grpc-port", "0",
+        "--metrics-port", "0", "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
+    )  # fmt: skip
+    yield s
+    if s.process.poll() is None:
+        s.process.kill()
+        s.process.wait()
+
+
+def test_serves_http_grpc_metrics_and_exits_0_on_sigterm(served: Served) -> None:
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    http = httpclient.InferenceServerClient(f"127.0.0.1:{served.ports['HTTPService']}")
+    inputs = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(a)
+    result = http.infer("add_sub", inputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+    grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{served.ports['GRPCInferenceService']}")
+    assert grpc.is_server_ready()
+    served.process.send_signal(signal.SIGTERM)
+    assert served.process.wait(timeout=30) == 0
+
+
+def test_sigint_also_exits_0(served: Served) -> None:
+    served.process.send_signal(signal.SIGINT)
+    assert served.process.wait(timeout=30) == 0
+
+
+def test_grpc_tls_flags(tmp_path: Path) -> None:
+    key, cert = tmp_path / "server.key", tmp_path / "server.crt"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    s = _start(
+        str(_repo(tmp_path, "add_sub")), "--http-port", "0", "--grpc-port", "0",
+        "--metrics-port", "0", "--grpc-use-ssl=true", "--grpc-server-cert", str(cert),
+        "--grpc-server-key", str(key), "--grpc-infer-response-compression-level", "low",
+    )  # fmt: skip
+    try:
+        client = grpcclient.InferenceServerClient(
+            f"localhost:{s.ports['GRPCInferenceService']}", ssl=True, root_certificates=str(cert)
+        )
+        assert client.is_server_live()
+    finally:
+        s.process.send_signal(signal.SIGTERM)
+        assert s.process.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--grpc-infer-response-compression-level", "max"], "none, low, medium or high"),
+        (["--grpc-use-ssl=true"], "--grpc-server-cert and --grpc-server-key"),
+        (["--allow-client-shm", "maybe"], "expects true or false"),
+        (["--http-max-input-size", "0"], "must be greater than 0"),
+    ],
+)
+def test_bad_flags_exit_2_with_a_message(tmp_path: Path, flags: list[str], message: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "repokit", "serve", str(_repo(tmp_path, "add_sub")), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 2
+    assert message in re.sub(r"\s+", " ", result.stdout + result.stderr)
+
+
+def test_missing_repository_exits_2(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "repokit", "serve", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 2
+    assert "is not a directory" in re.sub(r"\s+", " ", result.stdout + result.stderr)
+
+
+def test_model_failing_at_startup_exits_1(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, "add_sub")
+    config = repo / "add_sub" / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: -1"))
+    result = subprocess.run(
+        [sys.executable, "-m", "repokit", "serve", str(repo), "--http-port", "0",
+         "--grpc-port", "0", "--metrics-port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "failed to load all models" in result.stdout
+    assert "'max_batch_size' must be non-negative" in result.stdout
