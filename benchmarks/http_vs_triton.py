@@ -5,8 +5,11 @@ doing the same JSON work (the ceiling of the stack). Run by hand, not a test:
 
 Load generator: wrk (Debian package) with Lua scripts that POST
   * add_sub as JSON (FP32[1,16] twice) at concurrency 8,
+  * add_sub_onnx, the same requests on onnxruntime (repokit only: this Triton has no onnxruntime
+    backend, so its column shows the python add_sub's figure for reference),
   * identity with a 1 MB FP32 binary tensor at concurrency 4.
-Prints requests/s per server and the ratios repokit/Triton and repokit/bare-Sanic.
+Prints requests/s per server and the ratios repokit/Triton and repokit/bare-Sanic. Triton runs
+from a private symlink farm over the shared Triton venv, so its log file is this run's own.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 TRITON_SCRIPT = Path("/work/shared/tools/triton-reference.sh")
+SHARED_TRITON_VENV = Path("/tmp/triton-reference-venv")
 PYTHON = sys.executable
 
 BARE_SANIC = r"""
@@ -96,6 +100,16 @@ def wait_ready(url: str, timeout: float = 180) -> None:
     raise RuntimeError(f"{url} not ready")
 
 
+def private_triton_venv(workdir: Path) -> Path:
+    """Symlinks into the shared Triton venv so this run's triton.log is its own."""
+    venv = workdir / "triton-venv"
+    venv.mkdir()
+    for entry in SHARED_TRITON_VENV.iterdir():
+        if entry.name != "triton.log":
+            (venv / entry.name).symlink_to(entry)
+    return venv
+
+
 def make_payloads(workdir: Path) -> dict[str, tuple[Path, dict[str, str]]]:
     a = np.random.rand(16).astype(np.float32)
     b = np.random.rand(16).astype(np.float32)
@@ -126,6 +140,7 @@ def make_payloads(workdir: Path) -> dict[str, tuple[Path, dict[str, str]]]:
     identity_path.write_bytes(head + x.tobytes())
     return {
         "add_sub": (add_sub_path, {"Content-Type": "application/json"}),
+        "add_sub_onnx": (add_sub_path, {"Content-Type": "application/json"}),
         "identity": (
             identity_path,
             {
@@ -136,7 +151,16 @@ def make_payloads(workdir: Path) -> dict[str, tuple[Path, dict[str, str]]]:
     }
 
 
-def run_wrk(url: str, body: Path, headers: dict[str, str], conns: int, seconds: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process (all its threads, not its children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_wrk(
+    url: str, body: Path, headers: dict[str, str], conns: int, seconds: int
+) -> tuple[float, int]:
+    """(requests/s, requests completed)."""
     script = body.with_suffix(".lua")
     header_lines = "\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in headers.items())
     script.write_text(LUA.format(body=body, headers=header_lines))
@@ -150,9 +174,10 @@ def run_wrk(url: str, body: Path, headers: dict[str, str], conns: int, seconds: 
     if non_2xx:
         raise RuntimeError(f"{url}: {non_2xx.group(1)} error responses\n{out}")
     match = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    if match is None:
+    total = re.search(r"(\d+) requests in", out)
+    if match is None or total is None:
         raise RuntimeError(out)
-    return float(match.group(1))
+    return float(match.group(1)), int(total.group(1))
 
 
 def main() -> None:
@@ -162,19 +187,24 @@ def main() -> None:
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (apt-get install -y wrk)")
     workdir = Path(tempfile.mkdtemp(prefix="repokit-bench-"))
-    repo = workdir / "models"
+    repo = workdir / "models"  # Triton's: python models only
     for name in ("add_sub", "identity"):
         shutil.copytree(ROOT / "sample_repos" / "models" / name, repo / name)
+    repokit_repo = workdir / "repokit-models"
+    for name in ("add_sub", "identity", "add_sub_onnx"):
+        shutil.copytree(ROOT / "sample_repos" / "models" / name, repokit_repo / name)
     payloads = make_payloads(workdir)
     processes: list[subprocess.Popen[bytes]] = []
     triton_pid = None
     try:
+        venv = private_triton_venv(workdir)
         t_ports = [free_port() for _ in range(3)]
         out = subprocess.run(
             [str(TRITON_SCRIPT), str(repo), *map(str, t_ports)],
             capture_output=True,
             text=True,
             check=True,
+            env={**os.environ, "TRITON_VENV": str(venv)},
         )
         triton_pid = int(out.stdout.split()[-1])
         r_port, bare_port = free_port(), free_port()
@@ -185,7 +215,7 @@ def main() -> None:
                     "-m",
                     "repokit",
                     "serve",
-                    str(repo),
+                    str(repokit_repo),
                     "--http-port",
                     str(r_port),
                     "--grpc-port",
@@ -224,21 +254,37 @@ def main() -> None:
                     raise
                 time.sleep(0.2)
         servers["bare-sanic"] = bare
-        scenarios = [("add_sub", 8), ("identity", 4)]
+        scenarios = [("add_sub", 8), ("add_sub_onnx", 8), ("identity", 4)]
         results: dict[tuple[str, str], float] = {}
+        cpu_per_request: dict[str, float] = {}  # repokit's server process, microseconds
+        repokit_pid = processes[0].pid
         for model, conns in scenarios:
             body, headers = payloads[model]
             for name, base in servers.items():
-                url = f"{base}/v2/models/{model}/infer"
+                served = "add_sub" if model == "add_sub_onnx" and name != "repokit" else model
+                if served != model:  # Triton and bare Sanic: the python add_sub's figure
+                    results[(model, name)] = results[(served, name)]
+                    continue
+                url = f"{base}/v2/models/{served}/infer"
                 run_wrk(url, body, headers, conns, 2)  # warm-up
-                results[(model, name)] = run_wrk(url, body, headers, conns, args.duration)
+                cpu_before = cpu_seconds(repokit_pid)
+                rate, total = run_wrk(url, body, headers, conns, args.duration)
+                if name == "repokit":
+                    used = cpu_seconds(repokit_pid) - cpu_before
+                    cpu_per_request[model] = 1e6 * used / max(1, total)
+                results[(model, name)] = rate
         print(
-            f"{'scenario':<34}{'triton':>10}{'repokit':>10}{'bare':>10}{'rk/triton':>11}{'rk/bare':>9}"
+            f"{'scenario':<24}{'triton':>10}{'repokit':>10}{'bare':>10}{'rk/triton':>11}"
+            f"{'rk/bare':>9}{'rk cpu us/req':>15}"
         )
         for model, conns in scenarios:
             t, r, b = (results[(model, n)] for n in ("triton", "repokit", "bare-sanic"))
             label = f"{model} c={conns}"
-            print(f"{label:<34}{t:>10.0f}{r:>10.0f}{b:>10.0f}{r / t:>11.2f}{r / b:>9.2f}")
+            print(
+                f"{label:<24}{t:>10.0f}{r:>10.0f}{b:>10.0f}{r / t:>11.2f}{r / b:>9.2f}"
+                f"{cpu_per_request[model]:>15.1f}"
+            )
+        print("rk cpu: the repokit server process only (python backend stubs not included)")
     finally:
         for proc in processes:
             proc.send_signal(signal.SIGTERM)
