@@ -4,12 +4,15 @@ Run by hand:  .venv/bin/python benchmarks/perf_vs_wrk.py [--concurrency 1 8] [--
 
 Starts Triton 2.51 (/work/shared/tools/triton-reference.sh, TRITON_VENV defaults to a private
 symlinked copy of /tmp/triton-reference-venv so the log is ours) on a copy of the python model
-``add_sub``, then at each concurrency measures, one after the other on the same server:
+``add_sub``, then at each concurrency measures back to back on the same server (reference, ours,
+reference again, because the 2-core machine is shared and noisy):
 - wrk -t1 -c N posting the binary-tensor request repokit perf sends (same JSON header + bytes),
 - repokit perf -i http --concurrency-range N (its CSV's Inferences/Second),
-- h2load -c N -m 1 posting the serialized ModelInferRequest repokit perf sends,
-- repokit perf -i grpc --concurrency-range N.
-Prints requests/s and the ratio repokit perf / reference (the goal is >= 0.9).
+- wrk again;
+- h2load -c N -m 1 -D s posting the serialized ModelInferRequest repokit perf sends,
+- repokit perf -i grpc --concurrency-range N (unary), then the same with --streaming,
+- h2load again.
+Prints every run and the ratio repokit perf / mean of the two reference runs (goal >= 0.9).
 """
 
 from __future__ import annotations
@@ -94,23 +97,25 @@ def wrk(port: int, lua: Path, concurrency: int, seconds: int) -> float:
     return float(match.group(1))
 
 
-def h2load(port: int, body: Path, concurrency: int, requests: int) -> float:
-    cmd = ["h2load", "-n", str(requests), "-c", str(concurrency), "-m", "1", "-d", str(body),
-           "-H", "content-type: application/grpc", "-H", "te: trailers",
+def h2load(port: int, body: Path, concurrency: int, seconds: int) -> float:
+    cmd = ["h2load", "-D", str(seconds), "--warm-up-time", "1", "-c", str(concurrency), "-m", "1",
+           "-d", str(body), "-H", "content-type: application/grpc", "-H", "te: trailers",
            f"http://127.0.0.1:{port}{METHOD}"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
     rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
-    if not done or not rate or done.group(2) != str(requests):
+    if not done or not rate or int(done.group(2)) < int(done.group(1)) - concurrency:
         raise RuntimeError(f"h2load did not succeed:\n{out}")
     return float(rate.group(1))
 
 
-def repokit_perf(protocol: str, port: int, concurrency: int, seconds: int, work: Path) -> float:
+def repokit_perf(
+    protocol: str, port: int, concurrency: int, seconds: int, work: Path, *extra: str
+) -> float:
     out = work / f"perf-{protocol}-{concurrency}.csv"
     cmd = [str(ROOT / ".venv/bin/repokit"), "perf", "-m", "add_sub", "-i", protocol,
            "-u", f"127.0.0.1:{port}", "--concurrency-range", str(concurrency),
-           "-p", str(seconds * 1000 // 3), "-s", "15", "-f", str(out)]  # fmt: skip
+           "-p", str(seconds * 1000 // 3), "-s", "15", "-f", str(out), *extra]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode not in (0, 2):
         raise RuntimeError(f"repokit perf failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
@@ -151,16 +156,24 @@ def main() -> None:
         wait_ready(http_port)
         wrk(http_port, lua, 4, 2)  # warm-up
         print(f"Triton 2.51, add_sub (python backend) 1x16 FP32, {args.seconds} s per run")
-        print(f"{'c':>4} {'wrk':>9} {'perf http':>10} {'ratio':>6} {'h2load':>9} "
-              f"{'perf grpc':>10} {'ratio':>6}")  # fmt: skip
+        print(f"{'c':>4} {'wrk':>9} {'perf http':>10} {'wrk':>9} {'ratio':>6}")
         for c in args.concurrency:
-            ref_http = wrk(http_port, lua, c, args.seconds)
-            ours_http = repokit_perf("http", http_port, c, args.seconds, work)
-            ref_grpc = h2load(grpc_port, work / "grpc.bin", c, max(int(ref_http * args.seconds),
-                                                                    2000))  # fmt: skip
-            ours_grpc = repokit_perf("grpc", grpc_port, c, args.seconds, work)
-            print(f"{c:>4} {ref_http:>9.1f} {ours_http:>10.1f} {ours_http / ref_http:>6.2f} "
-                  f"{ref_grpc:>9.1f} {ours_grpc:>10.1f} {ours_grpc / ref_grpc:>6.2f}")  # fmt: skip
+            first = wrk(http_port, lua, c, args.seconds)
+            ours = repokit_perf("http", http_port, c, args.seconds, work)
+            second = wrk(http_port, lua, c, args.seconds)
+            print(f"{c:>4} {first:>9.1f} {ours:>10.1f} {second:>9.1f} "
+                  f"{2 * ours / (first + second):>6.2f}")  # fmt: skip
+        print(f"{'c':>4} {'h2load':>9} {'perf grpc':>10} {'ratio':>6} {'streaming':>10} "
+              f"{'ratio':>6} {'h2load':>9}")  # fmt: skip
+        body = work / "grpc.bin"
+        for c in args.concurrency:
+            first = h2load(grpc_port, body, c, args.seconds)
+            unary = repokit_perf("grpc", grpc_port, c, args.seconds, work)
+            streaming = repokit_perf("grpc", grpc_port, c, args.seconds, work, "--streaming")
+            second = h2load(grpc_port, body, c, args.seconds)
+            mean = (first + second) / 2
+            print(f"{c:>4} {first:>9.1f} {unary:>10.1f} {unary / mean:>6.2f} {streaming:>10.1f} "
+                  f"{streaming / mean:>6.2f} {second:>9.1f}")  # fmt: skip
     finally:
         os.kill(triton_pid, signal.SIGTERM)
         shutil.rmtree(work, ignore_errors=True)

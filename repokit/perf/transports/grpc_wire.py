@@ -18,6 +18,7 @@ transport then falls back to the grpc library).
 from __future__ import annotations
 
 import socket
+import struct
 from urllib.parse import unquote
 
 from repokit.perf.transports.base import blocking_with_timeouts
@@ -28,6 +29,7 @@ DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION =
     0, 1, 3, 4, 6, 7, 8, 9
 )  # fmt: skip
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
+_FRAME_HEAD = struct.Struct(">IBI")  # (length << 8 | type, flags, stream)
 MAX_WINDOW = 2**31 - 1
 DEFAULT_WINDOW = 65535
 REFILL_AT = 2**30
@@ -71,6 +73,10 @@ def grpc_frame(message: bytes) -> bytes:
 
 
 def _status_error(headers: dict[bytes, bytes]) -> str | None:
+    http_status = headers.get(b":status")
+    if http_status != b"200":
+        shown = "none" if http_status is None else http_status.decode("latin-1")
+        return f"gRPC error: HTTP status {shown}"
     status = headers.get(b"grpc-status")
     if status is None:
         return "gRPC error: the response carried no grpc-status"
@@ -100,6 +106,9 @@ class WireConnection:
         self._headers: dict[bytes, bytes] = {}
         self._ended = False
         self._fault: str | None = None
+        self._last_message = b""  # the frames of the last unary call, reused while unchanged
+        self._last_block = b""
+        self._head = self._middle = self._tail = b""
 
     @classmethod
     def open(cls, host: str, port: int, timeout: float = 60.0) -> WireConnection:
@@ -150,17 +159,19 @@ class WireConnection:
         self._headers = {}
         self._ended = False
         self._fault = None
-        body = grpc_frame(message)
-        size = len(body)
+        size = len(message) + 5
         if size <= self._max_frame and size <= self._send_window and size <= self._initial_window:
             self._send_window -= size
             self._stream_window -= size
+            if message is not self._last_message or block is not self._last_block:
+                self._last_message, self._last_block = message, block
+                self._head = (len(block) << 8 | HEADERS).to_bytes(4, "big") + bytes([END_HEADERS])
+                self._middle = block + (size << 8 | DATA).to_bytes(4, "big") + bytes([END_STREAM])
+                self._tail = grpc_frame(message)
             sid = stream.to_bytes(4, "big")
-            self._sock.sendall(
-                (len(block) << 8 | HEADERS).to_bytes(4, "big") + bytes([END_HEADERS]) + sid + block
-                + (size << 8 | DATA).to_bytes(4, "big") + bytes([END_STREAM]) + sid + body
-            )  # fmt: skip
+            self._sock.sendall(self._head + sid + self._middle + sid + self._tail)
         else:
+            body = grpc_frame(message)
             self._sock.sendall(frame(HEADERS, END_HEADERS, stream, block))
             self._send_data(body, end_stream=True)
 
@@ -171,9 +182,8 @@ class WireConnection:
         headers = self._headers
         if self._fault is not None:
             return None, self._fault
-        error = _status_error(headers)
-        if error is not None:
-            return None, error
+        if headers.get(b"grpc-status") != b"0" or headers.get(b":status") != b"200":
+            return None, _status_error(headers) or "gRPC error"
         data = self._data
         if len(data) < 5:
             return None, "gRPC error: the response carried no message"
@@ -237,36 +247,71 @@ class WireConnection:
             self._stream_consumed = 0
 
     def _receive(self) -> None:
-        """Read from the socket and handle every complete frame."""
+        """Read from the socket and handle every complete frame. DATA and complete HEADERS
+        of the open stream are handled inline (the per-call path); the rest by
+        :meth:`_on_frame`."""
         chunk = self._sock.recv(RECV_SIZE)
         if not chunk:
             raise WireError("the server closed the connection")
-        buffer = self._in
-        buffer += chunk
+        pending = self._in
+        if pending:
+            pending += chunk
+            chunk = bytes(pending)
+            pending.clear()
+        current = self._stream
+        unpack = _FRAME_HEAD.unpack_from
+        decode = self._decoder.decode
         pos = 0
-        end = len(buffer)
+        end = len(chunk)
         while end - pos >= 9:
-            length = int.from_bytes(buffer[pos : pos + 3], "big")
-            if end - pos < 9 + length:
+            length_kind, flags, stream = unpack(chunk, pos)
+            length = length_kind >> 8
+            kind = length_kind & 0xFF
+            stream &= 0x7FFFFFFF
+            body = pos + 9
+            stop = body + length
+            if stop > end:
                 break
-            kind = buffer[pos + 3]
-            flags = buffer[pos + 4]
-            stream = int.from_bytes(buffer[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
-            if kind == HEADERS and not flags & END_HEADERS:
-                complete = self._continued(buffer, pos + 9 + length, end)
-                if complete is None:
-                    break
-                block, next_pos = complete
-                payload = bytes(buffer[pos + 9 : pos + 9 + length])
-                self._on_headers(stream, flags, payload, block)
-                pos = next_pos
-                continue
-            payload = bytes(buffer[pos + 9 : pos + 9 + length])
-            pos += 9 + length
-            self._on_frame(kind, flags, stream, payload)
-        del buffer[:pos]
+            if kind == DATA:
+                self._consumed += length
+                if self._consumed >= REFILL_AT:
+                    self._refill_connection()
+                if stream == current:
+                    if flags & PADDED:
+                        self._data += chunk[body + 1 : stop - chunk[body]]
+                    else:
+                        self._data += chunk[body:stop]
+                    if flags & END_STREAM:
+                        self._ended = True
+            elif kind == HEADERS:
+                if flags & (END_HEADERS | PADDED | PRIORITY) == END_HEADERS:
+                    try:
+                        fields = decode(chunk[body:stop])
+                    except HpackError as exc:
+                        raise WireError(f"cannot decode the server's headers: {exc}") from exc
+                    if stream == current:
+                        self._headers.update(fields)
+                        if flags & END_STREAM:
+                            self._ended = True
+                elif flags & END_HEADERS:
+                    self._on_headers(stream, flags, chunk[body:stop], b"")
+                else:
+                    complete = self._continued(chunk, stop, end)
+                    if complete is None:
+                        break
+                    block, stop = complete
+                    self._on_headers(stream, flags, chunk[body : body + length], block)
+            else:
+                self._on_frame(kind, flags, stream, chunk[body:stop])
+            pos = stop
+        if pos < end:
+            pending += chunk[pos:]
 
-    def _continued(self, buffer: bytearray, pos: int, end: int) -> tuple[bytes, int] | None:
+    def _refill_connection(self) -> None:
+        self._sock.sendall(frame(WINDOW_UPDATE, 0, 0, self._consumed.to_bytes(4, "big")))
+        self._consumed = 0
+
+    def _continued(self, buffer: bytes, pos: int, end: int) -> tuple[bytes, int] | None:
         """The CONTINUATION fragments after a HEADERS frame, once all are in the buffer."""
         parts: list[bytes] = []
         while True:
@@ -284,22 +329,7 @@ class WireConnection:
                 return b"".join(parts), pos
 
     def _on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
-        if kind == DATA:
-            size = len(payload)
-            self._consumed += size
-            if self._consumed >= REFILL_AT:
-                self._sock.sendall(frame(WINDOW_UPDATE, 0, 0, self._consumed.to_bytes(4, "big")))
-                self._consumed = 0
-            if stream != self._stream:
-                return
-            if flags & PADDED:
-                payload = payload[1 : size - payload[0]]
-            self._data += payload
-            if flags & END_STREAM:
-                self._ended = True
-        elif kind == HEADERS:
-            self._on_headers(stream, flags, payload, b"")
-        elif kind == WINDOW_UPDATE:
+        if kind == WINDOW_UPDATE:
             increment = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
             if stream == 0:
                 self._send_window += increment
@@ -325,26 +355,23 @@ class WireConnection:
                 raise WireError(f"the server closed the connection (GOAWAY {code} {debug})".strip())
 
     def _on_headers(self, stream: int, flags: int, payload: bytes, continued: bytes) -> None:
-        start = 0
-        end = len(payload)
-        if flags & PADDED:
-            start = 1
-            end -= payload[0]
-        if flags & PRIORITY:
-            start += 5
+        if flags & (PADDED | PRIORITY):
+            start = 0
+            end = len(payload)
+            if flags & PADDED:
+                start = 1
+                end -= payload[0]
+            if flags & PRIORITY:
+                start += 5
+            payload = payload[start:end]
         try:  # every block is decoded: the table must track the server's encoder
-            fields = self._decoder.decode(payload[start:end] + continued)
+            fields = self._decoder.decode(payload + continued if continued else payload)
         except HpackError as exc:
             raise WireError(f"cannot decode the server's headers: {exc}") from exc
-        if stream != self._stream:
-            return
-        for name, value in fields:
-            self._headers[name] = value
-        status = self._headers.get(b":status")
-        if status is not None and status != b"200" and self._fault is None:
-            self._fault = f"gRPC error: HTTP status {status.decode('latin-1')}"
-        if flags & END_STREAM:
-            self._ended = True
+        if stream == self._stream:
+            self._headers.update(fields)
+            if flags & END_STREAM:
+                self._ended = True
 
     def _apply_settings(self, payload: bytes) -> None:
         for at in range(0, len(payload) - 5, 6):
