@@ -77,10 +77,13 @@ def model_path(context: ModelContext) -> Path:
 class OnnxRuntimeBackend(Backend):
     def __init__(self, context: ModelContext) -> None:
         super().__init__(context)
-        config = context.config
-        self._count = instance_count(config)
         self._sessions: list[Any] = []
         self._executor: ThreadPoolExecutor | None = None
+        self._configure(context.config)
+
+    def _configure(self, config: mc.ModelConfig) -> None:
+        """Derive the per-request tables from the (possibly auto-completed) config."""
+        self._count = instance_count(config)
         self._batching = config.max_batch_size > 0
         self._reshape_in = {
             i.name: tuple(i.reshape.shape) for i in config.input if i.HasField("reshape")
@@ -101,6 +104,9 @@ class OnnxRuntimeBackend(Backend):
                 Code.UNAVAILABLE,
                 f"unable to find '{path}' for model instance '{self.context.name}_0'",
             )
+        config = self.context.config
+        if self.on_config_completed is not None and not (config.input and config.output):
+            self._auto_complete(path)
         self._executor = ThreadPoolExecutor(
             max_workers=self._count, thread_name_prefix=f"ort-{self.context.name}"
         )
@@ -115,6 +121,32 @@ class OnnxRuntimeBackend(Backend):
         except BaseException:
             await self.unload()
             raise
+
+    def _auto_complete(self, path: Path) -> None:
+        """Fill inputs, outputs and max_batch_size from the model file, as Triton's onnxruntime
+        backend does when the config leaves them out (autofill on, the default)."""
+        from google.protobuf import json_format
+
+        from repokit.config.onnx_io import (
+            OnnxModelError,
+            autocomplete_onnx_config,
+            read_onnx_signature,
+        )
+
+        try:
+            signature = read_onnx_signature(path)
+        except OnnxModelError as exc:
+            raise RepokitError(Code.INTERNAL, str(exc)) from None
+        completed = mc.ModelConfig()
+        completed.CopyFrom(self.context.config)
+        filled, failure = autocomplete_onnx_config(completed, signature)
+        if failure:
+            raise RepokitError(Code.INVALID_ARG, failure)
+        adopt = self.on_config_completed
+        if filled and adopt is not None:
+            text = json_format.MessageToJson(completed, preserving_proto_field_name=True)
+            self.context = adopt(text)
+            self._configure(self.context.config)
 
     def _new_session(self, path: Path) -> Any:
         try:

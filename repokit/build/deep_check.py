@@ -2,7 +2,7 @@
 
 Runs after the load-time rules: for every ONNX Runtime model that validated, each version's
 model file is read with ``onnx`` and compared with the (autocompleted) config, exactly as
-``repokit build`` does before compiling (``repokit.build.onnx_io.check_onnx_config``).
+``repokit build`` does before compiling (``repokit.config.onnx_io.check_onnx_config``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from repokit.config.report import RepositoryReport
 
 def deep_check(report: RepositoryReport) -> None:
     """Append model-file findings to the ModelReports of ``report`` (in place)."""
-    from repokit.build.onnx_io import check_onnx_config  # imports onnx: only when asked
+    from repokit.config.onnx_io import check_onnx_config  # imports onnx: only when asked
 
     for name, model in sorted(report.models.items()):
         config = model.config

@@ -26,7 +26,7 @@ from repokit.build.engine import (
     skipped_message,
     verify_engine,
 )
-from repokit.build.onnx_io import (
+from repokit.config.onnx_io import (
     OnnxModelError,
     OnnxSignature,
     autocomplete_onnx_config,

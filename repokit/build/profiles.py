@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from repokit.build.onnx_io import DYNAMIC, OnnxSignature
+from repokit.config.onnx_io import DYNAMIC, OnnxSignature
 from repokit.protocol.generated import model_config_pb2 as mc
 
 PROFILES_FILE = "profiles.json"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from repokit.build.onnx_io import (
+from repokit.config.onnx_io import (
     OnnxModelError,
     autocomplete_onnx_config,
     check_onnx_config,

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repokit.build.onnx_io import read_onnx_signature
+from repokit.config.onnx_io import read_onnx_signature
 from repokit.build.profiles import (
     EngineInput,
     OptimizationProfile,
