@@ -26,13 +26,6 @@ from repokit.build.engine import (
     skipped_message,
     verify_engine,
 )
-from repokit.config.onnx_io import (
-    OnnxModelError,
-    OnnxSignature,
-    autocomplete_onnx_config,
-    check_config_against_signature,
-    read_onnx_signature,
-)
 from repokit.build.profiles import (
     PROFILES_FILE,
     EngineInput,
@@ -49,6 +42,13 @@ from repokit.build.report import BuildOptions, ModelBuildReport
 from repokit.build.sample_data import SampleDataError, sample_shapes
 from repokit.build.warmup import plan_warmup, write_warmup
 from repokit.config.diagnostics import Diagnostic, Severity
+from repokit.config.onnx_io import (
+    OnnxModelError,
+    OnnxSignature,
+    autocomplete_onnx_config,
+    check_config_against_signature,
+    read_onnx_signature,
+)
 from repokit.config.parse import ConfigParseError, parse_file, to_text
 from repokit.config.report import ModelReport
 from repokit.protocol.generated import model_config_pb2 as mc

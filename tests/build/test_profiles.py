@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repokit.config.onnx_io import read_onnx_signature
 from repokit.build.profiles import (
     EngineInput,
     OptimizationProfile,
@@ -25,6 +24,7 @@ from repokit.build.profiles import (
     parse_shape_option,
 )
 from repokit.build.sample_data import SampleDataError, load_sample_document, sample_shapes
+from repokit.config.onnx_io import read_onnx_signature
 from repokit.config.parse import parse_text
 from repokit.protocol.generated import model_config_pb2 as mc
 from tests.build import models
