@@ -58,8 +58,9 @@ def test_missing_tensorrt_message_is_clear(monkeypatch: pytest.MonkeyPatch) -> N
 def test_build_modules_never_import_tensorrt() -> None:
     import importlib
 
-    for name in ("engine", "builder", "model_build", "profiles", "warmup", "onnx_io"):
+    for name in ("engine", "builder", "model_build", "profiles", "warmup"):
         importlib.import_module(f"repokit.build.{name}")
+    importlib.import_module("repokit.config.onnx_io")
     if probe_tensorrt().version == "":
         assert "tensorrt" not in sys.modules
 
