@@ -18,7 +18,7 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from repokit.backends.base import BackendRequest, BackendResult
+from repokit.backends.base import BackendRequest
 from repokit.core.loaded_model import LoadedVersion
 from repokit.core.request_checks import SEQUENCE_END, SEQUENCE_START, prepare
 from repokit.errors import RepokitError, internal, unavailable
@@ -86,9 +86,10 @@ def _no_shared_memory(ref: SharedMemoryRef) -> npt.NDArray[np.uint8]:
     raise internal(f"an ensemble step cannot read shared memory region '{ref.region}'")
 
 
-async def run_composing(loaded: LoadedVersion, request: BackendRequest) -> BackendResult:
+async def run_composing(loaded: LoadedVersion, request: BackendRequest) -> ScheduledResult:
     """One ensemble step on a composing model: its checks, its scheduler, its statistics.
-    Errors come back in the result (or raise RepokitError), the ensemble prefixes them."""
+    Errors come back in the result (or raise RepokitError), the ensemble prefixes them; the
+    timing goes into the ensemble's own statistics (Triton sums the steps' durations)."""
     prepared = prepare(loaded.io, composing_request(loaded.name, request), _no_shared_memory)
     scheduled, elapsed = await submit(loaded, prepared.backend_request, prepared.batch_size)
     result = scheduled.result
@@ -96,4 +97,4 @@ async def run_composing(loaded: LoadedVersion, request: BackendRequest) -> Backe
         loaded.stats.record_failure(elapsed, "BACKEND")
     else:
         record_ran(loaded, prepared.batch_size, elapsed, scheduled)
-    return result
+    return scheduled

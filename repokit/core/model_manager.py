@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repokit.backends.base import Backend, BackendRequest, BackendResult, ModelContext
+from repokit.backends.base import Backend, BackendRequest, ModelContext
 from repokit.backends.server_api import ServerApi
 from repokit.config.parse import ConfigParseError, parse_json
 from repokit.core.config_json import config_to_json
@@ -50,6 +50,7 @@ from repokit.core.settings import ServerSettings
 from repokit.core.statistics import ModelStats
 from repokit.errors import RepokitError, internal, invalid_arg, not_found, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
+from repokit.scheduler.base import ScheduledResult
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,9 @@ class ModelManager:
             )
         return status.loaded
 
-    async def run_step(self, name: str, version: int, request: BackendRequest) -> BackendResult:
+    async def run_step(
+        self, name: str, version: int, request: BackendRequest
+    ) -> ScheduledResult:
         """An ensemble step on a composing model (``version`` -1 = the latest READY one):
         the composing model's own checks, scheduler and statistics."""
         loaded = self.get(name, "" if version < 0 else str(version))

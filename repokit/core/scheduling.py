@@ -37,19 +37,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from repokit.backends.base import Backend, BackendRequest, BackendResult
+from repokit.backends.base import Backend, BackendRequest
 from repokit.backends.registry import backend_name
 from repokit.core.statistics import ModelStats
 from repokit.protocol.generated import model_config_pb2 as mc
-from repokit.scheduler.base import Scheduler
+from repokit.scheduler.base import ScheduledResult, Scheduler
 from repokit.scheduler.default import DefaultScheduler
 from repokit.scheduler.dynamic_driver import DynamicBatchScheduler
 from repokit.scheduler.ensemble import EnsembleScheduler
 from repokit.scheduler.sequence_batch import SequenceBatchScheduler
 from repokit.scheduler.warmup import build_warmup_samples, run_warmup
 
-# (model name, version or -1 for the latest READY one, request) -> the composing model's result
-StepRunner = Callable[[str, int, BackendRequest], Awaitable[BackendResult]]
+# (model name, version or -1 for the latest READY one, request) -> the composing model's
+# scheduled result (its timing is added to the ensemble's statistics)
+StepRunner = Callable[[str, int, BackendRequest], Awaitable[ScheduledResult]]
 
 # backends that receive a batch as the list of its requests (Triton's python backend does)
 LIST_BATCH_BACKENDS = frozenset({"python"})

@@ -12,11 +12,17 @@ failing step fails the request with the step's code and message prefixed by
 ``in ensemble '<name>', ``; the result holds the requested ensemble outputs (all when none were
 requested). ``max_inflight_requests`` (0 = unlimited) bounds the in-flight calls of each step
 across all requests.
+
+Statistics as Triton 2.51 reports them for an ensemble (measured on an ensemble of two python
+models): the ensemble request's compute_input/infer/output are the sums of its composing
+requests' durations (``ScheduledResult.timing`` of every step that ran), and its queue time is
+only the ensemble's own wait before its first step was dispatched (not the steps' queue times).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -26,7 +32,8 @@ from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferTensor
 from repokit.scheduler.base import ScheduledResult, Scheduler
 
-InferCallable = Callable[[str, int, BackendRequest], Awaitable[BackendResult]]
+# (model name, version or -1, request) -> the composing model's scheduled result
+InferCallable = Callable[[str, int, BackendRequest], Awaitable[ScheduledResult]]
 
 
 @dataclass(frozen=True)
@@ -90,19 +97,22 @@ class EnsembleScheduler(Scheduler):
             raise unavailable("model is not accepting requests: its scheduler is stopped")
         self._pending += 1
         try:
-            result = await self._run(request)
+            return await self._run(request, time.perf_counter_ns())
         finally:
             self._pending -= 1
-        return ScheduledResult(result=result, queue_ns=0, timing=Timing())
 
-    async def _run(self, request: BackendRequest) -> BackendResult:
+    async def _run(self, request: BackendRequest, submitted_ns: int) -> ScheduledResult:
         tensors: dict[str, InferTensor] = dict(request.inputs)
         waiting = list(self._steps)
-        running: dict[asyncio.Task[BackendResult], EnsembleStep] = {}
+        running: dict[asyncio.Task[ScheduledResult], EnsembleStep] = {}
+        totals = _TimingSum()
+        queue_ns = -1
         try:
             while True:
                 for step in [s for s in waiting if s.needs <= tensors.keys()]:
                     waiting.remove(step)
+                    if queue_ns < 0:
+                        queue_ns = time.perf_counter_ns() - submitted_ns
                     task = asyncio.create_task(self._call(step, request, tensors))
                     running[task] = step
                 if not running:
@@ -110,9 +120,12 @@ class EnsembleScheduler(Scheduler):
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     step = running.pop(task)
-                    result = task.result()
+                    scheduled = task.result()
+                    totals.add(scheduled.timing)
+                    result = scheduled.result
                     if result.error is not None:
-                        return BackendResult(error=self._prefixed(result.error))
+                        error = BackendResult(error=self._prefixed(result.error))
+                        return ScheduledResult(error, max(queue_ns, 0), totals.timing())
                     routes = dict(step.output_map)
                     for out in result.outputs:
                         target = routes.get(out.name)
@@ -126,14 +139,16 @@ class EnsembleScheduler(Scheduler):
         wanted = request.requested_outputs or self._outputs
         missing = [name for name in wanted if name not in tensors]
         if missing:
-            return BackendResult(
+            result = BackendResult(
                 error=internal(f"in ensemble '{self._name}', no step produced output(s) {missing}")
             )
-        return BackendResult(outputs=[tensors[name] for name in wanted])
+        else:
+            result = BackendResult(outputs=[tensors[name] for name in wanted])
+        return ScheduledResult(result, max(queue_ns, 0), totals.timing())
 
     async def _call(
         self, step: EnsembleStep, request: BackendRequest, tensors: dict[str, InferTensor]
-    ) -> BackendResult:
+    ) -> ScheduledResult:
         step_request = BackendRequest(
             inputs={
                 model_input: InferTensor(
@@ -156,7 +171,27 @@ class EnsembleScheduler(Scheduler):
             async with limit:
                 return await self._infer(step.model_name, step.model_version, step_request)
         except RepokitError as exc:
-            return BackendResult(error=exc)
+            return ScheduledResult(BackendResult(error=exc), 0, _NO_TIME)
 
     def _prefixed(self, error: RepokitError) -> RepokitError:
         return RepokitError(error.code, f"in ensemble '{self._name}', {error.message}")
+
+
+_NO_TIME = Timing()
+
+
+class _TimingSum:
+    """The composing requests' durations of one ensemble request, added up."""
+
+    __slots__ = ("compute_infer", "compute_input", "compute_output")
+
+    def __init__(self) -> None:
+        self.compute_input = self.compute_infer = self.compute_output = 0
+
+    def add(self, timing: Timing) -> None:
+        self.compute_input += timing.compute_input_ns
+        self.compute_infer += timing.compute_infer_ns
+        self.compute_output += timing.compute_output_ns
+
+    def timing(self) -> Timing:
+        return Timing(self.compute_input, self.compute_infer, self.compute_output)

@@ -431,6 +431,18 @@ def test_python_and_onnx_ensemble(connect: Callable[[], Client]) -> None:
         assert after[model]["inference_count"] - before[model]["inference_count"] == 2
         assert after[model]["execution_count"] - before[model]["execution_count"] == 1
 
+    def grew(model: str, phase: str) -> int:
+        now, then = after[model]["inference_stats"], before[model]["inference_stats"]
+        return int(now[phase]["ns"] - then[phase]["ns"])
+
+    # Triton 2.51: the ensemble's compute durations are its composing requests' sums
+    for phase in ("compute_input", "compute_infer", "compute_output"):
+        steps = grew("add_sub", phase) + grew("add_sub_onnx", phase)
+        assert grew("add_sub_ensemble", phase) == steps, phase
+    assert grew("add_sub_ensemble", "compute_infer") > 0
+    batch = {b["batch_size"]: b for b in after["add_sub_ensemble"]["batch_stats"]}
+    assert batch[2]["compute_infer"]["ns"] > 0
+
 
 def test_ensemble_of_ensembles(connect: Callable[[], Client]) -> None:
     client = connect()

@@ -7,9 +7,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from repokit.backends.base import BackendRequest, BackendResult
+from repokit.backends.base import BackendRequest, BackendResult, Timing
 from repokit.errors import Code, RepokitError, invalid_arg
 from repokit.protocol.types import InferTensor
+from repokit.scheduler.base import ScheduledResult
 from repokit.scheduler.ensemble import EnsembleScheduler
 from tests.scheduler.helpers import config, tensor
 
@@ -33,6 +34,10 @@ ensemble_scheduling {
 """  # noqa: E501
 
 
+STEP_QUEUE_NS = 10**15  # far more than a test can take: the ensemble must not add it
+STEP_TIMINGS = {"add_sub": Timing(1, 10, 100), "double": Timing(1000, 10_000, 100_000)}
+
+
 class Models:
     """The composing models as the core's infer callable would run them."""
 
@@ -43,7 +48,12 @@ class Models:
         self.max_parallel_doubles = 0
         self.fail: str | None = None
 
-    async def infer(self, model: str, version: int, req: BackendRequest) -> BackendResult:
+    async def infer(self, model: str, version: int, req: BackendRequest) -> ScheduledResult:
+        """As the core's step runner: the result with the composing request's timing."""
+        result = await self.run(model, version, req)
+        return ScheduledResult(result, STEP_QUEUE_NS, STEP_TIMINGS.get(model, Timing()))
+
+    async def run(self, model: str, version: int, req: BackendRequest) -> BackendResult:
         self.calls.append((model, version, req))
         if model == self.fail:
             return BackendResult(error=invalid_arg(f"{model} failed"))
@@ -147,9 +157,9 @@ async def test_ensembles_of_ensembles() -> None:
         """  # noqa: E501
     )
 
-    async def route(model: str, version: int, req: BackendRequest) -> BackendResult:
+    async def route(model: str, version: int, req: BackendRequest) -> ScheduledResult:
         if model == "ens":
-            return (await inner.submit(req, 1)).result
+            return await inner.submit(req, 1)
         return await models.infer(model, version, req)
 
     outer = EnsembleScheduler(outer_cfg, route)
@@ -161,8 +171,10 @@ async def test_ensembles_of_ensembles() -> None:
         },
         requested_outputs=(),
     )
-    res = (await outer.submit(req, 1)).result
+    scheduled = await outer.submit(req, 1)
+    res = scheduled.result
     assert [t.name for t in res.outputs] == ["R"] and res.outputs[0].data.tolist() == [[6, 6]]
+    assert scheduled.timing == Timing(2001, 20_010, 200_100)  # the inner ensemble's sums
     models.fail = "add_sub"
     res = (await outer.submit(req, 1)).result
     assert res.error is not None
@@ -188,3 +200,21 @@ async def test_submit_before_start_is_unavailable() -> None:
     with pytest.raises(RepokitError) as err:
         await sched.submit(ens_request(), 1)
     assert err.value.code is Code.UNAVAILABLE
+
+
+async def test_timing_is_the_sum_of_the_steps_and_queue_is_the_ensembles_own() -> None:
+    sched = await started(Models())
+    scheduled = await sched.submit(ens_request(), 1)
+    assert scheduled.result.error is None
+    # add_sub once, double twice (Triton 2.51 reports the composing requests' sums)
+    assert scheduled.timing == Timing(2001, 20_010, 200_100)
+    assert 0 <= scheduled.queue_ns < STEP_QUEUE_NS  # not the steps' queue times added up
+
+
+async def test_a_failing_step_still_reports_the_steps_that_ran() -> None:
+    models = Models()
+    models.fail = "double"
+    sched = await started(models)
+    scheduled = await sched.submit(ens_request(), 1)
+    assert scheduled.result.error is not None
+    assert scheduled.timing.compute_infer_ns in (10 + 10_000, 10 + 20_000)
