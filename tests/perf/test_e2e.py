@@ -5,8 +5,10 @@ threshold loose so each level finishes in about a second."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,14 @@ from repokit.core.settings import ServerSettings
 from repokit.frontends.runner import ServeSettings
 from repokit.perf.errors import PerfError
 from repokit.perf.options import ConcurrencyRange, PerfOptions, RateRange
-from repokit.perf.profiler import run_perf_blocking
+from repokit.perf.profiler import run_perf, run_perf_blocking
+from repokit.perf.report import PerfReport
+from repokit.perf.transports.base import TransportOptions
+from repokit.perf.transports.grpc import (
+    BlockingGrpcConnection,
+    GrpcTransport,
+    WireGrpcConnection,
+)
 from tests.frontends.http.server_thread import ServerThread, copy_models
 
 MODELS = ("add_sub", "accumulate", "add_sub_onnx", "add_sub_ensemble")
@@ -135,6 +144,37 @@ def test_grpc_unary_and_streaming(server: ServerThread, streaming: bool) -> None
     assert result.server is not None and result.server.inference_count > 0
     # -b 4: every request carries four inferences
     assert result.server.inference_count == 4 * result.server.success_count
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_grpc_own_http2_client_and_library_fallback(server: ServerThread, streaming: bool) -> None:
+    options = _options(
+        server, protocol="grpc", streaming=streaming, concurrency_range=ConcurrencyRange(2, 2, 1)
+    )
+
+    async def measure(force_library: bool) -> tuple[PerfReport, Any]:
+        transport = GrpcTransport(
+            TransportOptions("grpc", options.url, streaming=streaming), time.monotonic_ns
+        )
+        await transport.open()
+        assert transport.wire_problem is None  # repokit serve's headers are plain strings
+        if force_library:
+            transport.wire_problem = "forced by the test"
+        try:
+            report = await run_perf(options, transport=transport)
+            connection = transport.connect_blocking() if transport.supports_blocking() else None
+        finally:
+            await transport.close()
+        return report, connection
+
+    own, connection = asyncio.run(measure(False))
+    assert own.exit_code == 0 and own.results[0].summary.throughput > 0
+    assert isinstance(connection, WireGrpcConnection)
+    connection.close()
+    library, connection = asyncio.run(measure(True))
+    assert library.exit_code == 0 and library.results[0].summary.throughput > 0
+    # unary falls back to a synchronous grpc channel, streaming to the asyncio driver
+    assert connection is None if streaming else isinstance(connection, BlockingGrpcConnection)
 
 
 def test_sequence_model_with_streams_and_validation(server: ServerThread, tmp_path: Path) -> None:

@@ -230,3 +230,33 @@ def test_observer_sees_progress_and_windows() -> None:
     assert events[-1] == "done"
     assert [e for e in events if e.startswith("window")] == ["window 1", "window 2", "window 3"]
     assert events.count("tick") >= 3 * 4  # 0.25 s ticks over 1 s windows
+
+
+def _run_with_cpu(transport: FakeTransport, busy_fraction: float) -> PerfReport:
+    """The client process is busy ``busy_fraction`` of the (virtual) wall time."""
+
+    async def go() -> PerfReport:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeLoop)
+        return await run_perf(
+            _options(),
+            clock=loop.clock_ns,
+            cpu_clock=lambda: loop.time() * busy_fraction,
+            transport=transport,
+        )
+
+    return run_virtual(go())
+
+
+def test_client_overhead_warnings_from_cpu_time() -> None:
+    # 1 ms requests at concurrency 1: 1000 requests/s
+    quiet = _run_with_cpu(FakeTransport(latency=lambda now, inflight: 0.001), 0.1)
+    assert quiet.results[0].summary.client_cpu == pytest.approx(0.1)
+    assert quiet.results[0].warnings == []  # 100 us of CPU per 1 ms request
+    heavy = _run_with_cpu(FakeTransport(latency=lambda now, inflight: 0.001), 0.5)
+    [warning] = heavy.results[0].warnings
+    assert warning.startswith("the client spent 500 us of CPU per request, 50% of the average")
+    assert "client overhead is high" in warning
+    saturated = _run_with_cpu(FakeTransport(latency=lambda now, inflight: 0.001), 0.95)
+    assert saturated.results[0].warnings[0].startswith("client CPU was busy 95% of the time")
+    assert len(saturated.results[0].warnings) == 2

@@ -234,9 +234,7 @@ class GrpcTransport:
     async def open(self) -> None:
         if self._channels:
             return
-        for i in range(CHANNELS):
-            options = [*_CHANNEL_OPTIONS, ("repokit.perf.channel", i)]
-            self._channels.append(grpc.aio.insecure_channel(self.target, options=options))
+        self._add_channel()
         from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 
         self._stub = pb_grpc.GRPCInferenceServiceStub(self._channels[0])
@@ -292,9 +290,18 @@ class GrpcTransport:
         channel = self._sync_channels[next(self._next) % len(self._sync_channels)]
         return BlockingGrpcConnection(self, channel)
 
+    def _add_channel(self) -> None:
+        options = [*_CHANNEL_OPTIONS, ("repokit.perf.channel", len(self._channels))]
+        self._channels.append(grpc.aio.insecure_channel(self.target, options=options))
+
     async def connect(self) -> GrpcConnection:
+        """An asyncio connection (async and rate modes); the workers share up to CHANNELS
+        channels, opened on demand (idle grpc channels cost the client CPU in the background)."""
         await self.open()
-        channel = self._channels[next(self._next) % len(self._channels)]
+        index = next(self._next) % CHANNELS
+        while len(self._channels) <= index:
+            self._add_channel()
+        channel = self._channels[index]
         return GrpcConnection(self, channel, self.options.streaming)
 
     async def _call(self, method: str, request: Any, what: str) -> Any:

@@ -194,7 +194,13 @@ class WireConnection:
 
     def send_message(self, message: bytes) -> None:
         """One message on the open (streaming) call."""
-        self._send_data(grpc_frame(message), end_stream=False)
+        size = len(message) + 5
+        if size <= self._max_frame and size <= self._send_window and size <= self._stream_window:
+            self._send_window -= size
+            self._stream_window -= size
+            self._sock.sendall(frame(DATA, 0, self._stream, grpc_frame(message)))
+        else:
+            self._send_data(grpc_frame(message), end_stream=False)
 
     def receive_message(self) -> tuple[bytes | None, str | None]:
         """The next message of the open (streaming) call, or the error that ended it."""
