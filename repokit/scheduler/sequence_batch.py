@@ -12,7 +12,24 @@ request-time rules), queues it on its sequence, and a worker per instance sends 
 
 Control tensors and implicit state are added to each request before execution; the state
 output of request i becomes the state input of request i+1 and is not returned to the client.
-A reaper frees the slot of a sequence idle for ``max_sequence_idle_microseconds`` (1 s default).
+A reaper frees the slot of a sequence idle for ``max_sequence_idle_microseconds`` (1 s default),
+and rejects backlogged sequences whose request ``timeout`` passed (UNAVAILABLE ``timeout of the
+corresponding sequence has been expired``, every request of the sequence; the timeout only
+applies while the sequence waits in the backlog, as in Triton).
+
+Iterative sequences (``iterative_sequence: true``, Triton's ``IterativeSequencer``):
+
+* a request without a correlation id gets the next generated id (1, 2, ...; ids of live
+  sequences are skipped) and the START flag;
+* the backend may put a request it is executing back into its sequence's queue by calling
+  :meth:`SequenceBatchScheduler.reschedule` with the ``BackendRequest`` object it received,
+  before its ``execute()`` returns (what the python backend does for
+  ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``). The result of that execution for the request is
+  discarded (responses of decoupled models already went out through the request's control);
+  the request runs again in a later batch with START and END false, and its client waits until
+  an execution does not reschedule it;
+* a request that finishes without being rescheduled ends its sequence (the slot is freed; other
+  requests queued on that sequence are CANCELLED), as Triton ends it with a null END request.
 """
 
 from __future__ import annotations
@@ -27,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from repokit.backends.base import Backend, BackendRequest, BackendResult
-from repokit.errors import unavailable
+from repokit.errors import Code, RepokitError, internal, unavailable, unsupported
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferTensor
 from repokit.scheduler.base import ScheduledResult, Scheduler
@@ -47,10 +64,13 @@ from repokit.scheduler.sequence_controls import (
     FLAG_START,
     ImplicitStates,
     SequenceControls,
+    missing_start_error,
 )
-from repokit.scheduler.sequence_slots import Dispatched, SequenceSlots
+from repokit.scheduler.sequence_slots import Dispatched, LiveSequence, SequenceSlots
 
 DEFAULT_IDLE_US = 1_000_000
+BACKLOG_TIMEOUT_MESSAGE = "timeout of the corresponding sequence has been expired"
+ENDED_MESSAGE = "Request was cancelled: its iterative sequence ended"
 
 
 @dataclass(eq=False)
@@ -101,6 +121,11 @@ class SequenceBatchScheduler(Scheduler):
         if self._oldest:
             settings = DynamicBatchSettings.for_oldest_sequences(config)
             self._planners = {i: BatchPlanner(settings) for i in instance_ids}
+        self._iterative = bool(sb.iterative_sequence)
+        self._next_id = 1
+        # prepared requests of the batches executing now -> their job; reschedule() marks them
+        self._executing: dict[int, tuple[BackendRequest, Dispatched[_Job]]] = {}
+        self._rescheduled: set[int] = set()
         self._waker = Waker(clock)
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
@@ -146,6 +171,9 @@ class SequenceBatchScheduler(Scheduler):
     ) -> ScheduledResult:
         if not self._running or self._stopping:
             raise unavailable("model is not accepting requests: its scheduler is stopped")
+        if self._iterative and (request.correlation_id == 0 or request.correlation_id == ""):
+            request.correlation_id = self._generated_id()
+            request.flags = FLAG_START
         self._controls.check_request(request.correlation_id, batch_size)
         now = self._clock()
         job = _Job(request, asyncio.get_running_loop().create_future(), now)
@@ -155,9 +183,29 @@ class SequenceBatchScheduler(Scheduler):
             start=bool(request.flags & FLAG_START),
             end=bool(request.flags & FLAG_END),
             now_ns=now,
+            timeout_ns=max(0, timeout_us) * 1000,
         )
         self._waker.poke()
         return await job.future
+
+    def reschedule(self, request: BackendRequest) -> None:
+        """Run ``request`` (a request the backend is executing now) again in a later batch of
+        its sequence instead of answering it (iterative sequences only, see the module doc)."""
+        if not self._iterative:
+            raise unsupported(
+                f"model '{self.slots.model}' cannot reschedule requests: its sequence batching "
+                "is not iterative_sequence"
+            )
+        if id(request) not in self._executing:
+            raise internal("cannot reschedule a request that is not executing")
+        self._rescheduled.add(id(request))
+
+    def _generated_id(self) -> int:
+        while self.slots.is_live(self._next_id):
+            self._next_id += 1
+        corrid = self._next_id
+        self._next_id += 1
+        return corrid
 
     # --- workers ------------------------------------------------------------------------
     async def _worker(self, instance: int) -> None:
@@ -184,14 +232,24 @@ class SequenceBatchScheduler(Scheduler):
 
     async def _reaper(self) -> None:
         while not self._stopping:
-            reaped, next_ns = self.slots.reap(self._clock())
+            now = self._clock()
+            reaped, next_ns = self.slots.reap(now)
             if reaped:
                 self._waker.poke()  # backlogged sequences may have got a slot
+            expired, deadline_ns = self.slots.expire_backlog(now)
+            for seq in expired:
+                _fail_all(seq, unavailable(BACKLOG_TIMEOUT_MESSAGE))
+            if deadline_ns and (next_ns == 0 or deadline_ns < next_ns):
+                next_ns = deadline_ns
             await self._waker.sleep(next_ns)
 
     async def _run(self, instance: int, batch: list[Dispatched[_Job] | None]) -> None:
         template = next(d for d in batch if d is not None)[1].payload.request
         requests = [self._prepare(d) if d is not None else self._filler(template) for d in batch]
+        if self._iterative:
+            for prepared, dispatched in zip(requests, batch, strict=True):
+                if dispatched is not None:
+                    self._executing[id(prepared)] = (prepared, dispatched)
         start_ns = self._clock()
         if self._merge:
             merged = merge_requests(requests, self._rules)
@@ -202,7 +260,7 @@ class SequenceBatchScheduler(Scheduler):
         if self._on_execution is not None:
             self._on_execution(len(requests), timing)
         now = self._clock()
-        for dispatched, result in zip(batch, results, strict=True):
+        for dispatched, prepared, result in zip(batch, requests, results, strict=True):
             if dispatched is None:
                 continue
             seq, entry = dispatched
@@ -211,8 +269,28 @@ class SequenceBatchScheduler(Scheduler):
                 outputs, seq.data = self._states.take_outputs(result.outputs, seq.data)
                 result = BackendResult(outputs=outputs, parameters=result.parameters)
             self.slots.complete(seq, now)
+            if self._iterative and self._after_iteration(seq, entry.end, job, prepared, now):
+                continue
             settle(job.future, ScheduledResult(result, start_ns - job.enqueue_ns, timing))
         self._waker.poke()
+
+    def _after_iteration(
+        self, seq: LiveSequence[_Job], end: bool, job: _Job, prepared: BackendRequest, now: int
+    ) -> bool:
+        """Iterative sequences: requeue a rescheduled request (True: do not answer it yet), or
+        end the sequence of a request that finished."""
+        key = id(prepared)
+        self._executing.pop(key, None)
+        if key in self._rescheduled:
+            self._rescheduled.discard(key)
+            if self.slots.requeue(seq, job, now):
+                return True
+            settle_error(job, missing_start_error(seq.corrid, self.slots.model))
+            return True
+        if not end:
+            for left in self.slots.end(seq):
+                settle_error(left.payload, RepokitError(Code.CANCELLED, ENDED_MESSAGE))
+        return False
 
     def _prepare(self, dispatched: Dispatched[_Job]) -> BackendRequest:
         seq, entry = dispatched
@@ -248,6 +326,17 @@ class SequenceBatchScheduler(Scheduler):
         if self._states:
             inputs.update(self._states.null(self._states.initial()))
         return BackendRequest(inputs=inputs, requested_outputs=template.requested_outputs)
+
+
+def settle_error(job: _Job, error: RepokitError) -> None:
+    if not job.future.done():
+        job.future.set_exception(error)
+
+
+def _fail_all(seq: LiveSequence[_Job], error: RepokitError) -> None:
+    for entry in seq.queue:
+        settle_error(entry.payload, error)
+    seq.queue.clear()
 
 
 def _zeros_like(tensor: InferTensor) -> npt.NDArray[Any]:

@@ -7,6 +7,12 @@ spread over instances first. With no free slot the sequence waits in a FIFO back
 its requests; a slot freed by END (when the END request is dispatched) or by idle expiry goes to
 the oldest backlogged sequence.
 
+A request ``timeout`` only matters while its sequence waits in the backlog (Triton's Direct
+behaviour): the backlogged sequence expires at the earliest ``enqueue time + timeout`` of its
+requests; ``expire_backlog`` drops it (its requests are rejected by the driver and the id is
+forgotten, so a later request without START is refused). Once the sequence has a slot, timeouts
+no longer apply.
+
 A sequence has at most one request dispatched at a time (``busy``), so its requests execute in
 order and each sees the implicit state left by the previous one.
 
@@ -43,6 +49,7 @@ class LiveSequence(Generic[T]):
     busy: bool = False
     ended: bool = False  # END dispatched: the sequence no longer owns a slot
     last_ns: int = 0
+    expires_ns: int = 0  # backlog deadline from the requests' timeouts (0 = none)
     data: Any = None  # the driver's per-sequence data (implicit state)
 
 
@@ -71,9 +78,17 @@ class SequenceSlots(Generic[T]):
 
     # --- requests -----------------------------------------------------------------------
     def enqueue(
-        self, corrid: CorrelationId, payload: T, *, start: bool, end: bool, now_ns: int
+        self,
+        corrid: CorrelationId,
+        payload: T,
+        *,
+        start: bool,
+        end: bool,
+        now_ns: int,
+        timeout_ns: int = 0,
     ) -> LiveSequence[T]:
-        """Queue a request of a sequence; INVALID_ARG when an unknown sequence lacks START."""
+        """Queue a request of a sequence; INVALID_ARG when an unknown sequence lacks START.
+        ``timeout_ns`` (0 = none) bounds the sequence's wait if it is in the backlog."""
         seq = self._live.get(corrid)
         if seq is None:
             if not start:
@@ -86,9 +101,16 @@ class SequenceSlots(Generic[T]):
                 self.backlog.append(seq)
         seq.queue.append(SeqEntry(payload, start, end, now_ns))
         seq.last_ns = now_ns
+        if timeout_ns and seq.slot is None:
+            deadline = now_ns + timeout_ns
+            if seq.expires_ns == 0 or deadline < seq.expires_ns:
+                seq.expires_ns = deadline
         if end:  # a later request of this id needs START again (Triton forgets it at END)
             del self._live[corrid]
         return seq
+
+    def is_live(self, corrid: CorrelationId) -> bool:
+        return corrid in self._live
 
     def instance_of(self, seq: LiveSequence[T]) -> int | None:
         return seq.slot[0] if seq.slot is not None else None
@@ -154,6 +176,42 @@ class SequenceSlots(Generic[T]):
                 elif next_ns == 0 or due < next_ns:
                     next_ns = due
         return reaped, next_ns
+
+    def expire_backlog(self, now_ns: int) -> tuple[list[LiveSequence[T]], int]:
+        """Drop backlogged sequences past their deadline; returns them and the next deadline."""
+        expired: list[LiveSequence[T]] = []
+        next_ns = 0
+        for seq in self.backlog:
+            if not seq.expires_ns:
+                continue
+            if seq.expires_ns <= now_ns:
+                expired.append(seq)
+            elif next_ns == 0 or seq.expires_ns < next_ns:
+                next_ns = seq.expires_ns
+        for seq in expired:
+            self.backlog.remove(seq)
+            if self._live.get(seq.corrid) is seq:
+                del self._live[seq.corrid]
+            seq.ended = True
+        return expired, next_ns
+
+    # --- iterative sequences ------------------------------------------------------------
+    def requeue(self, seq: LiveSequence[T], payload: T, now_ns: int) -> bool:
+        """Put a rescheduled request back at the end of its sequence's queue (neither START
+        nor END); False when the sequence no longer exists (it ended or was reaped)."""
+        if seq.ended or seq.slot is None:
+            return False
+        seq.queue.append(SeqEntry(payload, False, False, now_ns))
+        seq.last_ns = max(seq.last_ns, now_ns)
+        return True
+
+    def end(self, seq: LiveSequence[T]) -> list[SeqEntry[T]]:
+        """End a sequence now (its slot goes to the backlog); returns its queued requests."""
+        left = list(seq.queue)
+        seq.queue.clear()
+        if not seq.ended:
+            self._release(seq)
+        return left
 
     # --- internals ----------------------------------------------------------------------
     def _dispatch(self, seq: LiveSequence[T]) -> Dispatched[T]:

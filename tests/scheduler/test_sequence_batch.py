@@ -250,7 +250,138 @@ async def test_oldest_strategy_batches_heads_of_different_sequences() -> None:
     sizes = [len(reqs) for _, reqs in backend.batches]
     # sequence 1's second request runs only after its first finished: 1, then 2/3/4 + 1's next
     assert sizes == [1, 4]
-    assert sorted(values(r, "CORRID")[0] for r in backend.batches[1][1]) == [1, 2, 3, 4]
+    corrids = np.concatenate([r.inputs["CORRID"].data.reshape(-1) for r in backend.batches[1][1]])
+    assert sorted(corrids.tolist()) == [1, 2, 3, 4]
     assert results[-1].result.outputs[0].data.reshape(-1).tolist() == [18]
     assert sched.slots.slots_per_instance == 8
     await sched.stop()
+
+
+# --- backlog timeouts (Direct) -------------------------------------------------------------
+async def test_a_backlogged_sequence_past_its_request_timeout_is_rejected() -> None:
+    clock = ManualClock()
+    backend = RecordingBackend()
+    cfg = SEQ.replace("max_batch_size: 4", "max_batch_size: 1")
+    sched = SequenceBatchScheduler(backend, config(cfg % ""), clock=clock)
+    await sched.start()
+    await sched.submit(seq_request(1, 1, start=True), 1, timeout_us=10)  # slotted: no limit
+    first = asyncio.create_task(sched.submit(seq_request(2, 2, start=True), 1))
+    second = asyncio.create_task(sched.submit(seq_request(2, 3), 1, timeout_us=300))
+    await until(lambda: sched.pending_count == 2)
+    clock.advance_us(299)
+    sched.wake()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not first.done() and not second.done()
+    clock.advance_us(1)
+    sched.wake()
+    for task in (first, second):  # every request of the backlogged sequence
+        with pytest.raises(RepokitError) as err:
+            await task
+        assert err.value.code is Code.UNAVAILABLE
+        assert err.value.message == "timeout of the corresponding sequence has been expired"
+    with pytest.raises(RepokitError) as err:  # the id is forgotten, as in Triton
+        await sched.submit(seq_request(2, 4), 1)
+    assert "must specify the START flag" in err.value.message
+    clock.advance_us(10_000)  # the slotted sequence is still served
+    res = await sched.submit(seq_request(1, 5, end=True), 1)
+    assert res.result.error is None and len(backend.batches) == 2
+    await sched.stop()
+
+
+# --- iterative sequences -------------------------------------------------------------------
+ITERATIVE = "iterative_sequence: true"
+
+
+class ReschedulingBackend(RecordingBackend):
+    """Reschedules each request until it ran ``rounds`` times (as a model counting down)."""
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__()
+        self.rounds = rounds
+        self.scheduler: SequenceBatchScheduler | None = None
+        self.runs: dict[object, int] = {}
+
+    async def execute(
+        self, instance: int, requests: list[BackendRequest]
+    ) -> tuple[list[BackendResult], Timing]:
+        assert self.scheduler is not None
+        for req in requests:
+            if values(req, "READY") != [True]:
+                continue
+            corrid = values(req, "CORRID")[0]
+            self.runs[corrid] = self.runs.get(corrid, 0) + 1
+            if self.runs[corrid] < self.rounds:
+                self.scheduler.reschedule(req)
+        return await super().execute(instance, requests)
+
+
+async def test_iterative_requests_without_an_id_get_one_and_start() -> None:
+    backend = RecordingBackend()
+    sched = await scheduler(backend, ITERATIVE)
+    await sched.submit(seq_request(0, 1), 1)
+    await sched.submit(seq_request("", 2), 1)
+    first, second = (b[1][0] for b in backend.batches)
+    assert values(first, "CORRID") == [1] and values(second, "CORRID") == [2]
+    assert values(first, "START") == [1] and values(second, "START") == [1]
+    # each request that finished without rescheduling ended its sequence: slots are free
+    assert sched.slots.slot_owner(0, 0) is None and not sched.slots.is_live(1)
+    await sched.stop()
+
+
+async def test_generated_ids_skip_live_sequences() -> None:
+    backend = RecordingBackend()
+    backend.gate = asyncio.Event()
+    sched = await scheduler(backend, ITERATIVE)
+    held = asyncio.create_task(sched.submit(seq_request(1, 1, start=True), 1))
+    await until(lambda: backend.started.is_set())
+    auto = asyncio.create_task(sched.submit(seq_request(0, 2), 1))
+    backend.gate.set()
+    await held
+    await auto
+    ready = [r for b in backend.batches for r in b[1] if values(r, "READY") == [True]]
+    assert [values(r, "CORRID") for r in ready] == [[1], [2]]
+    await sched.stop()
+
+
+async def test_a_rescheduled_request_runs_again_without_start_and_answers_once() -> None:
+    backend = ReschedulingBackend(rounds=3)
+    sched = await scheduler(backend, ITERATIVE)
+    backend.scheduler = sched
+    result = await sched.submit(seq_request(0, 7), 1)
+    assert result.result.outputs[0].data.reshape(-1).tolist() == [14]
+    runs = [b[1][0] for b in backend.batches]
+    assert len(runs) == 3 and backend.runs == {1: 3}
+    assert [values(r, "START") for r in runs] == [[1], [0], [0]]
+    assert all(values(r, "END") == [0.0] for r in runs)
+    assert sched.slots.slot_owner(0, 0) is None  # ended after the last iteration
+    await sched.stop()
+
+
+async def test_ending_an_iterative_sequence_cancels_its_other_queued_requests() -> None:
+    backend = RecordingBackend()
+    backend.gate = asyncio.Event()
+    sched = await scheduler(backend, ITERATIVE)
+    first = asyncio.create_task(sched.submit(seq_request(5, 1, start=True), 1))
+    await until(lambda: backend.started.is_set())
+    queued = asyncio.create_task(sched.submit(seq_request(5, 2), 1))
+    await until(lambda: sched.pending_count == 1)
+    backend.gate.set()
+    assert (await first).result.error is None
+    with pytest.raises(RepokitError) as err:
+        await queued
+    assert err.value.code is Code.CANCELLED
+    await sched.stop()
+
+
+async def test_reschedule_is_refused_outside_iterative_sequences_and_executions() -> None:
+    sched = await scheduler(RecordingBackend())
+    with pytest.raises(RepokitError) as err:
+        sched.reschedule(seq_request(1, 1))
+    assert err.value.code is Code.UNSUPPORTED
+    await sched.stop()
+    iterative = await scheduler(RecordingBackend(), ITERATIVE)
+    with pytest.raises(RepokitError) as err:
+        iterative.reschedule(seq_request(1, 1))
+    assert err.value.code is Code.INTERNAL
+    await iterative.stop()

@@ -122,3 +122,36 @@ def test_oldest_heads_are_dispatched_oldest_first() -> None:
     s.complete(heads[0][0], 40)
     assert [entry.payload for _, entry in s.ready_heads(0)] == ["2-next"]
     assert s.queued_count == 0
+
+
+def test_a_request_timeout_only_bounds_the_wait_in_the_backlog() -> None:
+    s = slots(instances=1, per_instance=1)
+    s.enqueue(1, "a1", start=True, end=False, now_ns=0, timeout_ns=10)  # gets the slot
+    s.enqueue(2, "b1", start=True, end=False, now_ns=0, timeout_ns=0)  # backlog, no deadline
+    s.enqueue(2, "b2", start=False, end=False, now_ns=5, timeout_ns=100)  # deadline 105
+    s.enqueue(2, "b3", start=False, end=False, now_ns=6, timeout_ns=200)  # keeps the earliest
+    assert s.expire_backlog(104) == ([], 105)
+    expired, next_ns = s.expire_backlog(105)
+    assert [seq.corrid for seq in expired] == [2] and next_ns == 0
+    assert [e.payload for e in expired[0].queue] == ["b1", "b2", "b3"]
+    assert not s.backlog and not s.is_live(2)  # forgotten: a later request needs START
+    with pytest.raises(RepokitError):
+        s.enqueue(2, "b4", start=False, end=False, now_ns=200)
+    assert s.slot_owner(0, 0) == 1  # the slotted sequence's timeout never applied
+    assert s.expire_backlog(10**9) == ([], 0)
+
+
+def test_requeue_and_end_for_iterative_sequences() -> None:
+    s = slots(instances=1, per_instance=1)
+    s.enqueue(1, "a", start=True, end=False, now_ns=0)
+    s.enqueue(2, "b", start=True, end=False, now_ns=0)  # backlog
+    batch, _ = s.direct_batch(0, 0)
+    dispatched = batch[0]
+    assert dispatched is not None
+    seq = dispatched[0]
+    s.complete(seq, 1)
+    assert s.requeue(seq, "a-again", 2)
+    assert [(e.payload, e.start, e.end) for e in seq.queue] == [("a-again", False, False)]
+    assert [e.payload for e in s.end(seq)] == ["a-again"]
+    assert s.slot_owner(0, 0) == 2  # the backlog got the freed slot
+    assert not s.requeue(seq, "late", 3)
