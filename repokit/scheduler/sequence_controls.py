@@ -4,6 +4,10 @@ Control tensors (``sequence_batching.control_input``) are added to every request
 batcher sends to the backend, with shape ``[1]``, or ``[1, 1]`` when the model batches:
 START/END/READY take the configured ``[false, true]`` value (int32, fp32 or bool), CORRID the
 correlation id in its ``data_type`` (32-bit types keep the low-order bits; STRING ids are BYTES).
+A string id on an integer CORRID control is accepted, as Triton 2.51 does, and the model gets
+what Triton's memcpy leaves there (measured: "abc" -> 27974191445704707 as UINT64, 3 as INT32):
+the id's 4-byte little-endian byte length followed by its UTF-8 bytes, zero padded, cut to the
+type's size and read as that type.
 
 Implicit state (``sequence_batching.state``): at START each state input is initialised from
 ``initial_state`` (zeros, or ``<model_dir>/initial_state/<data_file>``) or zeros, with variable
@@ -106,7 +110,9 @@ class SequenceControls:
             text = corrid if isinstance(corrid, str) else str(corrid) if corrid else ""
             return np.full(self.shape, text.encode(), dtype=object)
         dtype = datatypes.BY_PROTOCOL[self.corrid_datatype].numpy
-        value = int(corrid) if isinstance(corrid, int) else 0
+        if isinstance(corrid, str):
+            return _string_in_integer(corrid, np.dtype(dtype)).reshape(self.shape)
+        value = int(corrid)
         bits = 8 * (dtype.itemsize if dtype is not None else 8)
         value &= (1 << bits) - 1
         return np.array([value], dtype=np.uint64).astype(dtype).reshape(self.shape)
@@ -127,13 +133,19 @@ class SequenceControls:
             )
         if self.corrid_tensor is None:
             return
-        is_string = isinstance(corrid, str)
-        if is_string != (self.corrid_datatype == "BYTES"):
-            got = "BYTES" if is_string else "UINT64"
+        if self.corrid_datatype == "BYTES" and not isinstance(corrid, str):
+            # Triton 2.51 builds a malformed BYTES tensor here (400 from the backend); refuse
+            # it up front with a message that says what is wrong
             raise invalid_arg(
-                f"sequence batching control '{self.corrid_tensor}' data-type is '{got}', but "
+                f"sequence batching control '{self.corrid_tensor}' data-type is 'UINT64', but "
                 f"model '{self.model}' expects '{self.corrid_datatype}'"
             )
+
+
+def _string_in_integer(corrid: str, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    raw = corrid.encode()
+    data = (len(raw).to_bytes(4, "little") + raw).ljust(dtype.itemsize, b"\0")
+    return np.frombuffer(data[: dtype.itemsize], dtype=dtype.newbyteorder("<")).astype(dtype)
 
 
 def missing_start_error(corrid: CorrelationId, model: str) -> RepokitError:

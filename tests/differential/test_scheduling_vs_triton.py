@@ -1,6 +1,7 @@
 """Scheduling against real Triton 2.51: the same python-backend models (``batcher`` reports the
-batch size it ran in, ``accumulate`` keeps a running sum per sequence) served by both, the same
-requests sent to both over HTTP.
+batch size it ran in, ``accumulate`` keeps a running sum per sequence, ``corrid_*`` return the
+CORRID control they were fed, ``py_ensemble`` chains two python models) served by both, the
+same requests sent to both over HTTP.
 
 Compared: outputs, status codes and error texts exactly; batch-size distributions by their
 structural facts only (every batch within max_batch_size, batching happens under concurrency on
@@ -54,9 +55,72 @@ def private_venv(root: Path) -> Path:
     return root
 
 
+PLUS_ONE = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() + 1)]
+            )
+            for r in requests
+        ]
+"""
+CORRID_ECHO = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            c = pb_utils.get_input_tensor_by_name(r, "CORRID").as_numpy().astype(np.uint64)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("CORRID_OUT", c)]))
+        return out
+"""
+STEP_CONFIG = """
+name: "%s" backend: "python" max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+ENSEMBLE_CONFIG = """
+name: "py_ensemble" platform: "ensemble" max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [
+  { model_name: "step_a" model_version: -1
+    input_map { key: "IN" value: "X" } output_map { key: "OUT" value: "mid" } },
+  { model_name: "step_b" model_version: -1
+    input_map { key: "IN" value: "mid" } output_map { key: "OUT" value: "Y" } } ] }
+"""
+CORRID_CONFIG = """
+name: "corrid_%s" backend: "python" max_batch_size: 4
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "CORRID_OUT" data_type: TYPE_UINT64 dims: [ 1 ] } ]
+sequence_batching { control_input [
+  { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_%s } ] } ] }
+"""
+CORRID_TYPES = ("UINT64", "INT64", "UINT32", "INT32")
+
+
+def _model(repo: Path, name: str, config: str, code: str | None) -> None:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(config)
+    if code is not None:
+        (repo / name / "1" / "model.py").write_text(code)
+
+
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return copy_models(tmp_path_factory.mktemp("sched_diff_repo"), MODELS)
+    repo = copy_models(tmp_path_factory.mktemp("sched_diff_repo"), MODELS)
+    for step in ("step_a", "step_b"):
+        _model(repo, step, STEP_CONFIG % step, PLUS_ONE)
+    _model(repo, "py_ensemble", ENSEMBLE_CONFIG, None)
+    for datatype in CORRID_TYPES:
+        name = datatype.lower()
+        _model(repo, f"corrid_{name}", CORRID_CONFIG % (name, datatype), CORRID_ECHO)
+    return repo
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +260,40 @@ def test_concurrent_sequences_match(triton: str, repokit: str) -> None:
             results[base] = list(pool.map(lambda c, b=base: run(b, c), range(601, 607)))
     assert results[triton] == results[repokit]
     assert results[repokit][0] == [1202, 5409, 6010, 10818]
+
+
+def _phases(base: str, model: str) -> dict[str, int]:
+    entry = requests.get(f"{base}/v2/models/{model}/stats", timeout=10).json()["model_stats"][0]
+    stats = entry["inference_stats"]
+    return {phase: int(stats[phase]["ns"]) for phase in stats} | {
+        "inference_count": int(entry["inference_count"]),
+        "execution_count": int(entry["execution_count"]),
+    }
+
+
+def test_ensemble_statistics_are_the_sums_of_the_steps(triton: str, repokit: str) -> None:
+    body = {"inputs": [{"name": "X", "shape": [2, 4], "datatype": "FP32", "data": [1.0] * 8}]}
+    for base in (triton, repokit):
+        before = {m: _phases(base, m) for m in ("py_ensemble", "step_a", "step_b")}
+        status, doc = _post(base, "py_ensemble", body)
+        assert status == 200 and doc["outputs"][0]["data"] == [3.0] * 8
+        after = {m: _phases(base, m) for m in before}
+        grew = {m: {k: after[m][k] - before[m][k] for k in after[m]} for m in before}
+        ens = grew["py_ensemble"]
+        for phase in ("compute_input", "compute_infer", "compute_output"):
+            assert ens[phase] == grew["step_a"][phase] + grew["step_b"][phase], (base, phase)
+        assert ens["compute_infer"] > 0
+        assert ens["inference_count"] == 2 and ens["execution_count"] == 1, base
+        # the ensemble's queue time is its own wait, far less than the whole request
+        assert 0 <= ens["queue"] < ens["success"], base
+
+
+@pytest.mark.parametrize("datatype", CORRID_TYPES)
+def test_string_ids_on_integer_corrid_controls(triton: str, repokit: str, datatype: str) -> None:
+    model = f"corrid_{datatype.lower()}"
+    for corrid in ("abc", "12345", "18446744073709551615", "-5", "héllo"):
+        body = {
+            "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [1]}],
+            "parameters": {"sequence_id": corrid, "sequence_start": True, "sequence_end": True},
+        }
+        assert _post(triton, model, body) == _post(repokit, model, body), (model, corrid)
