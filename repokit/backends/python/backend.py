@@ -89,6 +89,13 @@ MERGE_LIMIT_BYTES = 1024 * 1024
 _Queued = tuple[str, Any, "asyncio.Future[Any]", int]
 
 
+def _cancel_at_instance(channel: Channel, link: ServerLink, key: int) -> None:
+    """A request of this instance was cancelled: tell the process (``is_cancelled()``) and
+    cancel the BLS requests it made."""
+    channel.send(("@cancel", key))
+    link.parent_cancelled(key)
+
+
 @dataclass(eq=False)
 class _Instance:
     """One instance process and the messages waiting while its current exchange runs."""
@@ -370,6 +377,8 @@ class PythonBackend(Backend):
             )
         except ipc.ChannelClosed:
             return self._dead(target, requests), Timing()
+        if target.link is not None and not self._decoupled:
+            target.link.requests_done(batch)
         timing = Timing(input_ns, infer_ns, output_ns)
         if status != "ok":
             error = RepokitError(Code.INTERNAL, str(body))
@@ -386,9 +395,9 @@ class PythonBackend(Backend):
         if control is not None:
             if self._decoupled:
                 target.streams[key] = control
-            channel = target.channel
-            if channel is not None:
-                control.on_cancel(lambda: channel.send(("@cancel", key)))
+            channel, link = target.channel, target.link
+            if channel is not None and link is not None:
+                control.on_cancel(lambda: _cancel_at_instance(channel, link, key))
         return (
             inputs,
             request.requested_outputs or self._all_outputs,

@@ -90,6 +90,7 @@ def _payload(request: InferenceRequest, decoupled: bool) -> dict[str, Any]:
         "timeout": request.timeout(),
         "parameters": request.parameters(),
         "decoupled": decoupled,
+        "parents": RUNTIME.parents.get(),
     }
 
 

@@ -10,6 +10,7 @@ stderr and server calls raise ``TritonModelException``.
 
 from __future__ import annotations
 
+import contextvars
 import sys
 from typing import Any
 
@@ -26,6 +27,11 @@ class StubRuntime:
         self.decoupled = False
         self.executing = False  # BLS is allowed once initialize has finished
         self.finalizing = False
+        # keys of the requests whose execute() is running in this context: the BLS requests it
+        # makes are made on their behalf (cancelled when all of them are cancelled)
+        self.parents: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
+            "parents", default=()
+        )
 
     def require_link(self, what: str) -> ChildLink:
         link = self.link

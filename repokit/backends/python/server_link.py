@@ -10,6 +10,12 @@
 - ``("@metric", handle, op, value)`` / ``("@metric_release", handle)``: custom metric updates;
 - ``("@response", key, response, final)``: a decoupled model's response for request ``key``,
   handed to that request's sink.
+
+A BLS request carries the keys of the requests whose ``execute`` made it (``parents``). When
+all of them are cancelled (the client went away, closed its stream or cancelled the call) the
+BLS request is cancelled too: the called model sees ``is_cancelled()`` and the caller gets a
+CANCELLED error (:data:`PARENT_CANCELLED`); one made after they were all cancelled gets that
+error at once. (Triton 2.51 leaves BLS requests running when their parent is cancelled.)
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from repokit.protocol.types import (
 )
 
 _LOG_LEVELS = (logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG)
+PARENT_CANCELLED = "BLS request cancelled: the request it was made for was cancelled"
 _NO_SERVER = "this model runs outside a server: BLS, model control and metrics are unavailable"
 
 ResultFromWire = Callable[[Any], BackendResult]
@@ -109,6 +116,9 @@ class ServerLink:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._dtypes: dict[str, Any] = {}
         self._metric_families: dict[int, int] = {}  # metric handle -> family handle
+        self._cancelled: set[int] = set()  # keys of cancelled requests still at the instance
+        self._bls_parents: dict[int, set[int]] = {}  # BLS call id -> parents not cancelled yet
+        self._cancelled_calls: set[int] = set()  # BLS calls cancelled with their parents
 
     def close(self) -> None:
         for task in self._tasks.values():
@@ -119,6 +129,29 @@ class ServerLink:
             for metric, family in self._metric_families.items():
                 server.custom_metrics.release(family, metric)
         self._metric_families.clear()
+        self._cancelled.clear()
+        self._bls_parents.clear()
+
+    # --- cancellation of the requests BLS calls are made for -------------------------------
+    def parent_cancelled(self, key: int) -> None:
+        """Request ``key`` of this instance was cancelled: cancel the BLS requests made only on
+        behalf of cancelled requests."""
+        self._cancelled.add(key)
+        for call_id, remaining in list(self._bls_parents.items()):
+            if key in remaining:
+                remaining.discard(key)
+                if not remaining:
+                    task = self._tasks.get(call_id)
+                    if task is not None:
+                        self._cancelled_calls.add(call_id)
+                        task.cancel()
+
+    def requests_done(self, batch: list[tuple[Any, ...]]) -> None:
+        """The requests of an execute batch (their keys last) finished at the instance: forget
+        their cancellation."""
+        if self._cancelled:
+            for request in batch:
+                self._cancelled.discard(request[-1])
 
     # --- dispatch -------------------------------------------------------------------------------
     def handle(self, message: Any) -> None:
@@ -145,6 +178,8 @@ class ServerLink:
 
     # --- decoupled responses ----------------------------------------------------------------
     def _response(self, key: int, wire: Any, final: bool) -> None:
+        if final:
+            self._cancelled.discard(key)
         control = self._streams.pop(key, None) if final else self._streams.get(key)
         if control is None or control.sink is None:
             return  # nobody listens (warmup, or the client went away)
@@ -176,6 +211,12 @@ class ServerLink:
             return
         try:
             if op == "infer":
+                parents = set(payload.get("parents", ()))
+                if parents and parents <= self._cancelled:
+                    self._reply(call_id, "ok", error_to_wire(_parent_cancelled()))
+                    return
+                if parents:
+                    self._bls_parents[call_id] = parents - self._cancelled
                 self._start(call_id, self._bls(call_id, server, payload))
             elif op in ("load_model", "unload_model"):
                 self._start(call_id, self._control(call_id, server, op, payload))
@@ -198,7 +239,12 @@ class ServerLink:
     def _start(self, call_id: int, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks[call_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(call_id, None))
+        task.add_done_callback(lambda _: self._call_done(call_id))
+
+    def _call_done(self, call_id: int) -> None:
+        self._tasks.pop(call_id, None)
+        self._bls_parents.pop(call_id, None)
+        self._cancelled_calls.discard(call_id)
 
     async def _control(self, call_id: int, server: ServerApi, op: str, payload: Any) -> None:
         try:
@@ -213,6 +259,19 @@ class ServerLink:
         self._reply(call_id, "ok", None)
 
     async def _bls(self, call_id: int, server: ServerApi, payload: dict[str, Any]) -> None:
+        try:
+            await self._run_bls(call_id, server, payload)
+        except asyncio.CancelledError:
+            if call_id in self._cancelled_calls:  # with its parents: the caller still waits
+                wire = error_to_wire(_parent_cancelled())
+                if payload["decoupled"]:
+                    self._reply(call_id, "more", wire)
+                    self._reply(call_id, "end", None)
+                else:
+                    self._reply(call_id, "ok", wire)
+            raise
+
+    async def _run_bls(self, call_id: int, server: ServerApi, payload: dict[str, Any]) -> None:
         try:
             request = bls_request(payload, self._dtypes)
         except Exception as exc:  # inputs the protocol cannot carry
@@ -232,6 +291,10 @@ class ServerLink:
         except RepokitError as exc:
             self._reply(call_id, "more", error_to_wire(exc))
         self._reply(call_id, "end", None)
+
+
+def _parent_cancelled() -> RepokitError:
+    return RepokitError(Code.CANCELLED, PARENT_CANCELLED)
 
 
 def closed_stream_error(instance_name: str) -> RepokitError:

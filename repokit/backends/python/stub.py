@@ -80,6 +80,13 @@ def _none_returned() -> str:
     )
 
 
+async def _on_behalf_of(parents: tuple[int, ...], coroutine: Any) -> Any:
+    """Run a decoupled ``async def execute`` on the background loop with the BLS parents of
+    the execute call that started it (a task there does not inherit the caller's context)."""
+    RUNTIME.parents.set(parents)
+    return await coroutine
+
+
 class Instance:
     def __init__(self, link: ChildLink) -> None:
         self.link = link
@@ -103,7 +110,9 @@ class Instance:
         if self._background is None:
             loop = self._background = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, daemon=True).start()
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._background)
+        future = asyncio.run_coroutine_threadsafe(
+            _on_behalf_of(RUNTIME.parents.get(), coroutine), self._background
+        )
         future.add_done_callback(self._background_done)
 
     def _background_done(self, future: Any) -> None:
@@ -205,15 +214,19 @@ class Instance:
             for inputs, requested, request_id, correlation_id, flags, parameters, key in batch
         ]
         built = time.perf_counter_ns()
-        if self.decoupled:
-            return self._execute_decoupled(requests, started, built)
+        parents = RUNTIME.parents.set(tuple(request.key() for request in requests))
         try:
-            responses = self._run(self.model.execute(requests))
-            if responses is None:
-                responses = self._sent_responses(requests)
-            problem = self._check(responses, len(requests))
-        except BaseException as exc:
-            problem = format_exception(exc)
+            if self.decoupled:
+                return self._execute_decoupled(requests, started, built)
+            try:
+                responses = self._run(self.model.execute(requests))
+                if responses is None:
+                    responses = self._sent_responses(requests)
+                problem = self._check(responses, len(requests))
+            except BaseException as exc:
+                problem = format_exception(exc)
+        finally:
+            RUNTIME.parents.reset(parents)
         executed = time.perf_counter_ns()
         if problem is not None:
             message = (
