@@ -10,6 +10,12 @@ What counts (as Triton's ``InferenceStatsAggregator``):
 - a request the backend failed: fail +1, with a failure reason for the metrics;
 - each execution: execution_count +1 and ``batch_stats[batch size]`` +1 per compute phase.
 Requests rejected by the request checks never reach a model and are not counted (as Triton).
+
+``response_stats`` is always ``{}``: Triton's core fills it only from what a backend reports
+per response (``TRITONBACKEND_ModelInstanceReportResponseStatistics``), and neither the python
+backend (2.51, nor its current source) nor onnxruntime's reports anything, so Triton 2.51 shows
+``{}`` for plain and decoupled python models alike (checked against it in
+tests/differential/test_python_cancel_vs_triton.py).
 """
 
 from __future__ import annotations

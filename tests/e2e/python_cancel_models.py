@@ -98,10 +98,12 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
+DECOUPLED = "model_transaction_policy { decoupled: true }\n"
+
 MODELS: dict[str, tuple[str, str]] = {
     "slow": ('backend: "python"\n' + IO, SLOW),
     "bls_slow": ('backend: "python"\n' + IO, BLS_SLOW),
-    "stream": ('backend: "python"\n' + IO + "model_transaction_policy { decoupled: true }\n", STREAM),
+    "stream": ('backend: "python"\n' + IO + DECOUPLED, STREAM),
 }
 
 

@@ -117,9 +117,10 @@ def _settled(server: ServerThread, before: dict[str, float]) -> dict[str, float]
 
     def finished() -> bool:
         now = _slow_counts(server)
-        return now["cancelled"] + now["completed"] - before["cancelled"] - before[
-            "completed"
-        ] >= now["executed"] - before["executed"]
+        return (
+            now["cancelled"] + now["completed"] - before["cancelled"] - before["completed"]
+            >= now["executed"] - before["executed"]
+        )
 
     _wait_until(finished, "the slow model to finish its requests")
     now = _slow_counts(server)
@@ -188,7 +189,7 @@ def test_response_stats_stay_empty_for_python_models(server: ServerThread, proto
     grpc.start_stream(callback=lambda result, error: responses.put((result, error)))
     grpc.async_stream_infer("stream", [_slow_input(grpcclient, 3)])
     for _ in range(3):
-        result, error = responses.get(timeout=30)
+        _, error = responses.get(timeout=30)
         assert error is None
     grpc.stop_stream()
     for model in ("slow", "stream"):
