@@ -96,3 +96,14 @@ def test_model_config_auto_complete_rules() -> None:
         config.set_model_transaction_policy({"streaming": True})
     assert config.as_dict()["input"] == [{"name": "A", "data_type": "TYPE_FP32", "dims": [4]}]
     assert config.as_dict()["dynamic_batching"] == {}
+
+
+def test_release_flags_reschedule_is_refused_clearly() -> None:
+    # repokit's sequence batcher has no iterative sequences: rescheduling is refused at once
+    # with a clear error (the model's execute fails with it) instead of hanging the request
+    request = pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[], key=1)
+    request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL)
+    with pytest.raises(pb_utils.TritonModelException, match="iterative_sequence"):
+        request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    with pytest.raises(pb_utils.TritonModelException, match="Unsupported release flags"):
+        request.set_release_flags(7)
