@@ -12,13 +12,14 @@ event loop, never in ``__init__``.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from repokit.backends.base import BackendRequest, BackendResult, Timing
 
 
-@dataclass(frozen=True)
-class ScheduledResult:
+class ScheduledResult(NamedTuple):
+    """One per request and execution: a tuple, the cheapest immutable record to build."""
+
     result: BackendResult
     queue_ns: int  # from submit() until an instance started the execution
     timing: Timing  # durations of the execution that served the request

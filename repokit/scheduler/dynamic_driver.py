@@ -37,12 +37,11 @@ from repokit.scheduler.runtime import (
     Waker,
     execute_batch,
     monotonic_clock,
-    settle,
     with_request_id,
 )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Job:
     request: BackendRequest
     future: asyncio.Future[ScheduledResult]
@@ -81,6 +80,8 @@ class DynamicBatchScheduler(Scheduler):
         )
         self._workers: list[asyncio.Task[None]] = []
         self._expires = _has_timeouts(config)
+        self._batching = self._settings.max_batch_size > 0
+        self._keyed = self._batching and self._rules.checks_inputs
         self._running = False
         self._stopping = False
 
@@ -130,16 +131,14 @@ class DynamicBatchScheduler(Scheduler):
         if not self._running or self._stopping:
             raise unavailable("model is not accepting requests: its scheduler is stopped")
         future: asyncio.Future[ScheduledResult] = asyncio.get_running_loop().create_future()
-        job = _Job(request, future)
-        batching = self._settings.max_batch_size > 0
         try:
-            item = self._planner.enqueue(
-                job,
+            item = self._planner.queues.enqueue(
+                _Job(request, future),
                 now_ns=self._clock(),
-                batch_size=max(1, batch_size) if batching else 1,
+                batch_size=batch_size if self._batching and batch_size > 1 else 1,
                 priority=priority,
                 timeout_us=timeout_us,
-                key=batching_key(request, self._rules) if batching else None,
+                key=batching_key(request, self._rules) if self._keyed else None,
             )
         except RepokitError as exc:  # queue full: Triton prefixes the request id
             raise with_request_id(exc, request.request_id) from None
@@ -194,12 +193,14 @@ class DynamicBatchScheduler(Scheduler):
             results, timing = await execute_batch(self._backend, instance, requests)
         if self._on_execution is not None:
             self._on_execution(sum(sizes), timing)
+        ordered = self._ordered
         for item, result in zip(live, results, strict=True):
             scheduled = ScheduledResult(result, start_ns - item.enqueue_ns, timing)
-            if self._ordered is not None:
-                self._ordered.complete(item.payload.future, scheduled)
-            else:
-                settle(item.payload.future, scheduled)
+            future = item.payload.future
+            if ordered is not None:
+                ordered.complete(future, scheduled)
+            elif not future.done():
+                future.set_result(scheduled)
 
 
 def _has_timeouts(config: mc.ModelConfig) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from repokit.backends.base import BackendRequest, BackendResult, Timing
 from repokit.errors import RepokitError, internal, unavailable
@@ -36,7 +36,7 @@ from repokit.scheduler.base import ScheduledResult, Scheduler
 InferCallable = Callable[[str, int, BackendRequest], Awaitable[ScheduledResult]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EnsembleStep:
     index: int
     model_name: str
@@ -44,9 +44,8 @@ class EnsembleStep:
     input_map: tuple[tuple[str, str], ...]  # (model input, ensemble tensor)
     output_map: tuple[tuple[str, str], ...]  # (model output, ensemble tensor)
 
-    @property
-    def needs(self) -> frozenset[str]:
-        return frozenset(tensor for _, tensor in self.input_map)
+    needs: frozenset[str] = frozenset()  # the ensemble tensors the step waits for
+    routes: dict[str, str] = field(default_factory=dict)  # model output -> ensemble tensor
 
 
 def ensemble_steps(config: mc.ModelConfig) -> tuple[EnsembleStep, ...]:
@@ -57,6 +56,8 @@ def ensemble_steps(config: mc.ModelConfig) -> tuple[EnsembleStep, ...]:
             model_version=int(step.model_version),
             input_map=tuple(sorted(step.input_map.items())),
             output_map=tuple(sorted(step.output_map.items())),
+            needs=frozenset(step.input_map.values()),
+            routes=dict(step.output_map),
         )
         for i, step in enumerate(config.ensemble_scheduling.step)
     )
@@ -109,10 +110,20 @@ class EnsembleScheduler(Scheduler):
         queue_ns = -1
         try:
             while True:
-                for step in [s for s in waiting if s.needs <= tensors.keys()]:
+                ready = [s for s in waiting if s.needs <= tensors.keys()]
+                if queue_ns < 0 and ready:
+                    queue_ns = time.perf_counter_ns() - submitted_ns
+                if len(ready) == 1 and not running:
+                    # a chain: run the only runnable step inline (no task, no asyncio.wait)
+                    step = ready[0]
                     waiting.remove(step)
-                    if queue_ns < 0:
-                        queue_ns = time.perf_counter_ns() - submitted_ns
+                    scheduled = await self._call(step, request, tensors)
+                    error = self._take(step, scheduled, tensors, totals)
+                    if error is not None:
+                        return ScheduledResult(error, queue_ns, totals.timing())
+                    continue
+                for step in ready:
+                    waiting.remove(step)
                     task = asyncio.create_task(self._call(step, request, tensors))
                     running[task] = step
                 if not running:
@@ -120,19 +131,9 @@ class EnsembleScheduler(Scheduler):
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     step = running.pop(task)
-                    scheduled = task.result()
-                    totals.add(scheduled.timing)
-                    result = scheduled.result
-                    if result.error is not None:
-                        error = BackendResult(error=self._prefixed(result.error))
+                    error = self._take(step, task.result(), tensors, totals)
+                    if error is not None:
                         return ScheduledResult(error, max(queue_ns, 0), totals.timing())
-                    routes = dict(step.output_map)
-                    for out in result.outputs:
-                        target = routes.get(out.name)
-                        if target is not None:
-                            tensors[target] = InferTensor(
-                                target, out.datatype, out.shape, out.data, out.parameters
-                            )
         finally:
             for task in running:
                 task.cancel()
@@ -145,6 +146,27 @@ class EnsembleScheduler(Scheduler):
         else:
             result = BackendResult(outputs=[tensors[name] for name in wanted])
         return ScheduledResult(result, max(queue_ns, 0), totals.timing())
+
+    def _take(
+        self,
+        step: EnsembleStep,
+        scheduled: ScheduledResult,
+        tensors: dict[str, InferTensor],
+        totals: _TimingSum,
+    ) -> BackendResult | None:
+        """Route a finished step's outputs into ``tensors``; its error result, if it failed."""
+        totals.add(scheduled.timing)
+        result = scheduled.result
+        if result.error is not None:
+            return BackendResult(error=self._prefixed(result.error))
+        routes = step.routes
+        for out in result.outputs:
+            target = routes.get(out.name)
+            if target is not None:
+                tensors[target] = InferTensor(
+                    target, out.datatype, out.shape, out.data, out.parameters
+                )
+        return None
 
     async def _call(
         self, step: EnsembleStep, request: BackendRequest, tensors: dict[str, InferTensor]

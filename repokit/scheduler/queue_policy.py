@@ -59,7 +59,7 @@ class QueuePolicy:
         return self.default_timeout_us
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class QueuedItem(Generic[T]):
     """One queued request: ``payload`` is opaque to the queue."""
 
@@ -134,20 +134,15 @@ class PriorityQueues(Generic[T]):
         key: Hashable = None,
     ) -> QueuedItem[T]:
         """Queue a request; raises UNAVAILABLE at once when its level is full."""
-        index = self.level_index(priority)
+        index = self.level_index(priority) if self._settings.levels else 0
         level = self._levels[index]
         policy = level.policy
         if policy.max_queue_size and len(level) >= policy.max_queue_size:
             raise unavailable(QUEUE_FULL_MESSAGE)
-        effective = policy.timeout_us(timeout_us)
-        item = QueuedItem(
-            payload=payload,
-            batch_size=batch_size,
-            enqueue_ns=now_ns,
-            deadline_ns=now_ns + effective * 1000 if effective else 0,
-            level=index,
-            key=key,
-        )
+        deadline_ns = 0
+        if policy.default_timeout_us:
+            deadline_ns = now_ns + policy.timeout_us(timeout_us) * 1000
+        item = QueuedItem(payload, batch_size, now_ns, deadline_ns, index, key)
         level.queue.append(item)
         self._size += 1
         return item
