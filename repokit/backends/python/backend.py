@@ -29,15 +29,31 @@ is never sent.
 Measured on this machine (2 cores shared with other work, Python 3.11, numpy 2; noisy):
 - add_sub (FP32[1,16] x 2 in and out) through ``PythonBackend.execute``: ~41-47 us per
   sequential round trip (was ~75-90 us), ~30-35 us per request with many in flight;
-  ``InferenceService.infer`` in-process (``/tmp/prof_core.py``): ~14-16k req/s at
-  concurrency 1 and ~24-26k at concurrency 8 (was ~8.6k at both); server CPU ~33 us and
-  instance CPU ~16 us per request at concurrency 8;
+  ``InferenceService.infer`` in-process (``/tmp/prof_core.py``; earlier, quieter run): ~14-16k
+  req/s at concurrency 1 and ~24-26k at concurrency 8 (was ~8.6k at both);
+- re-measured with cancellation and BLS-parent tracking in place, CPU time from /proc (the
+  server process, which here also builds the requests, and the instance process), 8000
+  requests per run, load average 6-9 on the 2 cores (no quiet moment came): server CPU
+  ~54-62 us per request at concurrency 1 and ~35-39 us at 8, instance CPU ~29-35 us at 1 and
+  ~16-19 us at 8; 7-12k req/s at concurrency 1 and 12-18k at 8 (throughput under that load
+  is noise; the CPU figures are the cost of isolation: the instance's share is the socket
+  round trip, unpickling and building the pb_utils objects around the model's ``execute``);
 - identity on a 1 MB FP32 tensor: ~0.14-0.17 ms per sequential round trip (2 MB across the
   socket);
 - over HTTP (``benchmarks/http_vs_triton.py``, wrk): add_sub JSON at concurrency 8 ~8-10k
   req/s (Triton 2.51 ~16-18k, a bare Sanic handler ~35k): the HTTP stack (Sanic, JSON decode
   and encode) now costs more than this backend; identity 1 MB binary at concurrency 4
   0.8-1.2x Triton, dominated by the body copies in Sanic and the response join.
+
+Cancellation
+------------
+A request whose caller goes away (HTTP client disconnect, gRPC cancel, stream closed) is
+cancelled: a queued one is never sent to the instance; a running one is told to the process
+(``request.is_cancelled()`` becomes True) and every BLS request its ``execute`` made (or makes
+from then on) is cancelled with it (see :mod:`repokit.backends.python.server_link`). BLS
+requests made from threads the model started are not tied to a request and keep running.
+Rescheduling (``set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``) is refused with
+a clear error: the sequence batcher has no iterative sequences.
 
 Failures
 --------
