@@ -3,6 +3,8 @@
 Follows Triton's ``HTTPAPIServer::HandleInfer`` / ``EVBufferToInput`` / ``ParseJsonTritonIO`` /
 ``ParseJsonTritonParams`` (server ``src/http_server.cc``) step by step, with Triton's messages.
 The body is sliced with memoryviews; binary tensors become read-only ``numpy.frombuffer`` views.
+Plain JSON inputs and outputs take :mod:`.infer_fast_paths` first; anything else (and every
+error) goes through the checked path below.
 
 Deliberate difference: every malformed-JSON / wrong-JSON-type error is INVALID_ARG (HTTP 400),
 where Triton answers 500 because its TritonJson errors are INTERNAL (reference §1.4); the
@@ -22,6 +24,7 @@ import numpy.typing as npt
 import orjson
 
 from repokit.errors import RepokitError, invalid_arg
+from repokit.frontends.http.infer_fast_paths import plain_json_input, plain_output
 from repokit.protocol import datatypes
 from repokit.protocol.json_codec import array_from_json
 from repokit.protocol.tensor_codec import array_from_bytes
@@ -319,7 +322,7 @@ def _parse_inputs(
     total = len(view)
     append = request.inputs.append
     for item in items:
-        fast = _plain_json_input(item, max_input_size)
+        fast = plain_json_input(item, max_input_size)
         if fast is not None:
             append(fast)
             continue
@@ -396,7 +399,7 @@ def _parse_outputs(document: Any, decoded: DecodedInfer) -> None:
     binary_outputs = decoded.binary_outputs
     requested = decoded.request.outputs
     for item in items:
-        fast = _plain_output(item)
+        fast = plain_output(item)
         if fast is not None:
             binary_outputs[fast[0]] = fast[1]
             requested.append(RequestedOutput(name=fast[0]))
@@ -424,85 +427,3 @@ def _parse_outputs(document: Any, decoded: DecodedInfer) -> None:
         decoded.request.outputs.append(
             RequestedOutput(name=name, classification=classification, shm=shm)
         )
-
-
-# --- fast paths: the common well-formed shapes, decided without the checked path's helpers.
-# Each returns None for anything else, and the checked path then decodes the item (and raises
-# every error), so both paths agree on every input they both accept.
-
-_FLOAT_DTYPES: dict[str, np.dtype[Any]] = {"FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}
-_INT_DTYPES: dict[str, tuple[np.dtype[Any], str]] = {
-    name: (np.dtype(code), "<i8" if name[0] == "I" else "<u8")
-    for name, code in (
-        ("INT8", "i1"), ("INT16", "<i2"), ("INT32", "<i4"), ("INT64", "<i8"),
-        ("UINT8", "u1"), ("UINT16", "<u2"), ("UINT32", "<u4"), ("UINT64", "<u8"),
-    )
-}  # fmt: skip
-_NUMBER_TYPES = frozenset({int, float})
-_INT_TYPES = frozenset({int})
-
-
-def _plain_json_input(item: Any, max_input_size: int) -> InputSpec | None:
-    """An input given as ``{"name", "datatype", "shape", "data"}`` with a flat numeric
-    ``data`` of exactly the shape's element count (no parameters), else None."""
-    if type(item) is not dict or "parameters" in item:
-        return None
-    name = item.get("name")
-    datatype = item.get("datatype")
-    shape_json = item.get("shape")
-    data = item.get("data")
-    if (
-        type(name) is not str
-        or type(datatype) is not str
-        or type(shape_json) is not list
-        or type(data) is not list
-    ):
-        return None
-    count = 1
-    for dim in shape_json:
-        if type(dim) is not int or dim < 0:
-            return None
-        count *= dim
-    if count == 0 or count > INT64_MAX or len(data) != count:
-        return None
-    element_types = set(map(type, data))
-    dtype = _FLOAT_DTYPES.get(datatype)
-    try:
-        if dtype is not None:
-            if not element_types <= _NUMBER_TYPES or count * dtype.itemsize > max_input_size:
-                return None
-            array = np.asarray(data, dtype=dtype)
-        else:
-            ints = _INT_DTYPES.get(datatype)
-            if ints is None or not element_types <= _INT_TYPES:
-                return None
-            dtype, wide = ints
-            if count * dtype.itemsize > max_input_size:
-                return None
-            array = np.asarray(data, dtype=wide).astype(dtype, copy=False)
-    except OverflowError:
-        return None
-    shape = tuple(shape_json)
-    return InputSpec(name=name, datatype=datatype, shape=shape, data=array.reshape(shape))
-
-
-def _plain_output(item: Any) -> tuple[str, bool] | None:
-    """(name, binary) of an output given as ``{"name"}`` or ``{"name", "parameters":
-    {"binary_data": <bool>}}``, else None."""
-    if type(item) is not dict:
-        return None
-    name = item.get("name")
-    if type(name) is not str:
-        return None
-    params = item.get("parameters")
-    if params is None:
-        return name, False
-    if type(params) is not dict:
-        return None
-    if not params:
-        return name, False
-    if len(params) == 1:
-        binary = params.get("binary_data")
-        if type(binary) is bool:
-            return name, binary
-    return None
