@@ -392,6 +392,12 @@ async def run_perf(
         options.batch_size,
         options.percentile,
     )
+    wire_problem = getattr(transport, "wire_problem", None)
+    if wire_problem and not options.async_mode and options.mode == "concurrency":
+        report.warnings.append(
+            f"gRPC: the built-in HTTP/2 client cannot talk to this server ({wire_problem}); "
+            "using the grpc library, which costs more client CPU per request"
+        )
     try:
         session = await prepare_session(options, transport)
         report.version = session.info.version

@@ -173,6 +173,11 @@ def test_grpc_own_http2_client_and_library_fallback(server: ServerThread, stream
     connection.close()
     library, connection = asyncio.run(measure(True))
     assert library.exit_code == 0 and library.results[0].summary.throughput > 0
+    assert library.warnings == [
+        "gRPC: the built-in HTTP/2 client cannot talk to this server (forced by the test); "
+        "using the grpc library, which costs more client CPU per request"
+    ]
+    assert own.warnings == []
     # unary falls back to a synchronous grpc channel, streaming to the asyncio driver
     assert connection is None if streaming else isinstance(connection, BlockingGrpcConnection)
 

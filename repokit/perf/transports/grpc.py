@@ -1,12 +1,19 @@
-"""KServe v2 over gRPC (grpc.aio), unary or bidirectional streaming, with repokit's generated types.
+"""KServe v2 over gRPC, unary or bidirectional streaming, with repokit's generated types.
 
 :meth:`GrpcTransport.prepare` builds and serializes a ``ModelInferRequest`` once (raw input
-contents via repokit's tensor codec). The infer stubs are registered without serializers, so the
-hot path hands pre-serialized bytes to gRPC and parses the answer with
-``ModelInferResponse.FromString``. Sequence requests copy the prepared message, set the
-``sequence_id``/``sequence_start``/``sequence_end`` parameters and serialize it. Workers are
-spread over several channels (distinct channel arguments so gRPC does not share one
-subchannel) to mirror separate HTTP/2 connections.
+contents via repokit's tensor codec); sequence requests copy it, set the ``sequence_id`` /
+``sequence_start`` / ``sequence_end`` parameters and serialize it.
+
+Sync mode (worker threads, the default) runs on :mod:`repokit.perf.transports.grpc_wire`, our
+own blocking HTTP/2 client, one connection per worker: the grpc library costs 100-200 us of
+client CPU per call from Python, which made the client the bottleneck against Triton (0.25x
+h2load's requests/s at concurrency 1; see benchmarks/perf_vs_wrk.py). :meth:`GrpcTransport.open`
+probes it with one ServerLive call; if the server's headers defeat it (Huffman-coded), sync mode
+falls back to synchronous grpc channels (streaming then to asyncio) and ``wire_problem`` says why.
+Async and rate modes, and the control calls (metadata, config, statistics, shared memory), use
+grpc.aio with the infer stubs registered without serializers (pre-serialized bytes in, parsed
+with ``FromString``); workers share up to :data:`CHANNELS` channels (distinct channel arguments
+so gRPC does not share one subchannel), opened on demand.
 """
 
 from __future__ import annotations

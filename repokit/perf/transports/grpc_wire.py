@@ -231,8 +231,8 @@ class WireConnection:
             allowed = min(self._max_frame, self._send_window, self._stream_window)
             if allowed <= 0 and view:
                 self._receive()  # wait for WINDOW_UPDATE
-                if self._ended:
-                    raise WireError(self._fault or "gRPC stream closed while sending")
+                if self._ended:  # answered (an error) before the request was complete
+                    return
                 continue
             chunk = bytes(view[:allowed])
             view = view[allowed:]
