@@ -68,6 +68,10 @@ class LoadedVersion:
     scheduler: Scheduler | None = None
     inflight: int = 0
     _idle: asyncio.Event | None = field(default=None, repr=False)
+    version_text: str = field(init=False, repr=False)  # str(version), for every response
+
+    def __post_init__(self) -> None:
+        self.version_text = str(self.version)
 
     @property
     def is_ensemble(self) -> bool:

@@ -183,13 +183,20 @@ class ModelManager:
         record = self._records.get(name)
         if record is None or (not record.known and not record.versions):
             raise not_found(f"Request for unknown model: '{name}' is not found")
-        if not version:
-            ready = record.ready()
-            if not ready:
+        if not version:  # the highest READY version (one pass: this runs per request)
+            best: LoadedVersion | None = None
+            best_version = 0
+            for candidate in record.versions.values():
+                found = candidate.loaded
+                if (
+                    candidate.state == READY
+                    and found is not None
+                    and (best is None or candidate.version > best_version)
+                ):
+                    best, best_version = found, candidate.version
+            if best is None:
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
-            best = max(ready, key=lambda s: s.version)
-            assert best.loaded is not None
-            return best.loaded
+            return best
         number = parse_version(version)
         status = record.versions.get(number)
         if status is None:

@@ -35,12 +35,34 @@ def _config_shape(tensor: InferTensor, info: OutputInfo | None, batching: bool) 
     return replace(tensor, shape=target, data=tensor.data.reshape(target))
 
 
+def _plain_outputs(request: InferRequest, result: BackendResult) -> list[InferTensor] | None:
+    """The outputs as they are when nothing is asked of them (no classification, no shared
+    memory) and the model reshapes none; None otherwise."""
+    asked = request.outputs
+    if not asked:
+        return list(result.outputs)
+    names = set()
+    for output in asked:
+        if output.classification > 0 or output.shm is not None:
+            return None
+        names.add(output.name)
+    outputs = result.outputs
+    return [t for t in outputs if t.name in names]
+
+
 def finish_outputs(
     loaded: LoadedVersion,
     request: InferRequest,
     result: BackendResult,
     shared_memory: SystemSharedMemory,
 ) -> InferResponse:
+    if not loaded.io.reshaped_outputs and not result.parameters:
+        plain = _plain_outputs(request, result)
+        if plain is not None:
+            return InferResponse(
+                model_name=loaded.name, model_version=loaded.version_text, id=request.id,
+                outputs=plain,
+            )  # fmt: skip
     wanted = {o.name: o for o in request.outputs}
     batching = loaded.config.max_batch_size > 0
     outputs: list[InferTensor] = []

