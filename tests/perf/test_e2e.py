@@ -64,7 +64,8 @@ def _options(server: ServerThread, **kwargs: Any) -> PerfOptions:
         "url": server.http_url,
         "measurement_interval_ms": 300.0,
         "stability_percentage": 1000.0,
-        "max_trials": 4,
+        # generous: on a loaded 2-core CI machine a 300 ms window can be nearly empty
+        "max_trials": 12,
     }
     values.update(kwargs)
     if values.get("protocol") == "grpc" and "url" not in kwargs:
@@ -221,7 +222,12 @@ def test_ensemble_breakdown_per_composing_model(server: ServerThread, tmp_path: 
     server_stats = report.results[0].server
     assert server_stats is not None
     assert set(server_stats.composing) == {"add_sub_onnx", "add_sub"}
-    assert server_stats.composing["add_sub"].success_count == server_stats.success_count
+    # statistics are read between windows while a request may be inside the ensemble (its
+    # composing step counted, the ensemble not yet), so the counts may differ by in-flight ones
+    in_flight = 1  # the default concurrency
+    difference = server_stats.composing["add_sub"].success_count - server_stats.success_count
+    assert abs(difference) <= 2 * in_flight
+    assert server_stats.composing["add_sub"].success_count > 0
     assert (tmp_path / "add_sub_v1.e.csv").read_text().startswith("Concurrency,Inferences/Second")
 
 
