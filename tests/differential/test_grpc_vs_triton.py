@@ -12,14 +12,9 @@ Deliberate differences, and how the comparison handles them:
 
 from __future__ import annotations
 
-import contextlib
 import os
-import random
 import re
-import signal
-import subprocess
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -30,12 +25,11 @@ import tritonclient.utils.shared_memory as shm
 
 from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from tests.differential.triton_reference import running_triton
 from tests.frontends.grpc.serving import make_repository, running_server
 
 pytestmark = pytest.mark.triton
 
-TRITON = Path("/work/shared/tools/triton-reference.sh")
-SHARED_VENV = Path("/tmp/triton-reference-venv")
 SHM_NAME = "diff_region"
 SHM_SIZE = 1024
 
@@ -86,44 +80,6 @@ def _write_mixed_model(repo: Path) -> None:
     )
 
 
-def _wait_ready(stub: pb_grpc.GRPCInferenceServiceStub, deadline_s: float = 120.0) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        try:
-            if stub.ServerReady(pb.ServerReadyRequest(), timeout=2).ready:
-                return
-        except grpc.RpcError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("Triton did not become ready")
-
-
-def _private_venv(directory: Path) -> Path:
-    """Symlinks to the shared Triton venv, so this server writes its own triton.log."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for entry in SHARED_VENV.iterdir():
-        if entry.name != "triton.log" and not (directory / entry.name).exists():
-            (directory / entry.name).symlink_to(entry)
-    return directory
-
-
-def _stop_group(pid: int) -> None:
-    """The script starts tritonserver with setsid: its group also holds the python stubs."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except OSError:
-        return
-    end = time.monotonic() + 20
-    while time.monotonic() < end:
-        try:
-            os.killpg(pid, 0)
-        except OSError:
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
-
-
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repository = make_repository(tmp_path_factory.mktemp("grpc-diff"))
@@ -154,22 +110,13 @@ def _register(stub: pb_grpc.GRPCInferenceServiceStub, key: str) -> None:
 def triton(
     repo: Path, region: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[pb_grpc.GRPCInferenceServiceStub]:
-    ports = random.sample(range(20000, 60000), 3)
-    venv = _private_venv(tmp_path_factory.mktemp("triton-venv"))
-    out = subprocess.run(
-        [str(TRITON), str(repo), *map(str, ports)],
-        capture_output=True, text=True, check=True, env={**os.environ, "TRITON_VENV": str(venv)},
-    )  # fmt: skip
-    pid = int(out.stdout.strip().splitlines()[-1])
-    channel = grpc.insecure_channel(f"127.0.0.1:{ports[1]}")
-    try:
+    with (
+        running_triton(repo, tmp_path_factory.mktemp("triton"), ready=()) as server,
+        grpc.insecure_channel(server.grpc_url) as channel,
+    ):
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
-        _wait_ready(stub)
         _register(stub, region)
         yield stub
-    finally:
-        channel.close()
-        _stop_group(pid)
 
 
 @pytest.fixture(scope="module")

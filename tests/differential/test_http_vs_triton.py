@@ -5,12 +5,6 @@ over. Documented difference: malformed / ill-typed JSON is 400 in repokit where 
 
 from __future__ import annotations
 
-import os
-import random
-import signal
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,33 +14,10 @@ import orjson
 import pytest
 import requests
 
+from tests.differential.triton_reference import TritonReference, running_triton
 from tests.frontends.http.server_thread import ServerThread, copy_models, running_server
 
 pytestmark = pytest.mark.triton
-
-TRITON_SCRIPT = Path("/work/shared/tools/triton-reference.sh")
-
-
-def _free_port() -> int:
-    for _ in range(50):
-        port = random.randint(20000, 60000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port")
-
-
-@dataclass
-class Triton:
-    pid: int
-    http_port: int
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
 
 
 @pytest.fixture(scope="module")
@@ -55,30 +26,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def triton(repository: Path) -> Iterator[Triton]:
-    ports = [_free_port() for _ in range(3)]
-    out = subprocess.run(
-        [str(TRITON_SCRIPT), str(repository), *map(str, ports)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    server = Triton(int(out.stdout.strip().splitlines()[-1]), ports[0])
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(f"{server.base}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("Triton did not become ready")
-            time.sleep(0.2)
+def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonReference]:
+    with running_triton(repository, tmp_path_factory.mktemp("triton"), ready=()) as server:
         yield server
-    finally:
-        os.kill(server.pid, signal.SIGTERM)
 
 
 @pytest.fixture(scope="module")
@@ -427,8 +377,10 @@ def _outputs(response: requests.Response) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_same_status_and_outputs(case: Case, triton: Triton, repokit: ServerThread) -> None:
-    expected = _send(triton.base, case)
+def test_same_status_and_outputs(
+    case: Case, triton: TritonReference, repokit: ServerThread
+) -> None:
+    expected = _send(triton.url, case)
     got = _send(f"http://{repokit.http_url}", case)
     if case.json_error_500 and expected.status_code == 500:
         assert got.status_code == 400, got.text  # documented: 400 per the KServe spec
@@ -465,8 +417,8 @@ def test_same_status_and_outputs(case: Case, triton: Triton, repokit: ServerThre
         assert head_e["model_version"] == head_g["model_version"]
 
 
-def test_both_servers_still_healthy(triton: Triton, repokit: ServerThread) -> None:
+def test_both_servers_still_healthy(triton: TritonReference, repokit: ServerThread) -> None:
     for case in CASES:  # replay everything, then check health
         _send(f"http://{repokit.http_url}", case)
-    assert requests.get(f"{triton.base}/v2/health/ready", timeout=10).status_code == 200
+    assert requests.get(f"{triton.url}/v2/health/ready", timeout=10).status_code == 200
     assert requests.get(f"http://{repokit.http_url}/v2/health/ready", timeout=10).status_code == 200

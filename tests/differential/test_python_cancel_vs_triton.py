@@ -10,11 +10,8 @@ models (``python_cancel_models``) served by both, the same requests sent to both
 
 from __future__ import annotations
 
-import os
 import queue
-import signal
 import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,13 +21,10 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 
-from repokit.core.settings import ServerSettings
-from repokit.frontends.runner import ServeSettings
-from tests.differential.test_python_parity_vs_triton import Endpoint, _wait_model
-from tests.differential.test_scheduling_vs_triton import TRITON_SCRIPT, _free_port, private_venv
+from tests.differential.triton_reference import running_triton
 from tests.e2e.python_cancel_models import build_cancel_repository
 from tests.e2e.test_python_cancellation import EVENTS, _wait_until
-from tests.frontends.http.server_thread import ServerThread
+from tests.frontends.http.server_thread import Endpoints, running_server
 
 pytestmark = pytest.mark.triton
 
@@ -41,51 +35,19 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
-    venv = private_venv(tmp_path_factory.mktemp("triton_cancel") / "venv")
-    ports = [_free_port() for _ in range(3)]
-    out = subprocess.run(
-        [str(TRITON_SCRIPT), str(repository), *map(str, ports)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "TRITON_VENV": str(venv)},
-    )
-    pid = int(out.stdout.strip().splitlines()[-1])
-    base = f"http://127.0.0.1:{ports[0]}"
-    try:
-        for model in ("slow", "bls_slow", "stream"):
-            _wait_model(base, model)
-        yield Endpoint(base, f"127.0.0.1:{ports[1]}", f"http://127.0.0.1:{ports[2]}")
-    finally:
-        os.kill(pid, signal.SIGTERM)
+def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+    models = ("slow", "bls_slow", "stream")
+    with running_triton(repository, tmp_path_factory.mktemp("triton_cancel"), ready=models) as srv:
+        yield srv.endpoints
 
 
 @pytest.fixture(scope="module")
-def repokit(repository: Path) -> Iterator[Endpoint]:
-    settings = ServeSettings(
-        core=ServerSettings(repositories=[repository]),
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        http_address="127.0.0.1",
-        grpc_address="127.0.0.1",
-    )
-    srv = ServerThread(settings)
-    srv.start()
-    try:
-        assert srv.handle is not None
-        yield Endpoint(
-            f"http://{srv.http_url}",
-            f"127.0.0.1:{srv.handle.grpc_port}",
-            f"http://127.0.0.1:{srv.handle.metrics_port}",
-        )
-    finally:
-        srv.stop()
+def repokit(repository: Path) -> Iterator[Endpoints]:
+    with running_server(repository, allow_grpc=True) as srv:
+        yield srv.endpoints
 
 
-def _counts(endpoint: Endpoint) -> dict[str, float]:
+def _counts(endpoint: Endpoints) -> dict[str, float]:
     counts = dict.fromkeys(EVENTS, 0.0)
     for line in requests.get(f"{endpoint.metrics}/metrics", timeout=10).text.splitlines():
         for event in EVENTS:
@@ -94,7 +56,7 @@ def _counts(endpoint: Endpoint) -> dict[str, float]:
     return counts
 
 
-def _settled(endpoint: Endpoint, before: dict[str, float]) -> dict[str, float]:
+def _settled(endpoint: Endpoints, before: dict[str, float]) -> dict[str, float]:
     def finished() -> bool:
         now = _counts(endpoint)
         done = now["cancelled"] + now["completed"] - before["cancelled"] - before["completed"]
@@ -111,7 +73,7 @@ def _slow_input(wait_ms: int) -> grpcclient.InferInput:
     return item
 
 
-def _grpc_cancelled(endpoint: Endpoint, model: str, wait_ms: int) -> dict[str, float]:
+def _grpc_cancelled(endpoint: Endpoints, model: str, wait_ms: int) -> dict[str, float]:
     before = _counts(endpoint)
     client = grpcclient.InferenceServerClient(endpoint.grpc)
     call = client.async_infer(model, [_slow_input(wait_ms)], callback=lambda r, e: None)
@@ -122,13 +84,13 @@ def _grpc_cancelled(endpoint: Endpoint, model: str, wait_ms: int) -> dict[str, f
     return settled
 
 
-def test_grpc_cancel_reaches_the_model_on_both(triton: Endpoint, repokit: Endpoint) -> None:
+def test_grpc_cancel_reaches_the_model_on_both(triton: Endpoints, repokit: Endpoints) -> None:
     expected = {"executed": 1, "cancelled": 1, "completed": 0}
     assert _grpc_cancelled(triton, "slow", 20_000) == expected
     assert _grpc_cancelled(repokit, "slow", 20_000) == expected
 
 
-def test_grpc_cancel_of_a_bls_caller(triton: Endpoint, repokit: Endpoint) -> None:
+def test_grpc_cancel_of_a_bls_caller(triton: Endpoints, repokit: Endpoints) -> None:
     # Triton 2.51 leaves the BLS request running (3 s here); repokit cancels it with its parent
     assert _grpc_cancelled(triton, "bls_slow", 3_000) == {
         "executed": 1,
@@ -142,7 +104,7 @@ def test_grpc_cancel_of_a_bls_caller(triton: Endpoint, repokit: Endpoint) -> Non
     }
 
 
-def _stats_after_requests(endpoint: Endpoint) -> dict[str, Any]:
+def _stats_after_requests(endpoint: Endpoints) -> dict[str, Any]:
     requests.post(
         f"{endpoint.http}/v2/models/slow/infer",
         json={"inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [1]}]},
@@ -165,13 +127,13 @@ def _stats_after_requests(endpoint: Endpoint) -> dict[str, Any]:
     return found
 
 
-def test_response_stats_match(triton: Endpoint, repokit: Endpoint) -> None:
+def test_response_stats_match(triton: Endpoints, repokit: Endpoints) -> None:
     theirs = _stats_after_requests(triton)
     assert _stats_after_requests(repokit) == theirs
     assert theirs == {"slow": ({}, None), "stream": ({}, None)}
 
 
-def _http_disconnected(endpoint: Endpoint, wait_ms: int) -> dict[str, float]:
+def _http_disconnected(endpoint: Endpoints, wait_ms: int) -> dict[str, float]:
     before = _counts(endpoint)
     host, port = endpoint.http.removeprefix("http://").rsplit(":", 1)
     body = b'{"inputs":[{"name":"IN","shape":[1],"datatype":"INT32","data":[%d]}]}' % wait_ms
@@ -185,7 +147,7 @@ def _http_disconnected(endpoint: Endpoint, wait_ms: int) -> dict[str, float]:
     return _settled(endpoint, before)
 
 
-def test_http_disconnect(triton: Endpoint, repokit: Endpoint) -> None:
+def test_http_disconnect(triton: Endpoints, repokit: Endpoints) -> None:
     # Triton 2.51 runs the request to completion (1.5 s here); repokit cancels it
     assert _http_disconnected(triton, 1_500) == {"executed": 1, "cancelled": 0, "completed": 1}
     assert _http_disconnected(repokit, 20_000) == {"executed": 1, "cancelled": 1, "completed": 0}

@@ -8,11 +8,7 @@ empty final responses) and the custom metric lines after the same request sequen
 
 from __future__ import annotations
 
-import os
 import queue
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,18 +18,11 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 
-from repokit.core.settings import ServerSettings
-from repokit.frontends.runner import ServeSettings
-from tests.differential.test_scheduling_vs_triton import TRITON_SCRIPT, _free_port, private_venv
+from tests.differential.triton_reference import running_triton
 from tests.e2e.python_parity_models import build_parity_repository
-from tests.frontends.http.server_thread import ServerThread
+from tests.frontends.http.server_thread import Endpoints, running_server
 
 pytestmark = pytest.mark.triton
-
-
-class Endpoint:
-    def __init__(self, http: str, grpc: str, metrics: str) -> None:
-        self.http, self.grpc, self.metrics = http, grpc, metrics
 
 
 @pytest.fixture(scope="module")
@@ -41,62 +30,18 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_parity_repository(tmp_path_factory.mktemp("parity_diff") / "models", onnx=False)
 
 
-def _wait_model(base: str, model: str) -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if requests.get(f"{base}/v2/models/{model}/ready", timeout=2).status_code == 200:
-                return
-        except requests.ConnectionError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{model} did not become ready at {base}")
-        time.sleep(0.2)
+@pytest.fixture(scope="module")
+def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+    models = ("features", "bls", "bls_async", "bls_stream", "repeat", "auto")
+    workdir = tmp_path_factory.mktemp("triton_parity")
+    with running_triton(repository, workdir, ["--exit-on-error=false"], ready=models) as server:
+        yield server.endpoints
 
 
 @pytest.fixture(scope="module")
-def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
-    venv = private_venv(tmp_path_factory.mktemp("triton_parity") / "venv")
-    ports = [_free_port() for _ in range(3)]
-    out = subprocess.run(
-        [str(TRITON_SCRIPT), str(repository), *map(str, ports), "--exit-on-error=false"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "TRITON_VENV": str(venv)},
-    )
-    pid = int(out.stdout.strip().splitlines()[-1])
-    base = f"http://127.0.0.1:{ports[0]}"
-    try:
-        for model in ("features", "bls", "bls_async", "bls_stream", "repeat", "auto"):
-            _wait_model(base, model)
-        yield Endpoint(base, f"127.0.0.1:{ports[1]}", f"http://127.0.0.1:{ports[2]}")
-    finally:
-        os.kill(pid, signal.SIGTERM)
-
-
-@pytest.fixture(scope="module")
-def repokit(repository: Path) -> Iterator[Endpoint]:
-    settings = ServeSettings(
-        core=ServerSettings(repositories=[repository]),
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        http_address="127.0.0.1",
-        grpc_address="127.0.0.1",
-    )
-    srv = ServerThread(settings)
-    srv.start()
-    try:
-        assert srv.handle is not None
-        yield Endpoint(
-            f"http://{srv.http_url}",
-            f"127.0.0.1:{srv.handle.grpc_port}",
-            f"http://127.0.0.1:{srv.handle.metrics_port}",
-        )
-    finally:
-        srv.stop()
+def repokit(repository: Path) -> Iterator[Endpoints]:
+    with running_server(repository, allow_grpc=True) as srv:
+        yield srv.endpoints
 
 
 def _post(base: str, model: str, inputs: list[dict[str, Any]], **params: Any) -> Any:
@@ -109,7 +54,7 @@ def _post(base: str, model: str, inputs: list[dict[str, Any]], **params: Any) ->
     return response.status_code, doc
 
 
-def _both(triton: Endpoint, repokit: Endpoint, *args: Any, **kwargs: Any) -> Any:
+def _both(triton: Endpoints, repokit: Endpoints, *args: Any, **kwargs: Any) -> Any:
     theirs = _post(triton.http, *args, **kwargs)
     ours = _post(repokit.http, *args, **kwargs)
     assert ours == theirs
@@ -124,7 +69,7 @@ def _count(n: int) -> list[dict[str, Any]]:
     return [{"name": "COUNT", "shape": [1], "datatype": "INT32", "data": [n]}]
 
 
-def test_bls_answers(triton: Endpoint, repokit: Endpoint) -> None:
+def test_bls_answers(triton: Endpoints, repokit: Endpoints) -> None:
     status, doc = _both(triton, repokit, "bls", [F16], target="add_sub")
     assert status == 200 and doc["outputs"][0]["data"] == [2.0 * i for i in range(16)]
     status, doc = _both(triton, repokit, "bls", [F16], target="missing")
@@ -140,11 +85,11 @@ def test_bls_answers(triton: Endpoint, repokit: Endpoint) -> None:
 # modes "" and "count" answer with response parameters, which Triton 2.51's pb_utils lacks
 # (InferenceResponse(parameters=...) came in a later release): compared in the e2e tests only
 @pytest.mark.parametrize("mode", ["error", "raise", "wrong_count", "not_a_list"])
-def test_features_answers(triton: Endpoint, repokit: Endpoint, mode: str) -> None:
+def test_features_answers(triton: Endpoints, repokit: Endpoints, mode: str) -> None:
     _both(triton, repokit, "features", [F4], mode=mode, tag="x")
 
 
-def test_auto_complete_and_load_failures(triton: Endpoint, repokit: Endpoint) -> None:
+def test_auto_complete_and_load_failures(triton: Endpoints, repokit: Endpoints) -> None:
     configs = []
     for base in (triton.http, repokit.http):
         config = requests.get(f"{base}/v2/models/auto/config", timeout=10).json()
@@ -220,17 +165,17 @@ def _stream(address: str, count: int, **kwargs: Any) -> list[Any]:
     ],
 )
 def test_decoupled_streams(
-    triton: Endpoint, repokit: Endpoint, count: int, options: dict[str, Any]
+    triton: Endpoints, repokit: Endpoints, count: int, options: dict[str, Any]
 ) -> None:
     assert _stream(repokit.grpc, count, **options) == _stream(triton.grpc, count, **options)
 
 
-def test_decoupled_refused_over_http(triton: Endpoint, repokit: Endpoint) -> None:
+def test_decoupled_refused_over_http(triton: Endpoints, repokit: Endpoints) -> None:
     status, _ = _both(triton, repokit, "repeat", _count(1))
     assert status == 501
 
 
-def test_custom_metric_lines(triton: Endpoint, repokit: Endpoint) -> None:
+def test_custom_metric_lines(triton: Endpoints, repokit: Endpoints) -> None:
     for base in (triton.http, repokit.http):
         for value in (1.0, 50.0, 500.0):
             doc = {"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [value] * 4}

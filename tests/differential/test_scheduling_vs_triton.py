@@ -10,13 +10,7 @@ both), since the exact batches depend on arrival timing.
 
 from __future__ import annotations
 
-import os
-import random
-import signal
-import socket
-import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,34 +19,12 @@ from typing import Any
 import pytest
 import requests
 
+from tests.differential.triton_reference import running_triton
 from tests.frontends.http.server_thread import copy_models, running_server
 
 pytestmark = pytest.mark.triton
 
-TRITON_SCRIPT = Path("/work/shared/tools/triton-reference.sh")
-SHARED_VENV = Path("/tmp/triton-reference-venv")
 MODELS = ("batcher", "accumulate")
-
-
-def _free_port() -> int:
-    for _ in range(50):
-        port = random.randint(20000, 60000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port")
-
-
-def private_venv(root: Path) -> Path:
-    """A venv directory of symlinks into the shared Triton venv, so triton.log is our own."""
-    root.mkdir(parents=True, exist_ok=True)
-    for entry in SHARED_VENV.iterdir():
-        if entry.name != "triton.log":
-            (root / entry.name).symlink_to(entry)
-    return root
 
 
 PLUS_ONE = """
@@ -125,32 +97,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    venv = private_venv(tmp_path_factory.mktemp("triton") / "venv")
-    ports = [_free_port() for _ in range(3)]
-    out = subprocess.run(
-        [str(TRITON_SCRIPT), str(repository), *map(str, ports)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "TRITON_VENV": str(venv)},
-    )
-    pid = int(out.stdout.strip().splitlines()[-1])
-    base = f"http://127.0.0.1:{ports[0]}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(f"{base}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"Triton did not become ready; see {venv / 'triton.log'}")
-            time.sleep(0.2)
-        yield base
-    finally:
-        os.kill(pid, signal.SIGTERM)
+    with running_triton(repository, tmp_path_factory.mktemp("triton"), ready=()) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,18 @@
-"""Real Triton 2.51 as a test fixture: start it once on a repository, load models through the
-repository API, read its verdicts.
+"""Real Triton 2.51 as a test fixture (and for the benchmarks): start it on a repository with
+free ports, wait until it is live (or until models are ready), load models through the
+repository API, read its verdicts, stop it with the python stubs of its process group.
 
 The server is started with /work/shared/tools/triton-reference.sh (or $TRITON_REFERENCE_SCRIPT)
-in explicit model-control mode. It writes its log into ``$TRITON_VENV/triton.log``; to keep
-parallel users of the shared venv from overwriting each other's log, a private directory of
-symlinks to the shared venv is used as TRITON_VENV.
+with the caller's flags (e.g. ``--model-control-mode=explicit``). It writes its log into
+``$TRITON_VENV/triton.log``; to keep parallel users of the shared venv from overwriting each
+other's log, a private directory of symlinks to the shared venv is used as TRITON_VENV.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,10 +20,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.frontends.http.server_thread import Endpoints
 
 DEFAULT_SCRIPT = Path("/work/shared/tools/triton-reference.sh")
 SHARED_VENV = Path("/tmp/triton-reference-venv")
@@ -46,17 +51,20 @@ class LoadResult:
         return self.status == 0
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports, free right now, picked at random in 20000-60000 (out of
+    the kernel's ephemeral range, so outgoing connections do not take them meanwhile)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randint(20000, 60000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 def private_venv(directory: Path) -> Path | None:
@@ -79,7 +87,7 @@ class TritonReference:
         self.workdir = workdir
         self.flags = list(flags)
         self.pid = 0
-        self.http_port = 0
+        self.http_port = self.grpc_port = self.metrics_port = 0
         self.restarts = 0
         self.venv = private_venv(workdir / "venv")
 
@@ -97,7 +105,7 @@ class TritonReference:
         script = Path(os.environ.get("TRITON_REFERENCE_SCRIPT", DEFAULT_SCRIPT))
         if not script.exists():
             raise RuntimeError(f"the Triton reference script {script} is missing")
-        http, grpc, metrics = _free_ports(3)
+        http, grpc, metrics = free_ports(3)
         env = dict(os.environ)
         if self.venv is not None:
             env["TRITON_VENV"] = str(self.venv)
@@ -106,16 +114,27 @@ class TritonReference:
             check=True, capture_output=True, text=True, env=env, timeout=900,
         )
         self.pid = int(out.stdout.strip().splitlines()[-1])
-        self.http_port = http
+        self.http_port, self.grpc_port, self.metrics_port = http, grpc, metrics
+        self.wait_for("/v2/health/live", timeout)
+
+    def wait_for(self, path: str, timeout: float = 120.0) -> None:
+        """Poll GET ``path`` until it answers 200; stop the server and raise if it never does."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self._alive():
-                raise RuntimeError(f"tritonserver exited during startup:\n{self.log_tail()}")
-            if self._get("/v2/health/live") == 200:
+                raise RuntimeError(f"tritonserver exited while waiting for {path}:\n"
+                                   f"{self.log_tail()}")
+            if self._get(path) == 200:
                 return
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"tritonserver did not become live in {timeout}s:\n{self.log_tail()}")
+        raise RuntimeError(f"tritonserver: {path} not 200 in {timeout}s:\n{self.log_tail()}")
+
+    def wait_ready(self, models: Iterable[str] = (), timeout: float = 120.0) -> None:
+        """Wait until the server is ready, or, given ``models``, until each of them is."""
+        paths = [f"/v2/models/{urllib.parse.quote(m, safe='')}/ready" for m in models]
+        for path in paths or ["/v2/health/ready"]:
+            self.wait_for(path, timeout)
 
     def _alive(self) -> bool:
         try:
@@ -140,6 +159,19 @@ class TritonReference:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """host:port of the gRPC endpoint (what tritonclient.grpc and grpc channels take)."""
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    @property
+    def endpoints(self) -> Endpoints:
+        return Endpoints(self.url, self.grpc_url, self.metrics_url)
 
     def load(self, model: str, timeout: float = 60.0) -> LoadResult:
         quoted = urllib.parse.quote(model, safe="")
@@ -233,3 +265,20 @@ class TritonReference:
             if not self._alive():
                 break
         self.pid = 0
+
+
+@contextmanager
+def running_triton(
+    repository: Path, workdir: Path, flags: Sequence[str] = (), ready: Iterable[str] | None = None
+) -> Iterator[TritonReference]:
+    """A live Triton serving ``repository`` (its private venv and log under ``workdir``), stopped
+    on exit. ``ready``: None waits for live only, () for server readiness, names for those
+    models' readiness."""
+    server = TritonReference(repository, workdir, flags)
+    server.start()
+    try:
+        if ready is not None:
+            server.wait_ready(ready)
+        yield server
+    finally:
+        server.stop()

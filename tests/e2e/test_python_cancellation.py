@@ -26,10 +26,8 @@ import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from repokit.core.settings import ServerSettings
-from repokit.frontends.runner import ServeSettings
 from tests.e2e.python_cancel_models import build_cancel_repository
-from tests.frontends.http.server_thread import ServerThread
+from tests.frontends.http.server_thread import ServerThread, running_server
 
 EVENTS = ("executed", "cancelled", "completed")
 
@@ -37,20 +35,8 @@ EVENTS = ("executed", "cancelled", "completed")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     repo = build_cancel_repository(tmp_path_factory.mktemp("cancel") / "models")
-    settings = ServeSettings(
-        core=ServerSettings(repositories=[repo]),
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        http_address="127.0.0.1",
-        grpc_address="127.0.0.1",
-    )
-    srv = ServerThread(settings)
-    srv.start()
-    try:
+    with running_server(repo, allow_grpc=True) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _metrics(server: ServerThread) -> str:

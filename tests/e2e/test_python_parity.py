@@ -19,10 +19,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from repokit.core.settings import ServerSettings
-from repokit.frontends.runner import ServeSettings
 from tests.e2e.python_parity_models import build_parity_repository
-from tests.frontends.http.server_thread import ServerThread
+from tests.frontends.http.server_thread import ServerThread, running_server
 
 PROTOCOLS = ("http", "grpc")
 INTERNAL = {"http": "500", "grpc": "StatusCode.INTERNAL"}
@@ -32,27 +30,14 @@ INVALID = {"http": "400", "grpc": "StatusCode.INVALID_ARGUMENT"}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     repo = build_parity_repository(tmp_path_factory.mktemp("parity") / "models")
-    settings = ServeSettings(
-        core=ServerSettings(repositories=[repo], model_control_mode="explicit", load_models=["*"]),
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        http_address="127.0.0.1",
-        grpc_address="127.0.0.1",
-    )
-    srv = ServerThread(settings)
-    srv.start()
-    try:
+    with running_server(
+        repo, allow_grpc=True, model_control_mode="explicit", load_models=["*"]
+    ) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _client(server: ServerThread, protocol: str) -> Any:
-    assert server.handle is not None
-    if protocol == "http":
-        return httpclient.InferenceServerClient(f"127.0.0.1:{server.handle.http_port}")
-    return grpcclient.InferenceServerClient(f"127.0.0.1:{server.handle.grpc_port}")
+    return server.client(protocol)
 
 
 def _infer(

@@ -25,11 +25,9 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from repokit.core.loaded_model import LoadedVersion
-from repokit.core.settings import ServerSettings
-from repokit.frontends.runner import ServeSettings
 from repokit.scheduler.sequence_batch import SequenceBatchScheduler
 from tests.e2e.scheduling_models import build_scheduling_repository, idle_accumulate
-from tests.frontends.http.server_thread import ServerThread
+from tests.frontends.http.server_thread import ServerThread, running_server
 
 PROTOCOLS = ("http", "grpc")
 STATUS = {
@@ -50,31 +48,19 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo: Path) -> Iterator[ServerThread]:
-    settings = ServeSettings(
-        core=ServerSettings(repositories=[repo], model_control_mode="explicit", load_models=["*"]),
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        http_address="127.0.0.1",
-        grpc_address="127.0.0.1",
-    )
-    srv = ServerThread(settings)
-    srv.start()
-    try:
+    with running_server(
+        repo, allow_grpc=True, model_control_mode="explicit", load_models=["*"]
+    ) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 class Client:
     """The same calls over tritonclient.http or tritonclient.grpc."""
 
     def __init__(self, protocol: str, server: ServerThread) -> None:
-        assert server.handle is not None
         self.protocol = protocol
         self.module: Any = httpclient if protocol == "http" else grpcclient
-        port = server.handle.http_port if protocol == "http" else server.handle.grpc_port
-        self.client = self.module.InferenceServerClient(f"127.0.0.1:{port}")
+        self.client = server.client(protocol)
 
     def infer(self, model: str, **kwargs: Any) -> dict[str, np.ndarray]:
         arrays: dict[str, np.ndarray] = kwargs.pop("inputs")

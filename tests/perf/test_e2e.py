@@ -17,8 +17,6 @@ import pytest
 from typer.testing import CliRunner
 
 from repokit.cli.main import make_app
-from repokit.core.settings import ServerSettings
-from repokit.frontends.runner import ServeSettings
 from repokit.perf.errors import PerfError
 from repokit.perf.options import ConcurrencyRange, PerfOptions, RateRange
 from repokit.perf.profiler import run_perf, run_perf_blocking
@@ -29,7 +27,7 @@ from repokit.perf.transports.grpc import (
     GrpcTransport,
     WireGrpcConnection,
 )
-from tests.frontends.http.server_thread import ServerThread, copy_models
+from tests.frontends.http.server_thread import ServerThread, copy_models, running_server
 
 MODELS = ("add_sub", "accumulate", "add_sub_onnx", "add_sub_ensemble")
 
@@ -37,25 +35,12 @@ MODELS = ("add_sub", "accumulate", "add_sub_onnx", "add_sub_ensemble")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     repo = copy_models(tmp_path_factory.mktemp("repo"), MODELS)
-    settings = ServeSettings(
-        core=ServerSettings(repositories=[repo], allow_client_shm=True),
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        http_address="127.0.0.1",
-        grpc_address="127.0.0.1",
-    )
-    thread = ServerThread(settings)
-    thread.start()
-    try:
-        yield thread
-    finally:
-        thread.stop()
+    with running_server(repo, allow_grpc=True, allow_client_shm=True) as srv:
+        yield srv
 
 
 def _grpc_url(server: ServerThread) -> str:
-    assert server.handle is not None and server.handle.grpc_port is not None
-    return f"127.0.0.1:{server.handle.grpc_port}"
+    return server.grpc_url
 
 
 def _options(server: ServerThread, **kwargs: Any) -> PerfOptions:

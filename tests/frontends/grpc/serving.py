@@ -1,20 +1,17 @@
-"""Test helpers: a real repokit server (HTTP + gRPC, port 0) on its own loop in a thread, so
-synchronous clients (tritonclient) can call it from the test thread; and sample repositories."""
+"""gRPC test helpers: a real repokit server (gRPC, and HTTP on demand; port 0) on its own loop
+in a thread (``tests.frontends.http.server_thread``); sample repositories with a ``types`` model."""
 
 from __future__ import annotations
 
-import asyncio
-import shutil
 import textwrap
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from repokit.core.settings import ServerSettings
-from repokit.frontends.runner import ServerHandle, ServeSettings, start_server
-from repokit.paths import default_sample_repository
+from repokit.frontends.runner import ServerHandle
+from tests.frontends.http.server_thread import copy_models
+from tests.frontends.http.server_thread import running_server as running_server_thread
 
 #: sample models Triton's CPU build can serve too (python backend only)
 PYTHON_MODELS = ("add_sub", "identity", "accumulate", "batcher")
@@ -58,11 +55,7 @@ class TritonPythonModel:
 
 def make_repository(root: Path, with_types_model: bool = True) -> Path:
     """A copy of the python sample models (and a ``types`` echo model) under ``root``."""
-    repo = root / "models"
-    repo.mkdir()
-    source = default_sample_repository()
-    for name in PYTHON_MODELS:
-        shutil.copytree(source / name, repo / name)
+    repo = copy_models(root / "models", PYTHON_MODELS)
     if with_types_model:
         (repo / "types" / "1").mkdir(parents=True)
         (repo / "types" / "config.pbtxt").write_text(textwrap.dedent(_TYPES_CONFIG))
@@ -74,26 +67,9 @@ def make_repository(root: Path, with_types_model: bool = True) -> Path:
 def running_server(repo: Path, http: bool = False, **core: Any) -> Iterator[ServerHandle]:
     """Serve ``repo`` on 127.0.0.1 with every port chosen by the OS: gRPC, and HTTP too when
     ``http`` (both on the one loop, over one InferenceService)."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="repokit-server", daemon=True)
-    thread.start()
-    settings = ServeSettings(
-        core=ServerSettings(repositories=[repo], **core),
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        http_address="127.0.0.1",
-        grpc_address="127.0.0.1",
-        allow_http=http,  # most gRPC tests need only the gRPC port
-        allow_metrics=False,
-    )
-    try:
-        handle = asyncio.run_coroutine_threadsafe(start_server(settings), loop).result(120)
-        try:
-            yield handle
-        finally:
-            asyncio.run_coroutine_threadsafe(handle.stop(), loop).result(120)
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(30)
-        loop.close()
+    # most gRPC tests need only the gRPC port
+    with running_server_thread(
+        repo, allow_grpc=True, allow_http=http, allow_metrics=False, **core
+    ) as server:
+        assert server.handle is not None
+        yield server.handle
