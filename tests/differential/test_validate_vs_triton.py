@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from repokit.config.report import RepositoryReport, ValidateOptions
 from repokit.config.rules.catalog import REPOSITORY, RULES
 from repokit.config.validate import validate_repository
 from repokit.paths import default_sample_repository, sample_repos_dir
-from tests.differential.triton_reference import LoadResult, TritonReference
+from tests.differential.triton_reference import LoadResult, TritonReference, running_triton
 
 pytestmark = pytest.mark.triton
 HANG_RULES = frozenset({"model-file-missing", "model-file-wrong-kind"})
@@ -79,14 +80,12 @@ def triton_session(
     repokit_report: RepositoryReport,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[dict[str, LoadResult], dict[str, dict[str, object]]]]:
-    server = TritonReference(
+    with running_triton(
         merged_repository,
         tmp_path_factory.mktemp("triton-server"),
         ["--model-control-mode=explicit", "--exit-on-error=false",
          "--model-load-thread-count=16"],
-    )
-    server.start()
-    try:
+    ) as server:
         def may_hang(name: str) -> bool:
             return any(d.rule in HANG_RULES for d in repokit_report.models[name].diagnostics)
 
@@ -97,8 +96,6 @@ def triton_session(
         configs = {name: server.model_config(name) for name in VALID_PYTHON_MODELS
                    if name in results and server.load(name).ok}
         yield results, configs
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("model", _model_names())
@@ -167,10 +164,10 @@ def _python_model(root: Path, name: str, config: str | None, version: str | None
         (model / version / "model.py").write_text(MODEL_PY)
 
 
-def _run_server(repo: Path, workdir: Path, flags: list[str]) -> TritonReference:
-    server = TritonReference(repo, workdir, ["--exit-on-error=false", *flags])
-    server.start()
-    return server
+def _run_server(
+    repo: Path, workdir: Path, flags: list[str]
+) -> AbstractContextManager[TritonReference]:
+    return running_triton(repo, workdir, ["--exit-on-error=false", *flags])
 
 
 def test_strict_mode_verdicts(tmp_path: Path) -> None:
@@ -180,12 +177,9 @@ def test_strict_mode_verdicts(tmp_path: Path) -> None:
     _python_model(repo, "strict_no_io", 'backend: "python"\n')
     _python_model(repo, "strict_bad_dims", 'backend: "python"\n' + IO.replace("[ 4 ]", "[ 0 ]", 1))
     _python_model(repo, "strict_ok", 'backend: "python"\nmax_batch_size: 2\n' + IO)
-    server = _run_server(repo, tmp_path / "srv",
-                         ["--model-control-mode=explicit", "--disable-auto-complete-config"])
-    try:
+    flags = ["--model-control-mode=explicit", "--disable-auto-complete-config"]
+    with _run_server(repo, tmp_path / "srv", flags) as server:
         verdicts = server.judge(sorted(p.name for p in repo.iterdir()), timeout=60)
-    finally:
-        server.stop()
     report = validate_repository(repo, ValidateOptions(strict=True))
     assert {n: r.ok for n, r in report.models.items()} == {n: v.ok for n, v in verdicts.items()}
     assert not verdicts["strict_no_config"].ok and verdicts["strict_no_io"].ok
@@ -200,11 +194,8 @@ def test_repository_root_verdicts_from_the_index(tmp_path: Path) -> None:
     (repo / "stray_folder" / "notes").mkdir(parents=True)
     _python_model(repo, ".hidden_model", 'backend: "python"\n' + IO)
     (repo / "README.md").write_text("files at the root are ignored\n")
-    server = _run_server(repo, tmp_path / "srv", ["--model-control-mode=none"])
-    try:
+    with _run_server(repo, tmp_path / "srv", ["--model-control-mode=none"]) as server:
         index = server.index()
-    finally:
-        server.stop()
     ready = {entry["name"] for entry in index if entry.get("state") == "READY"}
     report = validate_repository(repo, ValidateOptions())
     # a directory that fails before Triton registers it is missing from the index: not READY
