@@ -89,6 +89,12 @@ class Backend(abc.ABC):
         # auto_complete_config): takes the completed config JSON, returns the context with the
         # normalised config (raises RepokitError when the completed config cannot load)
         self.on_config_completed: Callable[[str], ModelContext] | None = None
+        # set by the core when the model's scheduler can run a request again (iterative
+        # sequences: ``SequenceBatchScheduler.reschedule``). A backend whose model releases a
+        # request for rescheduling calls it with that request (the object execute() received)
+        # before execute() returns; the result execute() returns for it is then discarded.
+        # Raises RepokitError when the request cannot be rescheduled.
+        self.on_reschedule: Callable[[BackendRequest], None] | None = None
 
     @property
     @abc.abstractmethod

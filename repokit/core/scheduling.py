@@ -5,7 +5,9 @@ The ``scheduling_choice`` oneof of the config picks the scheduler (Triton §6.1)
 * none -> :class:`~repokit.scheduler.default.DefaultScheduler` (each request alone on the next
   free instance);
 * ``dynamic_batching`` -> :class:`~repokit.scheduler.dynamic_driver.DynamicBatchScheduler`;
-* ``sequence_batching`` -> :class:`~repokit.scheduler.sequence_batch.SequenceBatchScheduler`;
+* ``sequence_batching`` -> :class:`~repokit.scheduler.sequence_batch.SequenceBatchScheduler`
+  (with ``iterative_sequence`` it becomes the backend's ``on_reschedule`` hook, through which
+  python models reschedule requests);
 * ``ensemble_scheduling`` -> :class:`~repokit.scheduler.ensemble.EnsembleScheduler`, whose steps
   call back into the core (:data:`StepRunner`) so the composing models run through their own
   schedulers and count their own statistics.
@@ -78,9 +80,12 @@ def config_scheduler_factory(backend: Backend, stats: ModelStats) -> Scheduler:
             backend, config, merge_batches=merge, on_execution=stats.record_execution
         )
     if kind == "sequence":
-        return SequenceBatchScheduler(
+        sequence = SequenceBatchScheduler(
             backend, config, merge_batches=merge, on_execution=stats.record_execution
         )
+        if config.sequence_batching.iterative_sequence:
+            backend.on_reschedule = sequence.reschedule
+        return sequence
     return DefaultScheduler(backend, stats.record_execution)
 
 

@@ -312,7 +312,8 @@ class SequenceBatchScheduler(Scheduler):
             parameters=request.parameters,
             request_id=request.request_id,
             correlation_id=request.correlation_id,
-            flags=request.flags,
+            # the entry's flags: a rescheduled request runs again with START and END false
+            flags=(FLAG_START if entry.start else 0) | (FLAG_END if entry.end else 0),
             control=request.control,
         )
 

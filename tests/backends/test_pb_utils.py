@@ -98,12 +98,13 @@ def test_model_config_auto_complete_rules() -> None:
     assert config.as_dict()["dynamic_batching"] == {}
 
 
-def test_release_flags_reschedule_is_refused_clearly() -> None:
-    # repokit's sequence batcher has no iterative sequences: rescheduling is refused at once
-    # with a clear error (the model's execute fails with it) instead of hanging the request
+def test_release_flags_reschedule_is_recorded_and_other_flags_refused() -> None:
+    # the stub reads the flags when execute returns (e2e: tests/e2e/test_python_rescheduling.py)
     request = pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[], key=1)
+    assert request.release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
+    request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    assert request.release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
     request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL)
-    with pytest.raises(pb_utils.TritonModelException, match="iterative_sequence"):
-        request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    assert request.release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
     with pytest.raises(pb_utils.TritonModelException, match="Unsupported release flags"):
         request.set_release_flags(7)

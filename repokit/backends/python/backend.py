@@ -52,8 +52,20 @@ cancelled: a queued one is never sent to the instance; a running one is told to 
 (``request.is_cancelled()`` becomes True) and every BLS request its ``execute`` made (or makes
 from then on) is cancelled with it (see :mod:`repokit.backends.python.server_link`). BLS
 requests made from threads the model started are not tied to a request and keep running.
-Rescheduling (``set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``) is refused with
-a clear error: the sequence batcher has no iterative sequences.
+
+Rescheduling
+------------
+A model may release a request with ``set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``
+in ``execute`` (Triton's iterative sequences). The instance process lists such requests in the
+batch's reply; this backend hands each one to :attr:`Backend.on_reschedule` (the iterative
+sequence batcher's ``reschedule``) before ``execute`` returns, so the request runs again in a
+later batch instead of being answered (a decoupled model's responses so far already went to
+the client; the next execution gets a new request key). When the model's scheduler cannot
+reschedule (no ``sequence_batching { iterative_sequence: true }``), the request gets UNSUPPORTED
+``Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not
+configured to handle such a flag.`` and the server log says ``Failed to release request: ...``.
+Triton 2.51 only logs that line and never answers the request (the client waits until its
+deadline); answering it with the error is deliberate.
 
 Failures
 --------
@@ -98,6 +110,10 @@ from repokit.protocol.types import InferTensor, ParamValue
 _STUB_MODULE = "repokit.backends.python.stub"
 _PACKAGE_PARENT = str(Path(repokit.__file__).resolve().parent.parent)
 _NO_TIMING = (0, 0, 0)
+NOT_ITERATIVE = (
+    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+    "configured to handle such a flag."
+)
 # Queued batches are merged into one message up to this many tensor bytes: merging saves the
 # per-message costs of small requests; large tensors gain nothing from it.
 MERGE_LIMIT_BYTES = 1024 * 1024
@@ -397,9 +413,38 @@ class PythonBackend(Backend):
             target.link.requests_done(batch)
         timing = Timing(input_ns, infer_ns, output_ns)
         if status != "ok":
+            if status == "rescheduled":
+                items, indexes = body
+                return self._reschedule(target, requests, batch, items, indexes), timing
             error = RepokitError(Code.INTERNAL, str(body))
             return [BackendResult(error=error) for _ in requests], timing
         return [self._result(item) for item in body], timing
+
+    def _reschedule(
+        self,
+        target: _Instance,
+        requests: list[BackendRequest],
+        batch: list[tuple[Any, ...]],
+        items: list[Any],
+        indexes: tuple[int, ...],
+    ) -> list[BackendResult]:
+        """Hand the requests the model released with RESCHEDULE to the scheduler; the others
+        get their results. A request that cannot be rescheduled gets the error instead."""
+        results = [self._result(item) for item in items]
+        hook = self.on_reschedule
+        for index in indexes:
+            if self._decoupled:  # its next execution registers a new key
+                target.streams.pop(batch[index][-1], None)
+            try:
+                if hook is None:
+                    raise RepokitError(Code.UNSUPPORTED, NOT_ITERATIVE)
+                hook(requests[index])
+            except RepokitError as exc:
+                server = self.context.server
+                if server is not None:
+                    server.model_log.error("Failed to release request: %s", exc.message)
+                results[index] = BackendResult(error=exc)
+        return results
 
     def _request_tuple(self, target: _Instance, request: BackendRequest) -> tuple[Any, ...]:
         inputs = [

@@ -27,6 +27,9 @@ class StubRuntime:
         self.decoupled = False
         self.executing = False  # BLS is allowed once initialize has finished
         self.finalizing = False
+        # set by InferenceRequest.set_release_flags(RESCHEDULE): the stub then looks for the
+        # rescheduled requests of the execute call that returned (the plain path checks one bool)
+        self.reschedule_requested = False
         # keys of the requests whose execute() is running in this context: the BLS requests it
         # makes are made on their behalf (cancelled when all of them are cancelled)
         self.parents: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(

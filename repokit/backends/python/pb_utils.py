@@ -313,14 +313,16 @@ class InferenceRequest:
         return self._sender
 
     def set_release_flags(self, flags: int) -> None:
+        """``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``: when ``execute`` returns, the request
+        goes back to its iterative sequence instead of being answered (see the stub)."""
         if flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise TritonModelException(
-                "Request rescheduling is not supported by repokit's sequence batcher "
-                "(iterative_sequence)"
-            )
-        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
+            RUNTIME.reschedule_requested = True
+        elif flags != TRITONSERVER_REQUEST_RELEASE_ALL:
             raise TritonModelException("Unsupported release flags provided.")
         self._release_flags = flags
+
+    def release_flags(self) -> int:
+        return self._release_flags
 
     def exec(self, decoupled: bool = False) -> Any:
         return pb_bls.execute(self, decoupled)

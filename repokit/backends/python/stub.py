@@ -15,6 +15,15 @@ inherited socket ``fd``:
   timed here: building the pb_utils requests, ``execute``, converting the responses;
 - ``("finalize", None)``: run ``finalize`` and exit.
 
+Rescheduling: a request the model released with
+``set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)`` during ``execute`` (read when
+``execute`` returns; an ``async def execute`` of a decoupled model runs on without being
+awaited, so its flags come too late and are ignored) is listed in the batch's reply, which is
+then ``("rescheduled", (results, indexes), timing)``: the server hands those requests back to
+the sequence batcher. A non-decoupled model puts None in its response list for them (anything
+else fails the batch with Triton's text); a decoupled one sends its responses so far without
+the final flag. A request whose final response was sent is complete and stays so.
+
 Decoupled models (``model_transaction_policy { decoupled: true }``) must return None from
 ``execute``; their responses go to the server as the model sends them through
 ``request.get_response_sender()`` (:mod:`repokit.backends.python.pb_bls`), from ``execute`` or
@@ -215,14 +224,20 @@ class Instance:
         ]
         built = time.perf_counter_ns()
         parents = RUNTIME.parents.set(tuple(request.key() for request in requests))
+        rescheduled: tuple[int, ...] = ()
         try:
             if self.decoupled:
                 return self._execute_decoupled(requests, started, built)
             try:
                 responses = self._run(self.model.execute(requests))
+                if RUNTIME.reschedule_requested:
+                    rescheduled = self._rescheduled(requests)
                 if responses is None:
-                    responses = self._sent_responses(requests)
-                problem = self._check(responses, len(requests))
+                    responses = self._sent_responses(requests, rescheduled)
+                if rescheduled:
+                    problem = self._check_rescheduled(responses, len(requests), rescheduled)
+                else:
+                    problem = self._check(responses, len(requests))
             except BaseException as exc:
                 problem = format_exception(exc)
         finally:
@@ -233,6 +248,16 @@ class Instance:
                 f"Failed to process the request(s) for model '{self.name}', message: {problem}"
             )
             return "error", message, (built - started, executed - built, 0)
+        if rescheduled:
+            results: list[Any] = [
+                None
+                if response is None
+                else pb_bls.response_to_wire(response, request.requested_output_names())
+                for response, request in zip(responses, requests, strict=True)
+            ]
+            finished = time.perf_counter_ns()
+            timing = (built - started, executed - built, finished - executed)
+            return "rescheduled", (results, rescheduled), timing
         results = [
             pb_bls.response_to_wire(response, request.requested_output_names())
             for response, request in zip(responses, requests, strict=True)
@@ -240,13 +265,42 @@ class Instance:
         finished = time.perf_counter_ns()
         return "ok", results, (built - started, executed - built, finished - executed)
 
+    def _rescheduled(self, requests: list[pb_utils.InferenceRequest]) -> tuple[int, ...]:
+        """Indexes of the requests the model released with RESCHEDULE in this execute call.
+        A request whose final response went out already is complete: it is not rescheduled
+        (Triton 2.51 crashes on that)."""
+        RUNTIME.reschedule_requested = False
+        found = []
+        for index, request in enumerate(requests):
+            if request.release_flags() != pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                continue
+            sender = request.response_sender_if_used()
+            if sender is not None and sender.closed:
+                RUNTIME.log(
+                    2,
+                    f"model '{self.name}' released a request with "
+                    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE after sending its final response: "
+                    "the request is complete and is not rescheduled",
+                    "stub.py",
+                    0,
+                )
+                continue
+            found.append(index)
+        return tuple(found)
+
     @staticmethod
-    def _sent_responses(requests: list[pb_utils.InferenceRequest]) -> Any:
-        """A non-decoupled model that answered through response senders and returned None."""
-        responses = []
-        for request in requests:
+    def _sent_responses(
+        requests: list[pb_utils.InferenceRequest], rescheduled: tuple[int, ...] = ()
+    ) -> Any:
+        """A non-decoupled model that answered through response senders and returned None
+        (None stands for a rescheduled request)."""
+        responses: list[pb_utils.InferenceResponse | None] = []
+        for index, request in enumerate(requests):
             sender = request.response_sender_if_used()
             kept = [r for r, _ in sender.kept if r is not None] if sender is not None else []
+            if index in rescheduled:
+                responses.append(None)
+                continue
             if not kept:
                 return None
             responses.append(kept[0])
@@ -269,6 +323,7 @@ class Instance:
         except BaseException as exc:
             problem = format_exception(exc)
         executed = time.perf_counter_ns()
+        rescheduled = self._rescheduled(requests) if RUNTIME.reschedule_requested else ()
         if problem is not None:
             message = (
                 f"Failed to process the request(s) for model '{self.name}', message: {problem}"
@@ -280,6 +335,9 @@ class Instance:
                     error = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
                     with contextlib.suppress(pb_utils.TritonModelException):  # closed meanwhile
                         sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if rescheduled and problem is None:
+            timing = (built - started, executed - built, 0)
+            return "rescheduled", ([None] * len(requests), rescheduled), timing
         return "ok", [None] * len(requests), (built - started, executed - built, 0)
 
     @staticmethod
@@ -300,6 +358,24 @@ class Instance:
                     "Expected an 'InferenceResponse' object in the execute function return "
                     f"list, found type '{type(response)}'."
                 )
+        return None
+
+    @staticmethod
+    def _check_rescheduled(responses: Any, count: int, rescheduled: tuple[int, ...]) -> str | None:
+        """As :meth:`_check`, where the rescheduled requests must have None (Triton's text)."""
+        if responses is None or not isinstance(responses, (list, tuple)):
+            return Instance._check(responses, count)
+        if len(responses) != count:
+            return Instance._check(responses, count)
+        for index, response in enumerate(responses):
+            if index in rescheduled:
+                if response is not None:
+                    return (
+                        "Expected a None object in the execute function return list for "
+                        f"reschduled request, found type '{type(response)}'."
+                    )
+            elif not isinstance(response, pb_utils.InferenceResponse):
+                return Instance._check([response], 1)
         return None
 
     def finalize(self) -> None:
