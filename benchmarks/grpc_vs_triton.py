@@ -14,41 +14,29 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 import grpc
 import numpy as np
+from _common import (
+    ROOT,
+    copy_models,
+    free_port,
+    require_tools,
+    run_h2load,
+    running_repokit,
+    stop_processes,
+    triton,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from repokit.paths import default_sample_repository  # noqa: E402
-from repokit.protocol.generated import grpc_service_pb2 as pb  # noqa: E402
-from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
-
-TRITON = "/work/shared/tools/triton-reference.sh"
-SHARED_VENV = "/tmp/triton-reference-venv"
-METHOD = "/inference.GRPCInferenceService/ModelInfer"
-
-REPOKIT_SERVER = """
-import asyncio, sys
-from pathlib import Path
-from repokit.core.settings import ServerSettings
-from repokit.frontends.runner import ServeSettings, run_server
-settings = ServeSettings(core=ServerSettings(repositories=[Path(sys.argv[1])]),
-    http_port=int(sys.argv[2]), grpc_port=int(sys.argv[3]), metrics_port=int(sys.argv[4]),
-    http_address="127.0.0.1", grpc_address="127.0.0.1")
-asyncio.run(run_server(settings))
-"""
+from repokit.protocol.generated import grpc_service_pb2 as pb
+from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 
 BARE_SERVER = """
 import asyncio, sys
@@ -120,17 +108,10 @@ def wait_and_check(port: int, deadline_s: float = 180.0) -> None:
 
 
 def h2load(port: int, body_file: Path, requests: int, concurrency: int) -> float:
-    cmd = [
-        "h2load", "-n", str(requests), "-c", str(concurrency), "-m", "1",
-        "-d", str(body_file), "-H", "content-type: application/grpc", "-H", "te: trailers",
-        f"http://127.0.0.1:{port}{METHOD}",
-    ]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
-    rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
-    if not done or not rate or done.group(2) != str(requests):
-        raise RuntimeError(f"h2load did not succeed:\n{out}")
-    return float(rate.group(1))
+    run = run_h2load(port, body_file, concurrency, "-n", str(requests))
+    if run.succeeded != requests:
+        raise RuntimeError(f"h2load did not succeed:\n{run.output}")
+    return run.rate
 
 
 def main() -> None:
@@ -138,68 +119,37 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
-    if shutil.which("h2load") is None:
-        sys.exit("h2load not found: apt-get install -y nghttp2-client")
+    require_tools("h2load", install="nghttp2-client")
     work = Path(tempfile.mkdtemp(prefix="grpc-bench-"))
-    repo = work / "models"
-    shutil.copytree(default_sample_repository() / "add_sub", repo / "add_sub")
+    repo = copy_models(work / "models", ("add_sub",))
     body = work / "request.bin"
     body.write_bytes(grpc_frame(request_message().SerializeToString()))
-    ports = random.sample(range(20000, 60000), 7)
-    procs: list[subprocess.Popen[bytes]] = []
-    triton_pid = None
+    bare_port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    bare = subprocess.Popen([sys.executable, "-c", BARE_SERVER, str(bare_port)], env=env)
     try:
-        venv = work / "triton-venv"  # symlinks to the shared venv: our own triton.log
-        venv.mkdir()
-        for entry in Path(SHARED_VENV).iterdir():
-            if entry.name != "triton.log":
-                (venv / entry.name).symlink_to(entry)
-        out = subprocess.run(
-            [TRITON, str(repo), *map(str, ports[0:3])],
-            capture_output=True, text=True, check=True,
-            env={**os.environ, "TRITON_VENV": str(venv)},
-        )  # fmt: skip
-        triton_pid = int(out.stdout.strip().splitlines()[-1])
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    textwrap.dedent(REPOKIT_SERVER),
-                    str(repo),
-                    *map(str, ports[3:6]),
-                ],
-                env=env,
-            )
-        )
-        procs.append(subprocess.Popen([sys.executable, "-c", BARE_SERVER, str(ports[6])], env=env))
-        targets = {"triton": ports[1], "repokit": ports[4], "bare grpc.aio": ports[6]}
-        for port in targets.values():
-            wait_and_check(port)
-        rates: dict[str, float] = {}
-        for name, port in targets.items():
-            h2load(port, body, min(2000, args.requests), args.concurrency)  # warm-up
-            rates[name] = h2load(port, body, args.requests, args.concurrency)
-        print(f"unary ModelInfer add_sub 1x16 FP32 raw, concurrency {args.concurrency}, "
-              f"{args.requests} requests each (h2load)")  # fmt: skip
-        for name, rate in rates.items():
-            print(f"  {name:14s} {rate:10.1f} req/s")
-        print(f"  repokit / triton        = {rates['repokit'] / rates['triton']:.2f}x")
-        print(f"  repokit / bare grpc.aio = {rates['repokit'] / rates['bare grpc.aio']:.2f}x")
-        print(f"  bare grpc.aio / triton  = {rates['bare grpc.aio'] / rates['triton']:.2f}x")
+        with triton(repo, work) as reference, running_repokit(repo) as (_, ports):
+            targets = {
+                "triton": reference.grpc_port,
+                "repokit": ports["grpc"],
+                "bare grpc.aio": bare_port,
+            }
+            for port in targets.values():
+                wait_and_check(port)
+            rates: dict[str, float] = {}
+            for name, port in targets.items():
+                h2load(port, body, min(2000, args.requests), args.concurrency)  # warm-up
+                rates[name] = h2load(port, body, args.requests, args.concurrency)
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGINT)
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        if triton_pid is not None:  # started with setsid: the group holds the python stubs
-            os.killpg(triton_pid, signal.SIGTERM)
-            time.sleep(2)
+        stop_processes([bare], signal.SIGINT)
         shutil.rmtree(work, ignore_errors=True)
+    print(f"unary ModelInfer add_sub 1x16 FP32 raw, concurrency {args.concurrency}, "
+          f"{args.requests} requests each (h2load)")  # fmt: skip
+    for name, rate in rates.items():
+        print(f"  {name:14s} {rate:10.1f} req/s")
+    print(f"  repokit / triton        = {rates['repokit'] / rates['triton']:.2f}x")
+    print(f"  repokit / bare grpc.aio = {rates['repokit'] / rates['bare grpc.aio']:.2f}x")
+    print(f"  bare grpc.aio / triton  = {rates['bare grpc.aio'] / rates['triton']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -2,10 +2,10 @@
 
 Run by hand:  .venv/bin/python benchmarks/perf_vs_wrk.py [--concurrency 1 8] [--seconds 5]
 
-Starts Triton 2.51 (/work/shared/tools/triton-reference.sh, TRITON_VENV defaults to a private
-symlinked copy of /tmp/triton-reference-venv so the log is ours) on a copy of the python model
-``add_sub``, then at each concurrency measures back to back on the same server (reference, ours,
-reference again, because the 2-core machine is shared and noisy):
+Starts Triton 2.51 (/work/shared/tools/triton-reference.sh through benchmarks/_common.py, with
+a private symlinked copy of /tmp/triton-reference-venv so the log is ours) on a copy of the
+python model ``add_sub``, then at each concurrency measures back to back on the same server
+(reference, ours, reference again, because the 2-core machine is shared and noisy):
 - wrk -t1 -c N posting the binary-tensor request repokit perf sends (same JSON header + bytes),
 - repokit perf -i http --concurrency-range N (its CSV's Inferences/Second),
 - wrk again;
@@ -26,42 +26,27 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
-import random
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
+from _common import (
+    ROOT,
+    copy_models,
+    require_tools,
+    run_h2load,
+    run_wrk,
+    triton,
+    write_wrk_post_script,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from repokit.paths import default_sample_repository  # noqa: E402
-from repokit.perf.transports.base import TransportOptions  # noqa: E402
-from repokit.perf.transports.grpc import GrpcTransport  # noqa: E402
-from repokit.perf.transports.http import HttpTransport  # noqa: E402
-
-TRITON = "/work/shared/tools/triton-reference.sh"
-SHARED_VENV = Path("/tmp/triton-reference-venv")
-METHOD = "/inference.GRPCInferenceService/ModelInfer"
-
-
-def private_venv() -> Path:
-    """A symlinked copy of the shared Triton venv, so triton.log is written in our own dir."""
-    env = os.environ.get("TRITON_VENV")
-    if env:
-        return Path(env)
-    mine = Path(tempfile.gettempdir()) / f"perf-vs-wrk-triton-venv-{os.getuid()}"
-    if not mine.exists():
-        subprocess.run(["cp", "-as", str(SHARED_VENV), str(mine)], check=True)
-    return mine
+from repokit.perf.transports.base import TransportOptions
+from repokit.perf.transports.grpc import GrpcTransport
+from repokit.perf.transports.http import HttpTransport
 
 
 def request_bytes(port_http: int, port_grpc: int) -> tuple[bytes, bytes, bytes]:
@@ -79,41 +64,16 @@ def request_bytes(port_http: int, port_grpc: int) -> tuple[bytes, bytes, bytes]:
     return header, prepared.binary, framed
 
 
-def wait_ready(port: int, deadline_s: float = 180) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/add_sub/ready") as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("Triton never became ready")
-
-
 def wrk(port: int, lua: Path, concurrency: int, seconds: int) -> float:
-    cmd = ["wrk", "-t1", f"-c{concurrency}", f"-d{seconds}s", "-s", str(lua),
-           f"http://127.0.0.1:{port}/v2/models/add_sub/infer"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    if "Non-2xx" in out:
-        raise RuntimeError(f"wrk saw errors:\n{out}")
-    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    if match is None:
-        raise RuntimeError(out)
-    return float(match.group(1))
+    url = f"http://127.0.0.1:{port}/v2/models/add_sub/infer"
+    return run_wrk(url, lua, concurrency, seconds, threads=1).rate
 
 
 def h2load(port: int, body: Path, concurrency: int, seconds: int) -> float:
-    cmd = ["h2load", "-D", str(seconds), "--warm-up-time", "1", "-c", str(concurrency), "-m", "1",
-           "-d", str(body), "-H", "content-type: application/grpc", "-H", "te: trailers",
-           f"http://127.0.0.1:{port}{METHOD}"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
-    rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
-    if not done or not rate or int(done.group(2)) < int(done.group(1)) - concurrency:
-        raise RuntimeError(f"h2load did not succeed:\n{out}")
-    return float(rate.group(1))
+    run = run_h2load(port, body, concurrency, "-D", str(seconds), "--warm-up-time", "1")
+    if run.succeeded < run.done - concurrency:
+        raise RuntimeError(f"h2load did not succeed:\n{run.output}")
+    return run.rate
 
 
 def repokit_perf(
@@ -138,52 +98,46 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--seconds", type=int, default=6)
     args = parser.parse_args()
-    for tool in ("wrk", "h2load"):
-        if shutil.which(tool) is None:
-            sys.exit(f"{tool} not found: apt-get install -y wrk nghttp2-client")
+    require_tools("wrk", "h2load", install="wrk nghttp2-client")
     work = Path(tempfile.mkdtemp(prefix="perf-vs-wrk-"))
-    repo = work / "models"
-    shutil.copytree(default_sample_repository() / "add_sub", repo / "add_sub")
-    http_port, grpc_port, metrics_port = random.sample(range(20000, 60000), 3)
+    repo = copy_models(work / "models", ("add_sub",))
+    try:
+        with triton(repo, work, ready=("add_sub",)) as reference:
+            measure(reference.http_port, reference.grpc_port, work, args.concurrency, args.seconds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(http_port: int, grpc_port: int, work: Path, levels: list[int], seconds: int) -> None:
     header, binary, framed = request_bytes(http_port, grpc_port)
     (work / "body.bin").write_bytes(header + binary)
     (work / "grpc.bin").write_bytes(framed)
-    lua = work / "post.lua"
-    lua.write_text(
-        'wrk.method = "POST"\n'
-        f'local f = io.open("{work / "body.bin"}", "rb")\nwrk.body = f:read("*all")\nf:close()\n'
-        'wrk.headers["Content-Type"] = "application/octet-stream"\n'
-        f'wrk.headers["Inference-Header-Content-Length"] = "{len(header)}"\n'
-    )
-    env = {**os.environ, "TRITON_VENV": str(private_venv())}
-    out = subprocess.run([TRITON, str(repo), str(http_port), str(grpc_port), str(metrics_port)],
-                         capture_output=True, text=True, check=True, env=env)  # fmt: skip
-    triton_pid = int(out.stdout.strip().splitlines()[-1])
-    try:
-        wait_ready(http_port)
-        wrk(http_port, lua, 4, 2)  # warm-up
-        print(f"Triton 2.51, add_sub (python backend) 1x16 FP32, {args.seconds} s per run")
-        print(f"{'c':>4} {'wrk':>9} {'perf http':>10} {'wrk':>9} {'ratio':>6}")
-        for c in args.concurrency:
-            first = wrk(http_port, lua, c, args.seconds)
-            ours = repokit_perf("http", http_port, c, args.seconds, work)
-            second = wrk(http_port, lua, c, args.seconds)
-            print(f"{c:>4} {first:>9.1f} {ours:>10.1f} {second:>9.1f} "
-                  f"{2 * ours / (first + second):>6.2f}")  # fmt: skip
-        print(f"{'c':>4} {'h2load':>9} {'perf grpc':>10} {'ratio':>6} {'streaming':>10} "
-              f"{'ratio':>6} {'h2load':>9}")  # fmt: skip
-        body = work / "grpc.bin"
-        for c in args.concurrency:
-            first = h2load(grpc_port, body, c, args.seconds)
-            unary = repokit_perf("grpc", grpc_port, c, args.seconds, work)
-            streaming = repokit_perf("grpc", grpc_port, c, args.seconds, work, "--streaming")
-            second = h2load(grpc_port, body, c, args.seconds)
-            mean = (first + second) / 2
-            print(f"{c:>4} {first:>9.1f} {unary:>10.1f} {unary / mean:>6.2f} {streaming:>10.1f} "
-                  f"{streaming / mean:>6.2f} {second:>9.1f}")  # fmt: skip
-    finally:
-        os.kill(triton_pid, signal.SIGTERM)
-        shutil.rmtree(work, ignore_errors=True)
+    lua = write_wrk_post_script(
+        work / "post.lua",
+        work / "body.bin",
+        {"Content-Type": "application/octet-stream",
+         "Inference-Header-Content-Length": str(len(header))},
+    )  # fmt: skip
+    wrk(http_port, lua, 4, 2)  # warm-up
+    print(f"Triton 2.51, add_sub (python backend) 1x16 FP32, {seconds} s per run")
+    print(f"{'c':>4} {'wrk':>9} {'perf http':>10} {'wrk':>9} {'ratio':>6}")
+    for c in levels:
+        first = wrk(http_port, lua, c, seconds)
+        ours = repokit_perf("http", http_port, c, seconds, work)
+        second = wrk(http_port, lua, c, seconds)
+        print(f"{c:>4} {first:>9.1f} {ours:>10.1f} {second:>9.1f} "
+              f"{2 * ours / (first + second):>6.2f}")  # fmt: skip
+    print(f"{'c':>4} {'h2load':>9} {'perf grpc':>10} {'ratio':>6} {'streaming':>10} "
+          f"{'ratio':>6} {'h2load':>9}")  # fmt: skip
+    body = work / "grpc.bin"
+    for c in levels:
+        first = h2load(grpc_port, body, c, seconds)
+        unary = repokit_perf("grpc", grpc_port, c, seconds, work)
+        streaming = repokit_perf("grpc", grpc_port, c, seconds, work, "--streaming")
+        second = h2load(grpc_port, body, c, seconds)
+        mean = (first + second) / 2
+        print(f"{c:>4} {first:>9.1f} {unary:>10.1f} {unary / mean:>6.2f} {streaming:>10.1f} "
+              f"{streaming / mean:>6.2f} {second:>9.1f}")  # fmt: skip
 
 
 if __name__ == "__main__":

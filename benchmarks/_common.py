@@ -1,0 +1,161 @@
+"""What the side-by-side benchmarks share: real Triton 2.51 (started through
+``tests.differential.triton_reference``: free ports, a private symlinked venv so the run has its
+own log, stopped with its python stubs), a ``repokit serve`` process, and the wrk / h2load runs
+with their output parsed. Imported by the scripts in this folder (run by hand, not tests)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.differential.triton_reference import (  # noqa: E402
+    TritonReference,
+    free_ports,
+    running_triton,
+)
+from tests.frontends.http.server_thread import copy_models  # noqa: E402
+
+__all__ = [
+    "ROOT",
+    "H2load",
+    "TritonReference",
+    "Wrk",
+    "copy_models",
+    "free_port",
+    "require_tools",
+    "run_h2load",
+    "run_wrk",
+    "running_repokit",
+    "running_triton",
+    "stop_processes",
+    "triton",
+    "wait_ready",
+    "write_wrk_post_script",
+]
+
+GRPC_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def require_tools(*tools: str, install: str) -> None:
+    """Exit with the install hint when a load generator is missing."""
+    for tool in tools:
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is not installed (apt-get install -y {install})")
+
+
+@contextmanager
+def triton(repository: Path, workdir: Path, ready: Iterable[str] = ()) -> Iterator[TritonReference]:
+    """Triton serving ``repository``, ready (or its ``ready`` models are), stopped on exit."""
+    with running_triton(repository, workdir / "triton", ready=ready) as server:
+        yield server
+
+
+def wait_ready(url: str, timeout: float = 180, any_status: bool = False) -> None:
+    """Poll GET ``url`` until it answers 200 (``any_status``: answers at all)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(url, timeout=2).status_code == 200 or any_status:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} not ready")
+
+
+def stop_processes(processes: Sequence[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> None:
+    for proc in processes:
+        proc.send_signal(sig)
+    for proc in processes:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextmanager
+def running_repokit(repository: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int]]]:
+    """``repokit serve`` on loopback with free ports ({"http", "grpc", "metrics"}), ready, and
+    stopped (SIGTERM) on exit."""
+    names = ("http", "grpc", "metrics")
+    ports = dict(zip(names, free_ports(3), strict=True))
+    command = [sys.executable, "-m", "repokit", "serve", str(repository),
+               "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1"]  # fmt: skip
+    for name in names:
+        command += [f"--{name}-port", str(ports[name])]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        wait_ready(f"http://127.0.0.1:{ports['http']}/v2/health/ready")
+        yield proc, ports
+    finally:
+        stop_processes([proc])
+
+
+def write_wrk_post_script(script: Path, body: Path, headers: dict[str, str]) -> Path:
+    """A wrk Lua script POSTing the bytes of ``body`` with ``headers``."""
+    lines = ['wrk.method = "POST"', f'local f = io.open("{body}", "rb")',
+             'wrk.body = f:read("*all")', "f:close()"]  # fmt: skip
+    lines += [f'wrk.headers["{k}"] = "{v}"' for k, v in headers.items()]
+    script.write_text("\n".join(lines) + "\n")
+    return script
+
+
+@dataclass(frozen=True)
+class Wrk:
+    rate: float  # requests/s
+    total: int  # requests completed
+
+
+def run_wrk(url: str, script: Path, connections: int, seconds: int, threads: int = 2) -> Wrk:
+    """One wrk run; raises when any response was not 2xx/3xx."""
+    command = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds}s",
+               "-s", str(script), url]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if non_2xx:
+        raise RuntimeError(f"{url}: {non_2xx.group(1)} error responses\n{out}")
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    total = re.search(r"(\d+) requests in", out)
+    if rate is None or total is None:
+        raise RuntimeError(out)
+    return Wrk(float(rate.group(1)), int(total.group(1)))
+
+
+@dataclass(frozen=True)
+class H2load:
+    rate: float  # requests/s
+    done: int
+    succeeded: int
+    output: str
+
+
+def run_h2load(port: int, body: Path, concurrency: int, *limit: str) -> H2load:
+    """h2load posting ``body`` as unary gRPC ModelInfer on 127.0.0.1:``port``; ``limit`` is
+    ``-n N`` or ``-D seconds`` (and any other flags)."""
+    command = ["h2load", *limit, "-c", str(concurrency), "-m", "1", "-d", str(body),
+               "-H", "content-type: application/grpc", "-H", "te: trailers",
+               f"http://127.0.0.1:{port}{GRPC_INFER_PATH}"]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
+    rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
+    if done is None or rate is None:
+        raise RuntimeError(f"h2load did not succeed:\n{out}")
+    return H2load(float(rate.group(1)), int(done.group(1)), int(done.group(2)), out)
