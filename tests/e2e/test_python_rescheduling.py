@@ -26,10 +26,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from repokit.backends.python.backend import NOT_ITERATIVE
-from repokit.core.settings import ServerSettings
-from repokit.frontends.runner import ServeSettings
 from tests.e2e.python_reschedule_models import build_reschedule_repository
-from tests.frontends.http.server_thread import ServerThread
+from tests.frontends.http.server_thread import ServerThread, running_server
 
 WRONG_RETURN = (
     "Failed to process the request(s) for model 'wrong_return_0', message: Expected a None "
@@ -40,25 +38,12 @@ WRONG_RETURN = (
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     repo = build_reschedule_repository(tmp_path_factory.mktemp("reschedule") / "models")
-    settings = ServeSettings(
-        core=ServerSettings(repositories=[repo]),
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        http_address="127.0.0.1",
-        grpc_address="127.0.0.1",
-    )
-    srv = ServerThread(settings)
-    srv.start()
-    try:
+    with running_server(repo, allow_grpc=True) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _grpc_url(server: ServerThread) -> str:
-    assert server.handle is not None
-    return f"127.0.0.1:{server.handle.grpc_port}"
+    return server.grpc_url
 
 
 def _grpc_input(value: int) -> grpcclient.InferInput:
