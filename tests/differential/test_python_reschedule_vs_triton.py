@@ -72,7 +72,9 @@ def _counts(endpoint: Endpoint, model: str) -> tuple[int, int, int]:
 
 
 def _post(endpoint: Endpoint, model: str, value: int) -> tuple[int, Any]:
-    body = {"inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [value]}]}
+    body: dict[str, Any] = {
+        "inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [value]}]
+    }
     response = requests.post(f"{endpoint.http}/v2/models/{model}/infer", json=body, timeout=60)
     doc = response.json()
     doc.pop("model_version", None)
