@@ -29,7 +29,7 @@ from repokit.config.validate import validate_repository
 from repokit.paths import default_sample_repository, sample_repos_dir
 from tests.differential.triton_reference import LoadResult, TritonReference, running_triton
 
-pytestmark = pytest.mark.triton
+pytestmark = [pytest.mark.triton, pytest.mark.timeout(900)]  # loads ~160 models into Triton
 HANG_RULES = frozenset({"model-file-missing", "model-file-wrong-kind"})
 VALID_PYTHON_MODELS = sorted(
     p.parent.name for p in default_sample_repository().glob("*/config.pbtxt")
