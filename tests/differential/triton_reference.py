@@ -264,6 +264,10 @@ class TritonReference:
                 time.sleep(0.1)
             if not self._alive():
                 break
+        try:  # python stubs of a crashed or stopped server can outlive it: end the whole group
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
         self.pid = 0
 
 
