@@ -10,6 +10,7 @@ other's log, a private directory of symlinks to the shared venv is used as TRITO
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -264,10 +265,9 @@ class TritonReference:
                 time.sleep(0.1)
             if not self._alive():
                 break
-        try:  # python stubs of a crashed or stopped server can outlive it: end the whole group
+        # python stubs of a crashed or stopped server can outlive it: end the whole group
+        with contextlib.suppress(OSError):
             os.killpg(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
         self.pid = 0
 
 
