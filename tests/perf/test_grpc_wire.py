@@ -28,6 +28,7 @@ from repokit.perf.transports.grpc_wire import (
 )
 from repokit.perf.transports.hpack import (
     Decoder,
+    Encoder,
     HpackError,
     HuffmanUnsupported,
     encode_integer,
@@ -137,6 +138,28 @@ def test_hpack_static_dynamic_and_size_updates() -> None:
         decoder.decode(encode_integer(4097, 5, 0x20))
 
 
+def test_hpack_encoder_indexes_request_fields_and_honours_table_size() -> None:
+    fields = Decoder().decode(BLOCK)
+    peer = Decoder()
+    encoder = Encoder()
+    first = encoder.encode(BLOCK)
+    assert peer.decode(first) == fields
+    again = encoder.encode(BLOCK)
+    assert again == b"\x83\x86\xc1\xc0\xbf\xbe"  # one byte per field once indexed
+    assert encoder.encode(BLOCK) is again  # cached while the table does not change
+    assert peer.decode(again) == fields
+    other = header_block("/inference.GRPCInferenceService/ModelStreamInfer", "test", {"k": "v"})
+    assert peer.decode(encoder.encode(other)) == Decoder().decode(other)
+    assert peer.decode(encoder.encode(BLOCK)) == fields  # indices shifted by the new entries
+    encoder.limit(0)  # the peer allows no dynamic table: announce it, then plain literals
+    shrunk = encoder.encode(BLOCK)
+    assert shrunk.startswith(b"\x20")
+    assert peer.decode(shrunk) == fields
+    assert peer.decode(encoder.encode(BLOCK)) == fields
+    small = Encoder(60)  # entries larger than the table are sent without indexing
+    assert peer.decode(small.encode(BLOCK)) == fields
+
+
 def test_hpack_rejects_huffman_truncation_and_long_integers() -> None:
     decoder = Decoder()
     with pytest.raises(HuffmanUnsupported):
@@ -157,7 +180,7 @@ def test_unary_call_with_ping_settings_continuation_and_padding() -> None:
     def script(peer: Peer) -> None:
         peer.handshake(struct.pack(">HI", 5, 32768))  # MAX_FRAME_SIZE
         _, flags, stream, block = peer.until(HEADERS)
-        assert flags == 0x4 and block == BLOCK
+        assert flags == 0x4 and Decoder().decode(block) == Decoder().decode(BLOCK)
         _, flags, _, body = peer.until(DATA)
         assert flags == 0x1 and body == grpc_frame(b"request")
         split = len(OK_HEADERS) // 2
@@ -237,6 +260,30 @@ def test_flow_control_waits_for_window_updates() -> None:
     with scripted(script) as port:
         wire = WireConnection.open("127.0.0.1", port)
         assert wire.unary(BLOCK, message) == (b"ok", None)
+        wire.close()
+
+
+def test_request_headers_use_the_servers_table_within_its_size() -> None:
+    fields = Decoder().decode(BLOCK)
+
+    def script(peer: Peer) -> None:
+        decoder = Decoder()
+        peer.handshake()
+        _, _, stream, block = peer.until(HEADERS)
+        assert decoder.decode(block) == fields
+        answer(peer, stream, b"one")
+        _, _, stream, block = peer.until(HEADERS)
+        assert len(block) == 6 and decoder.decode(block) == fields  # all indexed
+        peer.send(frame(SETTINGS, 0, 0, struct.pack(">HI", 1, 0)))  # HEADER_TABLE_SIZE 0
+        answer(peer, stream, b"two")
+        _, _, stream, block = peer.until(HEADERS)
+        assert block[:1] == b"\x20" and decoder.decode(block) == fields
+        answer(peer, stream, b"three")
+
+    with scripted(script) as port:
+        wire = WireConnection.open("127.0.0.1", port)
+        for text in (b"one", b"two", b"three"):
+            assert wire.unary(BLOCK, b"x") == (text, None)
         wire.close()
 
 

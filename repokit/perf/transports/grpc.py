@@ -186,6 +186,16 @@ class WireGrpcConnection:
         start = clock()
         payload = request.serialized if sequence is None else _sequence_bytes(request, sequence)
         wire = self._wire
+        if not self._streaming and not want_outputs:  # the measured path: nothing to decode
+            try:
+                wire.send_unary(self._unary_block, payload)
+                sent = clock()
+                raw, error = wire.receive_unary()
+            except (OSError, WireError) as exc:
+                now = clock()
+                return InferTiming(start, now, now, now, f"gRPC connection failed: {exc}")
+            received = clock()
+            return InferTiming(start, sent, received, received, error)
         try:
             if self._streaming:
                 if not self._stream_open:

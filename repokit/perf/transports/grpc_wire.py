@@ -2,15 +2,18 @@
 
 Why our own: the grpc library costs 100-200 us of client CPU per call from Python, which at
 concurrency 1 against a fast server (Triton answers add_sub in ~80 us) caps the load generator
-at a quarter of what h2load drives. Here a call is one ``sendall`` of pre-built frames (HEADERS
-with a fixed literal header block, then DATA) and ``recv`` until the stream ends; a few frame
-headers are parsed in Python. Used by the sync-mode worker threads (one connection each).
+at a quarter of what h2load drives. Here a call is one ``sendall`` of pre-built frames (HEADERS,
+then DATA) and ``recv_into`` one reusable buffer until the stream ends; a few frame headers are
+parsed in Python. The request's header fields enter the server's HPACK table on the first call
+and are one-byte references afterwards (:class:`~repokit.perf.transports.hpack.Encoder`), as
+h2load sends them. Used by the sync-mode worker threads (one connection each).
 
 Covered: the connection preface and SETTINGS (ACKed, the peer's initial window, frame size and
 table size honoured), PING ACKs, WINDOW_UPDATE in both directions (our receive windows start at
 2^31-1 and are topped up; DATA waits for the peer's send window), CONTINUATION, padding,
 RST_STREAM and GOAWAY as errors, trailers-only error responses, ``grpc-status``/``grpc-message``
-(percent-decoded) and HPACK decoding via :mod:`repokit.perf.transports.hpack`. Not covered:
+(percent-decoded), the server's HEADER_TABLE_SIZE, and HPACK decoding via
+:mod:`repokit.perf.transports.hpack`. Not covered:
 TLS, compressed messages, Huffman-coded response headers (:class:`HuffmanUnsupported`; the
 transport then falls back to the grpc library).
 """
@@ -22,7 +25,13 @@ import struct
 from urllib.parse import unquote
 
 from repokit.perf.transports.base import blocking_with_timeouts
-from repokit.perf.transports.hpack import Decoder, HpackError, literal, literal_indexed_name
+from repokit.perf.transports.hpack import (
+    Decoder,
+    Encoder,
+    HpackError,
+    literal,
+    literal_indexed_name,
+)
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
@@ -93,7 +102,11 @@ class WireConnection:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._in = bytearray()
+        # reads land in one reusable buffer: recv(RECV_SIZE) would allocate (and shrink) a
+        # RECV_SIZE bytes object per read, ~3 us per call, a twentieth of a call to Triton
+        self._buffer = memoryview(bytearray(RECV_SIZE))
         self._decoder = Decoder()
+        self._encoder = Encoder()
         self._next_stream = 1
         self._send_window = DEFAULT_WINDOW  # connection-level, toward the server
         self._initial_window = DEFAULT_WINDOW  # the server's per-stream window
@@ -102,7 +115,7 @@ class WireConnection:
         self._stream = 0
         self._stream_window = 0
         self._stream_consumed = 0
-        self._data = bytearray()
+        self._data: bytes | bytearray = b""  # bytes while it holds at most one DATA frame
         self._headers: dict[bytes, bytes] = {}
         self._ended = False
         self._fault: str | None = None
@@ -136,12 +149,12 @@ class WireConnection:
         self._stream = stream
         self._stream_window = self._initial_window
         self._stream_consumed = 0
-        self._data = bytearray()
+        self._data = b""
         self._headers = {}
         self._ended = False
         self._fault = None
         flags = END_HEADERS | (END_STREAM if end_stream else 0)
-        self._sock.sendall(frame(HEADERS, flags, stream, block))
+        self._sock.sendall(frame(HEADERS, flags, stream, self._encoder.encode(block)))
         return stream
 
     def unary(self, block: bytes, message: bytes) -> tuple[bytes | None, str | None]:
@@ -151,11 +164,12 @@ class WireConnection:
 
     def send_unary(self, block: bytes, message: bytes) -> None:
         """Open a stream and send the call's one message."""
+        block = self._encoder.encode(block)
         stream = self._next_stream
         self._next_stream += 2
         self._stream = stream
         self._stream_window = self._initial_window
-        self._data = bytearray()
+        self._data = b""
         self._headers = {}
         self._ended = False
         self._fault = None
@@ -190,6 +204,8 @@ class WireConnection:
         if data[0]:
             return None, "gRPC error: compressed responses are not supported"
         length = int.from_bytes(data[1:5], "big")
+        if len(data) < 5 + length:
+            return None, "gRPC error: the response message was cut short"
         return bytes(data[5 : 5 + length]), None
 
     def send_message(self, message: bytes) -> None:
@@ -204,13 +220,13 @@ class WireConnection:
 
     def receive_message(self) -> tuple[bytes | None, str | None]:
         """The next message of the open (streaming) call, or the error that ended it."""
-        data = self._data
         while True:
+            data = self._data
             if len(data) >= 5:
                 length = int.from_bytes(data[1:5], "big")
                 if len(data) >= 5 + length:
                     message = bytes(data[5 : 5 + length])
-                    del data[: 5 + length]
+                    self._data = data[5 + length :]
                     self._refill_stream(5 + length)
                     return message, None
             if self._ended:
@@ -256,14 +272,16 @@ class WireConnection:
         """Read from the socket and handle every complete frame. DATA and complete HEADERS
         of the open stream are handled inline (the per-call path); the rest by
         :meth:`_on_frame`."""
-        chunk = self._sock.recv(RECV_SIZE)
-        if not chunk:
+        count = self._sock.recv_into(self._buffer)
+        if not count:
             raise WireError("the server closed the connection")
         pending = self._in
         if pending:
-            pending += chunk
+            pending += self._buffer[:count]
             chunk = bytes(pending)
             pending.clear()
+        else:
+            chunk = bytes(self._buffer[:count])
         current = self._stream
         unpack = _FRAME_HEAD.unpack_from
         decode = self._decoder.decode
@@ -284,9 +302,11 @@ class WireConnection:
                     self._refill_connection()
                 if stream == current:
                     if flags & PADDED:
-                        self._data += chunk[body + 1 : stop - chunk[body]]
+                        self._append_data(chunk[body + 1 : stop - chunk[body]])
+                    elif self._data:
+                        self._append_data(chunk[body:stop])
                     else:
-                        self._data += chunk[body:stop]
+                        self._data = chunk[body:stop]
                     if flags & END_STREAM:
                         self._ended = True
             elif kind == HEADERS:
@@ -307,11 +327,20 @@ class WireConnection:
                         break
                     block, stop = complete
                     self._on_headers(stream, flags, chunk[body : body + length], block)
+            elif kind == WINDOW_UPDATE and stream == 0 and length == 4:
+                self._send_window += int.from_bytes(chunk[body:stop], "big") & 0x7FFFFFFF
             else:
                 self._on_frame(kind, flags, stream, chunk[body:stop])
             pos = stop
         if pos < end:
             pending += chunk[pos:]
+
+    def _append_data(self, part: bytes) -> None:
+        data = self._data
+        if isinstance(data, bytearray):
+            data += part
+        else:  # a second frame: from here on, grow a bytearray in place
+            self._data = bytearray(data) + part
 
     def _refill_connection(self) -> None:
         self._sock.sendall(frame(WINDOW_UPDATE, 0, 0, self._consumed.to_bytes(4, "big")))
@@ -386,5 +415,7 @@ class WireConnection:
             if key == 4:  # INITIAL_WINDOW_SIZE: shifts the open stream's window too
                 self._stream_window += value - self._initial_window
                 self._initial_window = value
+            elif key == 1:  # HEADER_TABLE_SIZE: what our encoder may use of the peer's table
+                self._encoder.limit(value)
             elif key == 5:  # MAX_FRAME_SIZE
                 self._max_frame = value

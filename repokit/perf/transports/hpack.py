@@ -1,4 +1,5 @@
-"""HPACK (RFC 7541) header-block decoding for the load generator's own HTTP/2 client.
+"""HPACK (RFC 7541) for the load generator's own HTTP/2 client: decoding, and re-encoding
+request blocks to use the server's dynamic table (:class:`Encoder`).
 
 Decodes indexed fields, literals with and without indexing, and dynamic-table size updates,
 keeping the dynamic table in step with the server's encoder. Huffman-coded strings are not
@@ -206,3 +207,71 @@ class Decoder:
             if incremental:
                 self._add(name, value)
         return headers, indexed_only
+
+
+STATIC_FIELDS = {field: index for index, field in enumerate(STATIC_TABLE, 1)}
+STATIC_NAMES = {name: index for index, (name, _) in reversed(list(enumerate(STATIC_TABLE, 1)))}
+
+
+class Encoder:
+    """Re-encodes self-contained request blocks (static-table and plain literal fields, as
+    :func:`literal` builds them) so that they use the peer's dynamic table: the first block
+    inserts its fields, later ones refer to them with one byte each (as h2load and the gRPC
+    library do; the server then parses no strings per request). Blocks that only refer to the
+    table are cached by their source bytes until the table changes."""
+
+    def __init__(self, max_table_size: int = 4096) -> None:
+        self._max = max_table_size  # at most the peer's SETTINGS_HEADER_TABLE_SIZE
+        self._dynamic: list[tuple[bytes, bytes]] = []  # newest first, as the peer's decoder
+        self._size = 0
+        self._size_update: int | None = None  # to announce at the start of the next block
+        self._cache: dict[bytes, bytes] = {}
+
+    def limit(self, peer_table_size: int) -> None:
+        """The peer's SETTINGS_HEADER_TABLE_SIZE: shrink (and announce) when it is lower."""
+        if peer_table_size < self._max:
+            self._max = peer_table_size
+            self._size_update = peer_table_size
+            self._cache.clear()
+            self._evict()
+
+    def encode(self, block: bytes) -> bytes:
+        cached = self._cache.get(block)
+        if cached is not None:
+            return cached
+        fields, _ = Decoder(0)._decode(block)  # table size 0: only static references decode
+        out = bytearray()
+        if self._size_update is not None:
+            out += encode_integer(self._size_update, 5, 0x20)
+            self._size_update = None
+        indexed_only = True
+        for name, value in fields:
+            index = STATIC_FIELDS.get((name, value))
+            if index is None and (name, value) in self._dynamic:
+                index = len(STATIC_TABLE) + 1 + self._dynamic.index((name, value))
+            if index is not None:
+                out += encode_integer(index, 7, 0x80)
+                continue
+            indexed_only = False
+            entry = len(name) + len(value) + ENTRY_OVERHEAD
+            name_index = STATIC_NAMES.get(name, 0)
+            if entry > self._max:  # would empty the table: send it without indexing
+                out += encode_integer(name_index, 4)
+            else:
+                out += encode_integer(name_index, 6, 0x40)
+                self._cache.clear()
+                self._dynamic.insert(0, (name, value))
+                self._size += entry
+                self._evict()
+            if not name_index:
+                out += encode_integer(len(name), 7) + name
+            out += encode_integer(len(value), 7) + value
+        encoded = bytes(out)
+        if indexed_only and len(self._cache) < CACHE_LIMIT:
+            self._cache[block] = encoded
+        return encoded
+
+    def _evict(self) -> None:
+        while self._size > self._max and self._dynamic:
+            name, value = self._dynamic.pop()
+            self._size -= len(name) + len(value) + ENTRY_OVERHEAD
