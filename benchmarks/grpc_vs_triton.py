@@ -39,7 +39,7 @@ from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 
 BARE_SERVER = """
-import asyncio, sys
+import asyncio, signal, sys
 import grpc, numpy as np
 from repokit.protocol.generated import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pbg
 
@@ -70,7 +70,14 @@ async def main():
         "inference.GRPCInferenceService", handlers)])
     server.add_insecure_port(f"127.0.0.1:{sys.argv[1]}")
     await server.start()
-    await server.wait_for_termination()
+    # stop the server on SIGINT/SIGTERM inside the running loop, so grpc.aio never tries to
+    # shut it down from a finalizer after the loop has closed
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop(None)
 
 asyncio.run(main())
 """

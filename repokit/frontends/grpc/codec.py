@@ -28,7 +28,7 @@ from repokit.frontends.grpc.params import (
     set_parameter,
 )
 from repokit.protocol.generated import grpc_service_pb2 as pb
-from repokit.protocol.tensor_codec import array_to_bytes
+from repokit.protocol.tensor_codec import array_to_bytes, wire_dtype
 from repokit.protocol.types import (
     InferRequest,
     InferResponse,
@@ -44,23 +44,20 @@ class DecodedRequest:
     enable_empty_final_response: bool = False
 
 
-def _raw_view(raw: bytes) -> npt.NDArray[np.uint8]:
-    """The raw bytes as a read-only uint8 view; the core checks the size against the shape
-    and datatype (in Triton's order, with its ``[request id: ...]`` prefix) and views it."""
-    return np.frombuffer(raw, dtype=np.uint8)
-
-
 def decode_infer_request(msg: pb.ModelInferRequest) -> DecodedRequest:
     """Decode a ModelInferRequest; RepokitError(INVALID_ARG) with Triton's messages."""
     model = msg.model_name
-    controls = parse_request_parameters(msg.parameters)
+    request_params = msg.parameters
+    # no request parameters (the common case): the defaults, without walking an empty map
+    controls = parse_request_parameters(request_params) if request_params else None
     raw_contents = msg.raw_input_contents
     raw_index = 0
     inputs: list[InputSpec] = []
     for tensor in msg.inputs:
         name = tensor.name
         shape = tuple(tensor.shape)
-        shm = parse_shared_memory(name, tensor.parameters)
+        tensor_params = tensor.parameters
+        shm = parse_shared_memory(name, tensor_params) if tensor_params else None
         has_contents = tensor.HasField("contents")
         data: npt.NDArray[Any] | None
         if shm is not None:
@@ -78,7 +75,7 @@ def decode_infer_request(msg: pb.ModelInferRequest) -> DecodedRequest:
                 )
             data = array_from_contents(tensor, model)
         elif raw_index < len(raw_contents):
-            data = _raw_view(raw_contents[raw_index])
+            data = np.frombuffer(raw_contents[raw_index], dtype=np.uint8)
             raw_index += 1
         else:
             raise invalid_arg(
@@ -90,13 +87,23 @@ def decode_infer_request(msg: pb.ModelInferRequest) -> DecodedRequest:
         inputs.append(InputSpec(name=name, datatype=datatype, shape=shape, data=data, shm=shm))
     outputs: list[RequestedOutput] = []
     for requested in msg.outputs:
-        out_shm = parse_shared_memory(requested.name, requested.parameters)
-        classification = parse_classification(requested.parameters)
+        out_params = requested.parameters
+        if not out_params:
+            outputs.append(RequestedOutput(name=requested.name))
+            continue
+        out_shm = parse_shared_memory(requested.name, out_params)
+        classification = parse_classification(out_params)
         if out_shm is not None and classification:
             raise invalid_arg("output can't set both 'shared_memory_region' and 'classification'")
         outputs.append(
             RequestedOutput(name=requested.name, classification=classification, shm=out_shm)
         )
+    if controls is None:
+        plain = InferRequest(
+            model_name=model, model_version=msg.model_version, id=msg.id, inputs=inputs,
+            outputs=outputs,
+        )  # fmt: skip
+        return DecodedRequest(plain)
     request = InferRequest(
         model_name=model,
         model_version=msg.model_version,
@@ -118,17 +125,30 @@ def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
     msg = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
-    for key, value in response.parameters.items():
-        set_parameter(msg.parameters[key], value)
+    if response.parameters:
+        for key, value in response.parameters.items():
+            set_parameter(msg.parameters[key], value)
     if response.shm_outputs:
         _encode_outputs_with_shm(response, msg)
         return msg
-    raw: list[bytes] = []
+    add_output = msg.outputs.add
+    raw = msg.raw_output_contents
     for tensor in response.outputs:
-        _add_output(msg, tensor)
-        raw.append(bytes(array_to_bytes(tensor.datatype, tensor.data)))
-    msg.raw_output_contents.extend(raw)
+        datatype = tensor.datatype
+        out = add_output(name=tensor.name, datatype=datatype, shape=tensor.shape)
+        if tensor.parameters:
+            for key, value in tensor.parameters.items():
+                set_parameter(out.parameters[key], value)
+        raw.append(_output_bytes(datatype, tensor.data))
     return msg
+
+
+def _output_bytes(datatype: str, data: npt.NDArray[Any]) -> bytes:
+    """The wire bytes of one output with a single copy (``tobytes`` of the little-endian,
+    contiguous array; BYTES tensors are serialized)."""
+    if datatype == "BYTES":
+        return bytes(array_to_bytes(datatype, data))
+    return np.ascontiguousarray(data, dtype=wire_dtype(datatype)).tobytes()
 
 
 def _add_output(msg: pb.ModelInferResponse, tensor: InferTensor) -> None:
@@ -145,7 +165,7 @@ def _encode_outputs_with_shm(response: InferResponse, msg: pb.ModelInferResponse
         tensor = in_memory.get(name)
         if tensor is not None:
             _add_output(msg, tensor)
-            msg.raw_output_contents.append(bytes(array_to_bytes(tensor.datatype, tensor.data)))
+            msg.raw_output_contents.append(_output_bytes(tensor.datatype, tensor.data))
         elif name in response.shm_outputs:
             _ref, datatype, shape = response.shm_outputs[name]
             msg.outputs.add(name=name, datatype=datatype, shape=shape)
