@@ -22,10 +22,12 @@ from typing import Any
 
 from sanic import Sanic
 from sanic.http import Http
+from sanic.server.protocols.http_protocol import HttpProtocol
 
 from repokit.core.service import InferenceService
 from repokit.core.settings import ServerSettings
 from repokit.frontends.http.app import create_http_app
+from repokit.frontends.http.fast_protocol import FastInferProtocol
 from repokit.frontends.http.metrics import create_metrics_app
 
 GRPC_MODULE = "repokit.frontends.grpc"
@@ -175,7 +177,9 @@ async def _close_connections(servers: list[_SanicServer], timeout: float) -> Non
             connection.abort()
 
 
-async def _start_sanic(app: Sanic[Any, Any], host: str, port: int) -> _SanicServer:
+async def _start_sanic(
+    app: Sanic[Any, Any], host: str, port: int, protocol: type[HttpProtocol] | None = None
+) -> _SanicServer:
     # Bind the socket ourselves: Sanic treats port 0 as "unset" and would pick 8000.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -192,7 +196,10 @@ async def _start_sanic(app: Sanic[Any, Any], host: str, port: int) -> _SanicServ
     # the first server of the process does it (the apps register no signals of their own).
     app.config.TOUCHUP = not getattr(Http, "__touched__", False)
     server: Any = await app.create_server(
-        sock=sock, return_asyncio_server=True, access_log=app.config.ACCESS_LOG
+        sock=sock,
+        return_asyncio_server=True,
+        access_log=app.config.ACCESS_LOG,
+        protocol=protocol,
     )
     await server.startup()
     await server.before_start()
@@ -239,7 +246,9 @@ async def start_server(
     try:
         if settings.allow_http:
             app = create_http_app(service, settings, access_log=settings.access_log)
-            entry = await _start_sanic(app, settings.http_address, settings.http_port)
+            entry = await _start_sanic(
+                app, settings.http_address, settings.http_port, FastInferProtocol
+            )
             handle._sanic.append(entry)
             handle.http_port = entry.port
         if settings.allow_metrics:

@@ -68,6 +68,7 @@ class HttpFrontend:
         self.allow_client_shm = bool(getattr(settings, "allow_client_shm", False))
         self.restrictions = parse_restricted_apis(getattr(settings, "http_restricted_api", []))
         ops = endpoints.Endpoints(service, self.max_input_size, self.allow_client_shm)
+        self.endpoints = ops
         self._handlers: dict[Endpoint, tuple[tuple[str, ...], Handler]] = {
             Endpoint.SERVER_METADATA: (("GET",), ops.server_metadata),
             Endpoint.HEALTH_LIVE: (("GET",), ops.health_live),

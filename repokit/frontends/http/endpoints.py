@@ -83,13 +83,7 @@ class Endpoints:
     # --- inference -------------------------------------------------------------------------
 
     async def infer(self, request: Request, route: Route) -> HTTPResponse | None:
-        service = self.service
-        version = parse_model_version(route.version) if route.version else ""
-        if service.is_decoupled(route.model, version):
-            raise RepokitError(
-                Code.UNSUPPORTED,
-                "HTTP end point doesn't support models with decoupled transaction policy",
-            )
+        version = self.infer_version(route)
         headers = request.headers
         body = request.body
         encoding = headers.get("content-encoding")
@@ -102,12 +96,7 @@ class Endpoints:
                     response.headers["Accept-Encoding"] = "gzip, deflate"
                     return response
                 raise
-        header_length = parse_header_length(headers.get(_HEADER_LENGTH), len(body))
-        decoded = decode_infer_request(
-            route.model, version, body, header_length, self.max_input_size
-        )
-        result = await service.infer(decoded.request)
-        encoded = encode_infer_response(result, decoded)
+        encoded = await self.run_infer(route.model, version, body, headers.get(_HEADER_LENGTH))
         accept = headers.get("accept-encoding")
         if accept:
             chosen = choose_response_encoding(accept)
@@ -128,6 +117,26 @@ class Endpoints:
         for part in encoded.parts:
             await response.send(part)
         return None
+
+    def infer_version(self, route: Route) -> str:
+        """The version an infer route names; raises for unknown models and decoupled ones."""
+        version = parse_model_version(route.version) if route.version else ""
+        if self.service.is_decoupled(route.model, version):
+            raise RepokitError(
+                Code.UNSUPPORTED,
+                "HTTP end point doesn't support models with decoupled transaction policy",
+            )
+        return version
+
+    async def run_infer(
+        self, model: str, version: str, body: bytes, header_length_value: str | None
+    ) -> EncodedResponse:
+        """Decode an (uncompressed) infer body, run it and encode the response: the part
+        shared by this endpoint and the fast infer path of :mod:`.fast_protocol`."""
+        header_length = parse_header_length(header_length_value, len(body))
+        decoded = decode_infer_request(model, version, body, header_length, self.max_input_size)
+        result = await self.service.infer(decoded.request)
+        return encode_infer_response(result, decoded)
 
     async def generate(self, request: Request, route: Route) -> HTTPResponse:
         raise RepokitError(

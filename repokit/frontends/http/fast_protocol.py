@@ -1,0 +1,263 @@
+"""Sanic's HTTP/1.1 protocol with a fast lane for well-formed infer requests.
+
+Why: on add_sub (JSON, FP32[1,16] x 2, wrk at concurrency 8) Sanic's own request machinery
+(its pure-Python header parser, the ``Request`` and ``HTTPResponse`` objects, the connection
+task's stage bookkeeping, the header formatting) cost about 30 us of the ~80 us the server
+process spent per request, more than the whole core (~21 us). Inference is the one endpoint
+whose speed matters, so this protocol, a subclass of Sanic's ``HttpProtocol`` handed to
+``create_server(protocol=...)``, answers it directly and leaves everything else to Sanic.
+
+A connection starts in the fast lane. Each complete request in the buffer is looked at once:
+
+* ``POST /v2/models/<name>[/versions/<v>]/infer HTTP/1.1`` with one ``Content-Length``, no
+  ``Transfer-Encoding``, ``Content-Encoding``, ``Expect`` or ``Upgrade``, no ``Connection``
+  other than keep-alive, no ``Accept-Encoding`` that asks for compression, and a plain path
+  (no ``%`` or ``?``) runs here: the body goes through the same
+  :meth:`Endpoints.run_infer <repokit.frontends.http.endpoints.Endpoints.run_infer>` as
+  Sanic's route, and the response is written with the same status, body and headers (minus
+  Sanic's empty ``alt-svc``);
+* anything else (other endpoints, compression, chunked bodies, HTTP/1.0, oversized or
+  malformed heads, restricted APIs, access logging) is handed to Sanic's own machinery as the
+  raw bytes, together with everything after it, and Sanic answers it exactly as before.
+
+Requests of one connection are answered in order: the fast lane serves one request at a time
+and hands over to Sanic only when its own response is written; the connection comes back to
+the fast lane when Sanic is idle again with nothing buffered. A client that disconnects cancels
+the running request (the model sees ``is_cancelled()``), and Sanic's timeouts still apply: a
+request in the fast lane counts as a request in progress, not as an idle keep-alive
+connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from time import monotonic as current_time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from sanic.helpers import STATUS_CODES
+from sanic.http import Http, Stage
+from sanic.server.protocols.http_protocol import HttpProtocol
+
+from repokit.errors import RepokitError
+from repokit.frontends.http.compression import choose_response_encoding
+from repokit.frontends.http.routing import Endpoint, Route
+from repokit.frontends.status import http_status
+
+if TYPE_CHECKING:
+    from repokit.frontends.http.app import HttpFrontend
+
+_END_OF_HEAD = b"\r\n\r\n"
+# header names that send a request to Sanic (it implements what they ask for)
+_SANIC_HEADERS = frozenset(
+    {b"transfer-encoding", b"content-encoding", b"expect", b"upgrade", b"connection"}
+)
+
+
+class FastInfer:
+    """A parsed infer request of the fast lane."""
+
+    __slots__ = ("body_end", "body_start", "header_length", "route")
+
+    def __init__(self, route: Route, body_start: int, body_end: int, header_length: str | None):
+        self.route = route
+        self.body_start = body_start
+        self.body_end = body_end
+        self.header_length = header_length
+
+
+def parse_infer_head(
+    frontend: HttpFrontend, buffer: bytearray, end_of_head: int, max_body: int
+) -> FastInfer | None:
+    """The infer request whose head is ``buffer[:end_of_head]``, or None when Sanic must
+    handle the request (see the module docstring for what qualifies)."""
+    lines = bytes(buffer[:end_of_head]).split(b"\r\n")
+    request_line = lines[0].split(b" ")
+    if len(request_line) != 3 or request_line[0] != b"POST" or request_line[2] != b"HTTP/1.1":
+        return None
+    target = request_line[1]
+    if b"%" in target or b"?" in target or not target.isascii():
+        return None
+    route = frontend.route(target.decode("ascii"))
+    if route is None or route.endpoint is not Endpoint.MODEL_INFER:
+        return None
+    content_length = -1
+    header_length: str | None = None
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon:
+            return None
+        name = name.lower()
+        if name == b"content-length":
+            value = value.strip()
+            if content_length >= 0 or not value.isdigit():
+                return None
+            content_length = int(value)
+        elif name == b"inference-header-content-length":
+            header_length = value.strip().decode("latin-1")
+        elif name == b"accept-encoding":
+            accepted = value.decode("latin-1").strip()
+            if choose_response_encoding(accepted) != "identity":
+                return None
+        elif name in _SANIC_HEADERS and (
+            name != b"connection" or value.strip().lower() != b"keep-alive"
+        ):
+            return None
+    if content_length < 0 or content_length > max_body:
+        return None
+    start = end_of_head + len(_END_OF_HEAD)
+    return FastInfer(route, start, start + content_length, header_length)
+
+
+_HEAD_FORMAT = (
+    b"HTTP/1.1 %d %s\r\n%bcontent-length: %d\r\nconnection: keep-alive\r\ncontent-type: %b\r\n\r\n"
+)
+
+
+def response_head(
+    status: int, content_type: str, size: int, header_length: int | None = None
+) -> bytes:
+    """The status line and headers of a keep-alive response with a ``size``-byte body."""
+    extra = (
+        b"" if header_length is None else b"Inference-Header-Content-Length: %d\r\n" % header_length
+    )
+    reason = STATUS_CODES.get(status, b"UNKNOWN")
+    return _HEAD_FORMAT % (status, reason, extra, size, content_type.encode("latin-1"))
+
+
+def error_parts(status: int, message: str) -> list[bytes | memoryview]:
+    """Triton's ``{"error": "<message>"}`` response."""
+    body = orjson.dumps({"error": message})
+    return [response_head(status, "application/json", len(body)) + body]
+
+
+class FastInferProtocol(HttpProtocol):
+    """``HttpProtocol`` that serves plain infer requests itself (see the module docstring)."""
+
+    __slots__ = ("_fast_buffer", "_fast_since", "_fast_task", "_frontend", "_sanic_owned")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        frontend: HttpFrontend | None = getattr(self.app.ctx, "frontend", None)
+        # restricted APIs and access logs are Sanic's business: no fast lane then
+        if frontend is not None and (frontend.restrictions or self.app.config.ACCESS_LOG):
+            frontend = None
+        self._frontend = frontend
+        self._fast_buffer = bytearray()
+        self._fast_since = 0.0
+        self._fast_task: asyncio.Task[None] | None = None
+        self._sanic_owned = frontend is None
+
+    # --- asyncio.Protocol ------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self._sanic_owned:
+            http = self.http
+            if self._frontend is None or http is None or http.stage is not Stage.IDLE:
+                super().data_received(data)
+                return
+            if self.recv_buffer:
+                super().data_received(data)
+                return
+            self._sanic_owned = False  # Sanic is idle with nothing buffered: back to the lane
+        now = current_time()
+        self._time = now
+        buffer = self._fast_buffer
+        if not buffer:
+            self._fast_since = now
+        buffer += data
+        if self._fast_task is None:
+            self._next_request()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        task = self._fast_task
+        self._fast_task = None
+        if task is not None:
+            task.cancel()
+        super().connection_lost(exc)  # type: ignore[no-untyped-call]
+
+    # --- Sanic's connection management --------------------------------------------------------
+    def check_timeouts(self) -> None:
+        """A request in the fast lane is in progress: the keep-alive timeout does not apply to
+        it; a partly received one gets the request timeout, as in Sanic."""
+        if self._fast_task is not None:
+            self._time = current_time()
+        elif self._fast_buffer:
+            now = current_time()
+            if now - self._fast_since <= self.request_timeout:
+                self._time = now
+        super().check_timeouts()  # type: ignore[no-untyped-call]
+
+    def close_if_idle(self) -> bool:
+        if self._fast_task is not None or self._fast_buffer:
+            return False
+        return bool(super().close_if_idle())
+
+    # --- the fast lane -----------------------------------------------------------------------
+    def _next_request(self) -> None:
+        """Start the first complete request of the buffer, or hand the buffer to Sanic."""
+        buffer = self._fast_buffer
+        frontend = self._frontend
+        assert frontend is not None
+        end_of_head = buffer.find(_END_OF_HEAD)
+        if end_of_head < 0:
+            if len(buffer) > Http.HEADER_MAX_SIZE:
+                self._hand_to_sanic()
+            return
+        parsed = parse_infer_head(frontend, buffer, end_of_head, self.request_max_size)
+        if parsed is None:
+            self._hand_to_sanic()
+            return
+        if len(buffer) < parsed.body_end:
+            return  # the body is still arriving
+        if parsed.body_end == len(buffer):
+            body = bytes(buffer[parsed.body_start :])
+            buffer.clear()
+        else:
+            body = bytes(buffer[parsed.body_start : parsed.body_end])
+            del buffer[: parsed.body_end]
+            self._fast_since = current_time()
+        self._fast_task = self.loop.create_task(self._serve(frontend, parsed, body))
+
+    def _hand_to_sanic(self) -> None:
+        data = bytes(self._fast_buffer)
+        self._fast_buffer.clear()
+        self._sanic_owned = True
+        super().data_received(data)
+
+    async def _serve(self, frontend: HttpFrontend, parsed: FastInfer, body: bytes) -> None:
+        parts = await self._answer(frontend, parsed, body)
+        transport = self.transport
+        self._fast_task = None
+        if transport is None or transport.is_closing():
+            return
+        if len(parts) == 1:
+            transport.write(parts[0])
+        else:
+            transport.writelines(parts)
+        self._time = current_time()
+        if self._fast_buffer:
+            if not self._can_write.is_set():  # a slow reader: do not queue more responses
+                await self._can_write.wait()
+            if self._fast_task is None and self.transport is not None:
+                self._next_request()
+
+    @staticmethod
+    async def _answer(
+        frontend: HttpFrontend, parsed: FastInfer, body: bytes
+    ) -> list[bytes | memoryview]:
+        ops = frontend.endpoints
+        route = parsed.route
+        try:
+            version = ops.infer_version(route)
+            encoded = await ops.run_infer(route.model, version, body, parsed.header_length)
+        except RepokitError as exc:
+            return error_parts(http_status(exc.code), exc.message)
+        except Exception as exc:  # a bug must still answer, as Sanic's error handler does
+            return error_parts(500, f"internal error: {type(exc).__name__}: {exc}")
+        head = encoded.head
+        if encoded.header_length is None:
+            return [response_head(200, encoded.content_type, len(head)) + head]
+        blobs = encoded.blobs
+        size = encoded.size
+        first = response_head(200, encoded.content_type, size, encoded.header_length) + head
+        return [first, *blobs]

@@ -1,0 +1,359 @@
+"""The fast infer lane of the HTTP protocol (repokit.frontends.http.fast_protocol) against a real
+server on port 0, over raw sockets so that pipelining, partial writes and HTTP/1.0 can be sent.
+
+Which lane answered is visible on the wire: Sanic adds an empty ``alt-svc`` header to every
+response it formats, the fast lane does not. Every test that checks a lane also checks that the
+answer is the one Sanic's route gives for the same request.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from repokit.frontends.http.fast_protocol import parse_infer_head
+from tests.e2e.python_cancel_models import build_cancel_repository
+from tests.frontends.http.server_thread import (
+    ServerThread,
+    copy_models,
+    running_server,
+    serve_settings,
+)
+
+A = list(range(16))
+ADD_SUB_BODY = json.dumps(
+    {
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": A},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": A},
+        ]
+    }
+).encode()
+
+
+class Response:
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def header(self, name: str) -> str | None:
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return None
+
+    @property
+    def from_sanic(self) -> bool:
+        return any(key.lower() == "alt-svc" for key, _ in self.headers)
+
+    def json(self) -> object:
+        return json.loads(self.body)
+
+
+class Connection:
+    """One keep-alive connection; reads responses one by one in order."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.buffer = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("closed")
+        self.buffer += chunk
+
+    def read(self) -> Response:
+        while b"\r\n\r\n" not in self.buffer:
+            self._fill()
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        if status == 100:  # the interim answer to Expect: 100-continue
+            return self.read()
+        headers = [(k, v.strip()) for k, _, v in (line.partition(":") for line in lines[1:])]
+        length = int(next(v for k, v in headers if k.lower() == "content-length"))
+        while len(self.buffer) < length:
+            self._fill()
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return Response(status, headers, body)
+
+    def closed_by_server(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except OSError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def request(
+    path: str, body: bytes = b"", method: str = "POST", headers: dict[str, str] | None = None
+) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: test"]
+    for key, value in (headers or {}).items():
+        lines.append(f"{key}: {value}")
+    if method == "POST" and "Transfer-Encoding" not in (headers or {}):
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def chunked(body: bytes) -> bytes:
+    return b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    repo = copy_models(tmp_path_factory.mktemp("fast") / "models")
+    with running_server(repo) as srv:
+        yield srv
+
+
+@pytest.fixture
+def conn(server: ServerThread) -> Iterator[Connection]:
+    assert server.handle is not None and server.handle.http_port is not None
+    connection = Connection(server.handle.http_port)
+    yield connection
+    connection.close()
+
+
+def sanic_answer(conn: Connection, path: str, body: bytes, headers: dict[str, str]) -> Response:
+    """The same request sent chunked, which only Sanic's own machinery reads."""
+    conn.send(request(path, chunked(body), headers={**headers, "Transfer-Encoding": "chunked"}))
+    answer = conn.read()
+    assert answer.from_sanic
+    return answer
+
+
+INFER = "/v2/models/add_sub/infer"
+BINARY_BODY = json.dumps(
+    {
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": A},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": A},
+        ],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+    }
+).encode()
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "headers", "status"),
+    [
+        (INFER, ADD_SUB_BODY, {}, 200),
+        (INFER, BINARY_BODY, {}, 200),
+        ("/v2/models/add_sub/versions/1/infer", ADD_SUB_BODY, {}, 200),
+        (INFER, b"{bad", {}, 400),
+        (INFER, ADD_SUB_BODY[:-9] + b"}", {}, 400),
+        ("/v2/models/missing/infer", ADD_SUB_BODY, {}, 404),
+        ("/v2/models/add_sub/versions/9/infer", ADD_SUB_BODY, {}, 404),
+        (INFER, ADD_SUB_BODY, {"Inference-Header-Content-Length": "nope"}, 400),
+        (INFER, ADD_SUB_BODY, {"Inference-Header-Content-Length": "10"}, 400),
+        (INFER, ADD_SUB_BODY, {"Accept-Encoding": "identity"}, 200),
+    ],
+)
+def test_fast_lane_answers_as_sanic_does(
+    conn: Connection, path: str, body: bytes, headers: dict[str, str], status: int
+) -> None:
+    conn.send(request(path, body, headers=headers))
+    fast = conn.read()
+    assert not fast.from_sanic
+    slow = sanic_answer(conn, path, body, headers)
+    assert (fast.status, fast.body) == (slow.status, slow.body)
+    assert fast.status == status
+    for name in ("content-type", "inference-header-content-length", "connection"):
+        assert fast.header(name) == slow.header(name)
+
+
+def test_binary_output_round_trips(conn: Connection) -> None:
+    conn.send(request(INFER, BINARY_BODY))
+    answer = conn.read()
+    length = int(answer.header("inference-header-content-length") or 0)
+    header = json.loads(answer.body[:length])
+    assert header["outputs"][0]["parameters"] == {"binary_data_size": 64}
+    values = np.frombuffer(answer.body[length:], dtype=np.float32)
+    np.testing.assert_array_equal(values, np.arange(16, dtype=np.float32) * 2)
+
+
+def test_pipelined_requests_are_answered_in_order_across_both_lanes(conn: Connection) -> None:
+    """Once Sanic has a request, it keeps what was pipelined behind it."""
+    conn.send(
+        request(INFER, ADD_SUB_BODY)
+        + request("/v2/health/ready", method="GET")
+        + request(INFER, b"{bad")
+        + request("/v2/models/add_sub/config", method="GET")
+        + request(INFER, ADD_SUB_BODY)
+    )
+    answers = [conn.read() for _ in range(5)]
+    assert [a.status for a in answers] == [200, 200, 400, 200, 200]
+    assert [a.from_sanic for a in answers] == [False, True, True, True, True]
+    assert answers[0].body == answers[4].body
+    assert json.loads(answers[3].body)["name"] == "add_sub"
+
+
+def test_request_in_pieces(conn: Connection) -> None:
+    data = request(INFER, ADD_SUB_BODY)
+    for start in range(0, len(data), 37):
+        conn.send(data[start : start + 37])
+        time.sleep(0.002)
+    answer = conn.read()
+    assert answer.status == 200 and not answer.from_sanic
+    outputs = answer.json()["outputs"]  # type: ignore[index]
+    assert outputs[0]["data"] == [2.0 * x for x in A]
+
+
+def test_many_requests_on_one_connection(conn: Connection) -> None:
+    for _ in range(50):
+        conn.send(request(INFER, ADD_SUB_BODY))
+        assert conn.read().status == 200
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Content-Encoding": "gzip"},
+        {"Accept-Encoding": "gzip"},
+        {"Expect": "100-continue"},
+        {"Connection": "close"},
+    ],
+)
+def test_what_the_lane_leaves_to_sanic(conn: Connection, headers: dict[str, str]) -> None:
+    body = ADD_SUB_BODY
+    if headers.get("Content-Encoding") == "gzip":
+        body = gzip.compress(ADD_SUB_BODY)
+    conn.send(request(INFER, body, headers=headers))
+    answer = conn.read()
+    assert answer.from_sanic
+    assert answer.status == 200
+    if "Accept-Encoding" in headers:
+        assert answer.header("content-encoding") == "gzip"
+    if "Connection" in headers:
+        assert conn.closed_by_server()
+
+
+def test_http_1_0_goes_to_sanic_and_closes(conn: Connection) -> None:
+    head = f"POST {INFER} HTTP/1.0\r\nContent-Length: {len(ADD_SUB_BODY)}\r\n\r\n"
+    conn.send(head.encode() + ADD_SUB_BODY)
+    answer = conn.read()
+    assert answer.status == 200 and answer.from_sanic
+    assert conn.closed_by_server()
+
+
+def test_oversized_head_is_refused_by_sanic(conn: Connection) -> None:
+    conn.send(b"POST " + INFER.encode() + b" HTTP/1.1\r\nX-Big: " + b"a" * 20000)
+    answer = conn.read()
+    assert answer.status == 413 and answer.from_sanic
+
+
+def test_malformed_head_is_sanics_bad_request(conn: Connection) -> None:
+    conn.send(b"POST " + INFER.encode() + b" HTTP/1.1\r\nno colon here\r\n\r\n")
+    answer = conn.read()
+    assert answer.status == 400 and answer.from_sanic
+
+
+def test_lane_comes_back_after_sanic(conn: Connection) -> None:
+    conn.send(request("/v2/health/live", method="GET"))
+    assert conn.read().from_sanic
+    conn.send(request(INFER, ADD_SUB_BODY))
+    assert not conn.read().from_sanic
+
+
+def test_tritonclient_large_binary_through_the_lane(server: ServerThread) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    data = np.random.default_rng(1).random(262144, dtype=np.float32)  # 1 MiB
+    item = httpclient.InferInput("INPUT0", list(data.shape), "FP32")
+    item.set_data_from_numpy(data, binary_data=True)
+    result = client.infer("identity", [item])
+    out = result.as_numpy("OUTPUT0")
+    assert out is not None
+    np.testing.assert_array_equal(out, data)
+    client.close()
+
+
+def test_restricted_apis_leave_everything_to_sanic(tmp_path: Path) -> None:
+    repo = copy_models(tmp_path / "models", ("add_sub",))
+    with running_server(repo, http_restricted_api=["inference:infer-key=secret"]) as srv:
+        assert srv.handle is not None and srv.handle.http_port is not None
+        connection = Connection(srv.handle.http_port)
+        try:
+            connection.send(request(INFER, ADD_SUB_BODY))
+            refused = connection.read()
+            assert refused.status == 403 and refused.from_sanic
+            connection.send(request(INFER, ADD_SUB_BODY, headers={"infer-key": "secret"}))
+            allowed = connection.read()
+            assert allowed.status == 200 and allowed.from_sanic
+        finally:
+            connection.close()
+
+
+def test_stop_finishes_a_request_running_in_the_lane(tmp_path: Path) -> None:
+    repo = build_cancel_repository(tmp_path / "models")
+    srv = ServerThread(serve_settings(repo))
+    handle = srv.start()
+    assert handle.http_port is not None
+    connection = Connection(handle.http_port)
+    body = json.dumps(
+        {"inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [600]}]}
+    ).encode()
+    connection.send(request("/v2/models/slow/infer", body))
+    time.sleep(0.2)  # the request is running in the model
+    stopper = threading.Thread(target=srv.stop)
+    stopper.start()
+    try:
+        answer = connection.read()
+    finally:
+        stopper.join(timeout=60)
+        connection.close()
+    assert answer.status == 200 and not answer.from_sanic
+    assert not stopper.is_alive()
+
+
+def test_parse_infer_head_refuses_what_it_does_not_serve(server: ServerThread) -> None:
+    assert server.handle is not None
+    frontend = None
+    for entry in server.handle._sanic:
+        frontend = getattr(entry.app.ctx, "frontend", None) or frontend
+    assert frontend is not None
+
+    def parse(head: bytes) -> object:
+        buffer = bytearray(head + b"\r\n\r\n")
+        return parse_infer_head(frontend, buffer, len(head), 1 << 30)
+
+    ok = parse(b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 5")
+    assert ok is not None
+    for head in (
+        b"GET /v2/models/m/infer HTTP/1.1\r\nContent-Length: 5",
+        b"POST /v2/models/m/infer HTTP/1.0\r\nContent-Length: 5",
+        b"POST /v2/models/m%20x/infer HTTP/1.1\r\nContent-Length: 5",
+        b"POST /v2/models/m/infer?x=1 HTTP/1.1\r\nContent-Length: 5",
+        b"POST /v2/models/m/ready HTTP/1.1\r\nContent-Length: 5",
+        b"POST /v2/models/m/infer HTTP/1.1",
+        b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5",
+        b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: -5",
+        b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked",
+        b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 5\r\nUpgrade: websocket",
+        b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 5\r\nbroken",
+        b"POST  /v2/models/m/infer HTTP/1.1\r\nContent-Length: 5",
+    ):
+        assert parse(head) is None, head
+    too_big = parse_infer_head(
+        frontend,
+        bytearray(b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 50\r\n\r\n"),
+        len(b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 50"),
+        10,
+    )
+    assert too_big is None
