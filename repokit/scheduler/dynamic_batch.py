@@ -16,6 +16,10 @@ Triton's ``DynamicBatchScheduler::GetDynamicBatch`` (core ``dynamic_batch_schedu
 
 The planner is pulled by free instances, so while every instance is busy the pending batch
 keeps growing (as Triton's not-yet-executing payload does) up to ``max_batch_size``.
+``poll_final`` answers the busy instance's question "is there a batch that can no longer
+change?": one that reached ``max_batch_size`` or that the next request cannot join (another
+batching key, or it would exceed the maximum). Triton's batcher hands such a saturated payload
+to the instance queue at once, and so may the driver (see ``dynamic_driver``).
 """
 
 from __future__ import annotations
@@ -129,6 +133,31 @@ class BatchPlanner(Generic[T]):
             timeout_us=timeout_us,
             key=key,
         )
+
+    def poll_final(self, now_ns: int) -> BatchDecision[T]:
+        """A batch that can no longer grow (see the module docstring), or an empty one.
+        Timed-out requests are rejected as in :meth:`poll`."""
+        decision: BatchDecision[T] = BatchDecision(rejected=self.queues.expire(now_ns))
+        limit = self.settings.max_batch_size
+        if limit == 0 or not self.queues:
+            return decision
+        pending = 0
+        count = 0
+        first_key: Hashable = None
+        for item in self.queues:
+            size = item.batch_size
+            if count == 0:
+                first_key = item.key
+            elif pending + size > limit or item.key != first_key:
+                break
+            pending += size
+            count += 1
+            if pending >= limit:
+                break
+        else:  # every queued request fits: the batch could still grow
+            return decision
+        decision.batch = self.queues.pop_front(count)
+        return decision
 
     def poll(self, now_ns: int) -> BatchDecision[T]:
         """What a free instance should execute now (an empty batch: nothing yet)."""

@@ -5,6 +5,17 @@ batch; if there is none yet it sleeps until a request arrives or until the plann
 (queue delay or the nearest queue timeout). Each instance runs one batch at a time, and each
 free instance takes the next batch.
 
+A backend that pipelines executions (the python backend queues the batches of a busy instance
+and sends them the moment it is free) also gets the next batch of a busy instance as soon as
+that batch is final (``BatchPlanner.poll_final``: it reached ``max_batch_size`` or nothing
+queued can join it), as Triton's batcher hands a saturated payload to the instance queue.
+Nothing that could still grow is sent early, so batches are the ones Triton forms; and only
+models with one priority level and no queue timeouts do this, so no request that could have
+gone first (a higher priority) or been rejected in the queue (a timeout) is affected. What
+changes is that the instance starts the next batch without waiting for this loop to turn
+around (the batcher sample at wrk concurrency 64: executions every 3.07 ms -> see the
+benchmark notes).
+
 ``merge_batches=True`` (backends that take one tensor per input, e.g. onnxruntime): the batch is
 concatenated into one BackendRequest, executed, and the outputs split back into views.
 ``merge_batches=False`` (the python backend, which receives the list of requests as Triton's
@@ -82,6 +93,14 @@ class DynamicBatchScheduler(Scheduler):
         self._expires = _has_timeouts(config)
         self._batching = self._settings.max_batch_size > 0
         self._keyed = self._batching and self._rules.checks_inputs
+        # Final batches go early only where nothing else could have gone first: one priority
+        # level (FIFO) and no queue timeouts (a request with a deadline stays in the queue).
+        self._early = (
+            self._batching
+            and backend.pipelines_executions
+            and not self._expires
+            and self._settings.priority.levels <= 1
+        )
         self._running = False
         self._stopping = False
 
@@ -151,12 +170,52 @@ class DynamicBatchScheduler(Scheduler):
 
     # --- workers ------------------------------------------------------------------------
     async def _worker(self, instance: int) -> None:
+        if not self._early:
+            await self._serial_worker(instance)
+            return
+        running: asyncio.Task[None] | None = None  # the batch the instance has
+        try:
+            while True:
+                if running is not None and running.done():
+                    running.result()  # a bug in _run surfaces here, as in the serial worker
+                    running = None
+                planner = self._planner
+                now = self._clock()
+                decision = planner.poll(now) if running is None else planner.poll_final(now)
+                self._reject(decision.rejected)
+                if not decision.batch and self._stopping and running is None and len(planner):
+                    decision.batch = planner.queues.pop_front(self._settings.max_batch_size)
+                if decision.batch:
+                    task = asyncio.create_task(self._run(instance, decision.batch))
+                    if running is None:
+                        running = task
+                        task.add_done_callback(self._poke)
+                    else:  # queued behind the running batch: wait for the instance
+                        await asyncio.shield(running)
+                        running.result()
+                        running = task
+                        task.add_done_callback(self._poke)
+                    continue
+                if self._stopping and running is None:
+                    return
+                await self._waker.sleep(decision.wake_at_ns)
+        finally:
+            if running is not None and not running.done():
+                running.cancel()
+
+    def _poke(self, _: asyncio.Task[None]) -> None:
+        self._waker.poke()
+
+    def _reject(self, rejected: list[QueuedItem[_Job]]) -> None:
+        for item in rejected:
+            future = item.payload.future
+            if not future.done():
+                future.set_exception(timeout_error())
+
+    async def _serial_worker(self, instance: int) -> None:
         while True:
             decision = self._planner.poll(self._clock())
-            for rejected in decision.rejected:
-                future = rejected.payload.future
-                if not future.done():
-                    future.set_exception(timeout_error())
+            self._reject(decision.rejected)
             if not decision.batch and self._stopping and len(self._planner):
                 decision.batch = self._planner.queues.pop_front(
                     max(1, self._settings.max_batch_size)
@@ -193,9 +252,12 @@ class DynamicBatchScheduler(Scheduler):
             results, timing = await execute_batch(self._backend, instance, requests)
         if self._on_execution is not None:
             self._on_execution(sum(sizes), timing)
+        # a batch sent early waited at the instance too: queue time runs until it started
+        ran_ns = timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
+        started_ns = max(start_ns, self._clock() - ran_ns)
         ordered = self._ordered
         for item, result in zip(live, results, strict=True):
-            scheduled = ScheduledResult(result, start_ns - item.enqueue_ns, timing)
+            scheduled = ScheduledResult(result, started_ns - item.enqueue_ns, timing)
             future = item.payload.future
             if ordered is not None:
                 ordered.complete(future, scheduled)
