@@ -11,6 +11,7 @@ does the same until SIGINT/SIGTERM. The CLI (``repokit serve``) is a thin layer 
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import importlib.util
 import inspect
@@ -271,6 +272,18 @@ async def start_server(
     return handle
 
 
+def freeze_startup_objects() -> None:
+    """Move everything alive after startup (modules, descriptors, configs, loaded models) out of
+    the cyclic garbage collector's reach. Under load, requests in flight survive the young
+    collections, so full collections come often, and each one walked every startup object:
+    the batcher sample at wrk concurrency 64 spent 41 full collections of ~28 ms each in 8 s
+    (14% of the time, the model idle meanwhile) and served 11.0k req/s; with the startup
+    objects frozen a full collection takes ~0.5 ms and it serves 13.5k req/s. Objects frozen
+    here are still freed by reference counting when they go away."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run_server(
     settings: ServeSettings,
     ready_callback: Callable[[ServerHandle], Awaitable[None] | None] | None = None,
@@ -298,6 +311,7 @@ async def run_server(
     try:
         handle = await start_server(settings, service_factory)
         target.append(handle)
+        freeze_startup_objects()
         try:
             if early_stop.is_set():
                 return

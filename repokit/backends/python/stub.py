@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib.util
 import inspect
 import json
@@ -432,6 +433,9 @@ def serve(sock: socket.socket) -> None:
             reply: tuple[str, Any] = ("ok", [instance.execute(batch) for batch in payload])
         elif op == "init":
             reply = instance.init(payload)
+            if reply[0] == "ok":  # keep full collections off the model's startup objects
+                gc.collect()
+                gc.freeze()
         elif op == "auto_complete":
             reply = instance.auto_complete(payload)
         elif op == "finalize":
