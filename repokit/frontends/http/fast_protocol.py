@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from sanic.helpers import STATUS_CODES
 from sanic.http import Http, Stage
+from sanic.log import error_logger
+from sanic.models.server_types import ConnInfo
 from sanic.server.protocols.http_protocol import HttpProtocol
 
 from repokit.errors import RepokitError
@@ -149,6 +151,27 @@ class FastInferProtocol(HttpProtocol):
         self._sanic_owned = frontend is None
 
     # --- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: Any) -> None:
+        """Sanic's connection setup, but its connection task (the Http object, the request
+        loop, the timeout checks) starts only when the connection first needs Sanic: a burst
+        of new connections reaches the models sooner (a batch forms from what arrives within
+        the queue delay)."""
+        if self._frontend is None:
+            super().connection_made(transport)  # type: ignore[no-untyped-call]
+            return
+        try:
+            transport.set_write_buffer_limits(low=16384, high=65536)
+            self.connections.add(self)
+            self.transport = transport
+            self.recv_buffer = bytearray()
+            self.conn_info = ConnInfo(transport, unix=self._unix)
+            self._time = current_time()
+            self._callback_check_timeouts = self.loop.call_later(
+                self._timeout_interval(), self._lane_timeouts
+            )
+        except Exception:
+            error_logger.exception("protocol.connect_made")
+
     def data_received(self, data: bytes) -> None:
         if self._sanic_owned:
             http = self.http
@@ -187,6 +210,29 @@ class FastInferProtocol(HttpProtocol):
                 self._time = now
         super().check_timeouts()  # type: ignore[no-untyped-call]
 
+    def _timeout_interval(self) -> float:
+        shortest = min(self.keep_alive_timeout, self.request_timeout, self.response_timeout)
+        return float(max(0.1, shortest / 2))
+
+    def _lane_timeouts(self) -> None:
+        """Sanic's keep-alive and request timeouts for a connection Sanic has not seen yet
+        (once its connection task runs, its own checks take over)."""
+        self._callback_check_timeouts = None
+        if self._task is not None or self.transport is None:
+            return
+        if self._fast_task is None:
+            now = current_time()
+            if self._fast_buffer:
+                if now - self._fast_since > self.request_timeout:
+                    self.close()
+                    return
+            elif now - self._time > self.keep_alive_timeout:
+                self.close()
+                return
+        self._callback_check_timeouts = self.loop.call_later(
+            self._timeout_interval(), self._lane_timeouts
+        )
+
     def close_if_idle(self) -> bool:
         if self._fast_task is not None or self._fast_buffer:
             return False
@@ -222,6 +268,8 @@ class FastInferProtocol(HttpProtocol):
         data = bytes(self._fast_buffer)
         self._fast_buffer.clear()
         self._sanic_owned = True
+        if self._task is None and self.transport is not None:
+            self._task = self.loop.create_task(self.connection_task())  # type: ignore[no-untyped-call]
         super().data_received(data)
 
     async def _serve(self, frontend: HttpFrontend, parsed: FastInfer, body: bytes) -> None:

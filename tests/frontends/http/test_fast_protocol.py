@@ -357,3 +357,53 @@ def test_parse_infer_head_refuses_what_it_does_not_serve(server: ServerThread) -
         10,
     )
     assert too_big is None
+
+
+def _closed_within(connection: Connection, seconds: float) -> bool:
+    connection.sock.settimeout(seconds)
+    try:
+        return connection.sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def test_keep_alive_timeout_closes_connections_in_both_lanes(tmp_path: Path) -> None:
+    repo = copy_models(tmp_path / "models", ("add_sub",))
+    with running_server(repo) as srv:
+        assert srv.handle is not None and srv.handle.http_port is not None
+        for entry in srv.handle._sanic:
+            entry.app.config.KEEP_ALIVE_TIMEOUT = 0.3  # read by each new connection
+        port = srv.handle.http_port
+        unused = Connection(port)
+        lane = Connection(port)
+        lane.send(request(INFER, ADD_SUB_BODY))
+        assert not lane.read().from_sanic
+        sanic = Connection(port)
+        sanic.send(request("/v2/health/ready", method="GET"))
+        assert sanic.read().from_sanic
+        try:
+            for connection in (unused, lane, sanic):
+                assert _closed_within(connection, 10.0)
+        finally:
+            for connection in (unused, lane, sanic):
+                connection.close()
+
+
+def test_a_request_running_in_the_lane_outlives_the_keep_alive_timeout(tmp_path: Path) -> None:
+    repo = build_cancel_repository(tmp_path / "models")
+    with running_server(repo) as srv:
+        assert srv.handle is not None and srv.handle.http_port is not None
+        for entry in srv.handle._sanic:
+            entry.app.config.KEEP_ALIVE_TIMEOUT = 0.2
+        connection = Connection(srv.handle.http_port)
+        body = json.dumps(
+            {"inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [1000]}]}
+        ).encode()
+        try:
+            connection.send(request("/v2/models/slow/infer", body))
+            answer = connection.read()  # 1 s in the model, five keep-alive timeouts
+            assert answer.status == 200 and not answer.from_sanic
+        finally:
+            connection.close()
