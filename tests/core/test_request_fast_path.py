@@ -39,6 +39,14 @@ def request(shape: tuple[int, ...] = (2, 4), **kw: object) -> InferRequest:
     return InferRequest(**fields)  # type: ignore[arg-type]
 
 
+def raw(req: InferRequest) -> InferRequest:
+    """The request as gRPC raw contents deliver it: every input as a uint8 view of its bytes."""
+    for spec in req.inputs:
+        assert spec.data is not None
+        spec.data = np.frombuffer(spec.data.tobytes(), dtype=np.uint8)
+    return req
+
+
 def no_shm(ref: SharedMemoryRef) -> np.ndarray:
     raise AssertionError("no shared memory in these requests")
 
@@ -51,6 +59,7 @@ def no_shm(ref: SharedMemoryRef) -> np.ndarray:
         ("4", 8, request(parameters={"p": 1}, sequence_start=True, priority=2)),
         ("-1", 8, request((3, 5))),
         ("2, 2", 0, request((2, 2))),
+        ("4", 8, raw(request())),  # gRPC raw_input_contents: uint8 views of the bytes
     ],
 )
 def test_fast_path_equals_full_checks(dims: str, batch: int, req: InferRequest) -> None:
@@ -89,6 +98,7 @@ def _with(req: InferRequest, index: int, **changes: object) -> InferRequest:
         _with(request(), 1, shape=(3, 4)),  # batch sizes differ
         _with(request(), 0, shape=(2, 5)),  # wrong dims
         _with(request(), 0, data=np.zeros(3, dtype=np.float32)),  # byte size
+        _with(raw(request()), 0, data=np.zeros(31, dtype=np.uint8)),  # raw byte size
         _with(request(), 1, name="A"),  # duplicate input
         _with(request(), 1, name="C"),  # unknown input
         _with(request(), 0, data=None),  # no data
