@@ -6,8 +6,9 @@ A neutral load generator (h2load, Debian package nghttp2-client) posts one lengt
 serialized ModelInferRequest for ``add_sub`` (raw_input_contents, batch 1 x 16 FP32) with the
 headers ``content-type: application/grpc`` and ``te: trailers``, at the given concurrency
 (separate HTTP/2 connections), against each server in turn in one run. The bare servicer does the
-same work (decode raw bytes, add/sub with numpy, build the response) with no model machinery:
-it is the ceiling of the grpc.aio stack. Prints requests/s and ratios.
+same work (decode raw bytes, add/sub with numpy, build the response) with no model machinery,
+on uvloop as ``repokit serve`` runs: it is the ceiling of the grpc.aio stack. Prints
+requests/s and ratios.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ async def main():
     await stop.wait()
     await server.stop(None)
 
-asyncio.run(main())
+import uvloop  # the loop repokit serve runs on, so both pay the same loop costs
+uvloop.run(main())
 """
 
 
