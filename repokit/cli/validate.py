@@ -130,8 +130,9 @@ def register(app: typer.Typer) -> None:
         deep: Annotated[
             bool,
             typer.Option(
-                "--deep", help="Also check configs against the model files (ONNX: names, "
-                "dtypes, ranks, dims), as `repokit build` does."
+                "--deep",
+                help="Also check configs against the model files (ONNX: names, "
+                "dtypes, ranks, dims), as `repokit build` does.",
             ),
         ] = False,
     ) -> None:
@@ -143,12 +144,17 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         is_json = path.is_file() and path.suffix == ".json"
         if not path.is_dir() and not is_json:
-            err_console.print(f"[bold red]error:[/] path '{path}' is not a directory (or a "
-                              "JSON config)", highlight=False)
+            err_console.print(
+                f"[bold red]error:[/] path '{path}' is not a directory (or a JSON config)",
+                highlight=False,
+            )
             raise typer.Exit(2)
         root, models = (path, ()) if is_json else resolve_target(path, list(model or []))
         options = ValidateOptions(
-            strict=strict, target=target.value, models=models,
-            model_config_name=model_config_name, deep=deep,
+            strict=strict,
+            target=target.value,
+            models=models,
+            model_config_name=model_config_name,
+            deep=deep,
         )
         raise typer.Exit(run_validate(root, options, output, console, err_console))

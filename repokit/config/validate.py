@@ -49,22 +49,29 @@ def _load_config(ctx: RuleContext, path: Path) -> mc.ModelConfig | None:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             # Triton's C++ parser accepts bytes that are not UTF-8 (in comments and strings)
-            ctx.report("config-not-utf8",
-                       f"{ctx.config_file} is not valid UTF-8 (byte {exc.start}); Triton accepts "
-                       "it, but its strings will not round-trip through the JSON config API")
+            ctx.report(
+                "config-not-utf8",
+                f"{ctx.config_file} is not valid UTF-8 (byte {exc.start}); Triton accepts "
+                "it, but its strings will not round-trip through the JSON config API",
+            )
             text = raw.decode("utf-8", errors="replace")
         config = parse_text(text)
     except ConfigParseError as exc:
         hint = ""
         if raw.startswith(b"\xef\xbb\xbf"):
             hint = " (the file starts with a UTF-8 byte-order mark, which Triton rejects too)"
-        ctx.report("config-parse-error",
-                   f"failed to read text proto from {ctx.config_file}: {exc.message}{hint}",
-                   line=exc.line, column=exc.column)
+        ctx.report(
+            "config-parse-error",
+            f"failed to read text proto from {ctx.config_file}: {exc.message}{hint}",
+            line=exc.line,
+            column=exc.column,
+        )
         return None
     except OSError as exc:
-        ctx.report("config-unreadable",
-                   f"failed to open text file for read {ctx.config_file}: {exc.strerror}")
+        ctx.report(
+            "config-unreadable",
+            f"failed to open text file for read {ctx.config_file}: {exc.strerror}",
+        )
         return None
     _check_fields_unknown_to_triton_251(ctx, config)
     return config
@@ -74,15 +81,20 @@ def _check_fields_unknown_to_triton_251(ctx: RuleContext, config: mc.ModelConfig
     """Triton 2.51 (24.10) predates model_metrics and ensemble max_inflight_requests: its
     text_format parser rejects them ("failed to read text proto")."""
     if config.HasField("model_metrics"):
-        ctx.report("config-field-unsupported",
-                   "field 'model_metrics' is not part of Triton 2.51's model configuration "
-                   "(added in 24.12); Triton 2.51 fails with \"failed to read text proto\"",
-                   path="model_metrics")
+        ctx.report(
+            "config-field-unsupported",
+            "field 'model_metrics' is not part of Triton 2.51's model configuration "
+            '(added in 24.12); Triton 2.51 fails with "failed to read text proto"',
+            path="model_metrics",
+        )
     if config.ensemble_scheduling.max_inflight_requests:
-        ctx.report("config-field-unsupported",
-                   "field 'ensemble_scheduling.max_inflight_requests' is not part of Triton "
-                   "2.51's model configuration; Triton 2.51 fails with \"failed to read text "
-                   "proto\"", path="ensemble_scheduling.max_inflight_requests")
+        ctx.report(
+            "config-field-unsupported",
+            "field 'ensemble_scheduling.max_inflight_requests' is not part of Triton "
+            "2.51's model configuration; Triton 2.51 fails with \"failed to read text "
+            'proto"',
+            path="ensemble_scheduling.max_inflight_requests",
+        )
 
 
 def _has_errors(ctx: RuleContext) -> bool:
@@ -103,9 +115,11 @@ def validate_model(
     report = ModelReport(name=model.name, directory=model.path, config_file=None, config=None)
     report.diagnostics = ctx.diagnostics
     if not model.readable:
-        ctx.report("model-dir-unreadable",
-                   f"cannot list model directory '{ctx.relative(model.path)}'",
-                   file=ctx.relative(model.path))
+        ctx.report(
+            "model-dir-unreadable",
+            f"cannot list model directory '{ctx.relative(model.path)}'",
+            file=ctx.relative(model.path),
+        )
         return report
     check_model_dir(ctx)
     config_path = model.config_path(options.model_config_name)
@@ -115,9 +129,12 @@ def validate_model(
         config.CopyFrom(config_override)
         has_config = True
     elif has_config and not config_path.is_file():
-        ctx.report("config-unreadable",
-                   f"{ctx.relative(config_path)} is not a regular file; Triton 2.51 crashes "
-                   "reading it (std::length_error)", file=ctx.relative(config_path))
+        ctx.report(
+            "config-unreadable",
+            f"{ctx.relative(config_path)} is not a regular file; Triton 2.51 crashes "
+            "reading it (std::length_error)",
+            file=ctx.relative(config_path),
+        )
         return report
     elif has_config:
         report.config_file = config_path
@@ -126,21 +143,25 @@ def validate_model(
             return report
         config = loaded
     elif options.strict:
-        ctx.report("config-missing",
-                   f"failed to open text file for read {ctx.relative(config_path)}: No such "
-                   "file or directory (with --strict, Triton's --disable-auto-complete-config, "
-                   "every model needs a config.pbtxt)",
-                   file=ctx.relative(config_path))
+        ctx.report(
+            "config-missing",
+            f"failed to open text file for read {ctx.relative(config_path)}: No such "
+            "file or directory (with --strict, Triton's --disable-auto-complete-config, "
+            "every model needs a config.pbtxt)",
+            file=ctx.relative(config_path),
+        )
         return report
     else:
         config = mc.ModelConfig()
     try:
         autocomplete_backend_fields(config, model.name, model.path, model.subdirs)
     except ConfigError as exc:
-        ctx.report("backend-undeterminable",
-                   f"{exc.message} Set 'backend' in config.pbtxt or add a recognised model "
-                   "file (model.py, model.onnx, model.plan, ...) to the first version folder",
-                   path="backend")
+        ctx.report(
+            "backend-undeterminable",
+            f"{exc.message} Set 'backend' in config.pbtxt or add a recognised model "
+            "file (model.py, model.onnx, model.plan, ...) to the first version folder",
+            path="backend",
+        )
         return report
     normalize_model_config(config)
     ctx.config = config
@@ -153,11 +174,14 @@ def validate_model(
     check_versions(ctx)
     report.versions = ctx.versions
     if not has_config and ctx.versions and config.backend not in AUTOCOMPLETE_BACKENDS:
-        ctx.report("config-not-autocompleted",
-                   f"model '{model.name}' has no config.pbtxt and backend '{config.backend}' "
-                   "cannot auto-complete one; Triton: \"model configuration is not provided for "
-                   f"model '{model.name}'\". Add a config.pbtxt with input, output and "
-                   "max_batch_size", file=ctx.relative(config_path))
+        ctx.report(
+            "config-not-autocompleted",
+            f"model '{model.name}' has no config.pbtxt and backend '{config.backend}' "
+            'cannot auto-complete one; Triton: "model configuration is not provided for '
+            f"model '{model.name}'\". Add a config.pbtxt with input, output and "
+            "max_batch_size",
+            file=ctx.relative(config_path),
+        )
     check_execution_env(ctx)
     check_instance_groups(ctx)
     check_model_files(ctx)
@@ -197,14 +221,20 @@ def validate_repository(root: Path, options: ValidateOptions | None = None) -> R
     try:
         names = list_model_names(root)
     except OSError as exc:
-        raise RepokitError(Code.INVALID_ARG,
-                           f"cannot read repository '{root}': {exc.strerror}") from exc
+        raise RepokitError(
+            Code.INVALID_ARG, f"cannot read repository '{root}': {exc.strerror}"
+        ) from exc
     repository = RepositoryReport(root=root)
     selected, missing = _select(names, options)
     for name in missing:
-        repository.diagnostics.append(Diagnostic(
-            rule="model-not-found", severity=Severity.ERROR, model=name,
-            message=f"model '{name}' is not found in repository '{root}'"))
+        repository.diagnostics.append(
+            Diagnostic(
+                rule="model-not-found",
+                severity=Severity.ERROR,
+                model=name,
+                message=f"model '{name}' is not found in repository '{root}'",
+            )
+        )
     present = set(names)
     queue = list(selected)
     while queue:

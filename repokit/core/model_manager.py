@@ -207,9 +207,7 @@ class ModelManager:
             )
         return status.loaded
 
-    async def run_step(
-        self, name: str, version: int, request: BackendRequest
-    ) -> ScheduledResult:
+    async def run_step(self, name: str, version: int, request: BackendRequest) -> ScheduledResult:
         """An ensemble step on a composing model (``version`` -1 = the latest READY one):
         the composing model's own checks, scheduler and statistics."""
         loaded = self.get(name, "" if version < 0 else str(version))

@@ -151,9 +151,7 @@ def autocomplete_backend_fields(
             config.default_model_filename = "model.pt"
         return
 
-    if not config.backend and (
-        filename == "model.py" or (nothing_given and "model.py" in content)
-    ):
+    if not config.backend and (filename == "model.py" or (nothing_given and "model.py" in content)):
         config.backend = PYTHON
     if config.backend == PYTHON:
         config.default_model_filename = filename or "model.py"

@@ -80,7 +80,6 @@ class Waker:
             if handle is not None:
                 handle.cancel()
 
-
     def _precise_timer(self, loop: asyncio.AbstractEventLoop) -> PreciseTimer | None:
         precise = self._precise
         if precise is not None and precise.loop is loop:

@@ -102,7 +102,8 @@ def test_strict_and_target_options(tmp_path: Path) -> None:
     code, output = _invoke(str(tmp_path), "--strict")
     assert code == 1 and "config-missing" in output
     (tmp_path / "m" / "config.pbtxt").write_text(
-        python_config("instance_group [ { kind: KIND_GPU } ]"))
+        python_config("instance_group [ { kind: KIND_GPU } ]")
+    )
     assert _invoke(str(tmp_path), "--target", "cpu")[0] == 1
     assert _invoke(str(tmp_path), "--target", "gpu")[0] == 0
 

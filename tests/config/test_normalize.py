@@ -11,8 +11,9 @@ def test_defaults() -> None:
     dynamic = parse_text('name: "m" max_batch_size: 4 dynamic_batching {}')
     normalize_model_config(dynamic)
     assert list(dynamic.dynamic_batching.preferred_batch_size) == [4]
-    config = parse_text('name: "m" backend: "python" max_batch_size: 4 '
-                        "sequence_batching { oldest {} }")
+    config = parse_text(
+        'name: "m" backend: "python" max_batch_size: 4 sequence_batching { oldest {} }'
+    )
     normalize_model_config(config)
     assert config.version_policy.latest.num_versions == 1
     assert config.sequence_batching.max_sequence_idle_microseconds == 1_000_000
@@ -22,8 +23,9 @@ def test_defaults() -> None:
 
 
 def test_explicit_values_are_kept() -> None:
-    config = parse_text('name: "m" optimization { input_pinned_memory { enable: false } } '
-                        "version_policy { all {} }")
+    config = parse_text(
+        'name: "m" optimization { input_pinned_memory { enable: false } } version_policy { all {} }'
+    )
     normalize_model_config(config)
     assert not config.optimization.input_pinned_memory.enable
     assert config.version_policy.WhichOneof("policy_choice") == "all"
@@ -38,8 +40,10 @@ def test_ensemble_gets_no_pinned_memory_or_groups() -> None:
 
 
 def test_instance_groups_cpu_server() -> None:
-    config = parse_text('name: "m" backend: "onnxruntime" instance_group [ { count: 0 }, '
-                        '{ name: "g" kind: KIND_MODEL } ]')
+    config = parse_text(
+        'name: "m" backend: "onnxruntime" instance_group [ { count: 0 }, '
+        '{ name: "g" kind: KIND_MODEL } ]'
+    )
     normalize_instance_groups(config)
     first, second = config.instance_group
     assert (first.name, first.kind, first.count) == ("m_0", mc.ModelInstanceGroup.KIND_CPU, 2)

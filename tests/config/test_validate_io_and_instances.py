@@ -18,28 +18,63 @@ def _io(inputs: str, outputs: str = OUT, head: str = 'backend: "python"') -> str
 @pytest.mark.parametrize(
     ("config", "expected", "path"),
     [
-        (_io('{ data_type: TYPE_FP32 dims: [ 1 ] }'), "input-name-missing", "input[0].name"),
+        (_io("{ data_type: TYPE_FP32 dims: [ 1 ] }"), "input-name-missing", "input[0].name"),
         (_io('{ name: "I" dims: [ 1 ] }'), "input-data-type-missing", "input[0].data_type"),
         (_io('{ name: "I" data_type: TYPE_FP32 }'), "input-dims-missing", "input[0].dims"),
-        (_io('{ name: "I" data_type: TYPE_FP32 dims: [ 2, 0 ] }'), "input-dims-invalid",
-         "input[0].dims[1]"),
-        (_io('{ name: "I" data_type: TYPE_FP32 dims: [ 2 ] reshape { shape: [ ] } }'),
-         "input-reshape-empty", "input[0].reshape"),
-        (_io('{ name: "I" data_type: TYPE_FP32 dims: [ 2 ] reshape { shape: [ -3 ] } }'),
-         "input-reshape-dims-invalid", "input[0].reshape.shape[0]"),
-        (_io('{ name: "I" data_type: TYPE_FP32 dims: [ 2, 4, -1, 6 ] reshape '
-             "{ shape: [ 8, -1, 2, 6 ] } }"), "input-reshape-size-mismatch", "input[0].reshape"),
-        (_io('{ name: "I" data_type: TYPE_FP32 dims: [ 2, -1 ] reshape '
-             "{ shape: [ -1, -1 ] } }"), "input-reshape-size-mismatch", "input[0].reshape"),
-        (_io('{ name: "I" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [ 2 ] }'),
-         "input-format-dims", "input[0].format"),
-        (_io('{ name: "I" data_type: TYPE_INT32 dims: [ 2 ] is_shape_tensor: true }'),
-         "input-shape-tensor-platform", "input[0].is_shape_tensor"),
-        (_io('{ name: "I" data_type: TYPE_FP32 dims: [ 2 ] is_non_linear_format_io: true }',
-             head='platform: "tensorrt_plan"'), "input-non-linear-io-dims", "input[0].dims"),
-        (_io('{ name: "I" data_type: TYPE_FP32 dims: [ 2 ] }',
-             'output [ { name: "O" data_type: TYPE_FP32 dims: [ 0 ] } ]'),
-         "output-dims-invalid", "output[0].dims[0]"),
+        (
+            _io('{ name: "I" data_type: TYPE_FP32 dims: [ 2, 0 ] }'),
+            "input-dims-invalid",
+            "input[0].dims[1]",
+        ),
+        (
+            _io('{ name: "I" data_type: TYPE_FP32 dims: [ 2 ] reshape { shape: [ ] } }'),
+            "input-reshape-empty",
+            "input[0].reshape",
+        ),
+        (
+            _io('{ name: "I" data_type: TYPE_FP32 dims: [ 2 ] reshape { shape: [ -3 ] } }'),
+            "input-reshape-dims-invalid",
+            "input[0].reshape.shape[0]",
+        ),
+        (
+            _io(
+                '{ name: "I" data_type: TYPE_FP32 dims: [ 2, 4, -1, 6 ] reshape '
+                "{ shape: [ 8, -1, 2, 6 ] } }"
+            ),
+            "input-reshape-size-mismatch",
+            "input[0].reshape",
+        ),
+        (
+            _io('{ name: "I" data_type: TYPE_FP32 dims: [ 2, -1 ] reshape { shape: [ -1, -1 ] } }'),
+            "input-reshape-size-mismatch",
+            "input[0].reshape",
+        ),
+        (
+            _io('{ name: "I" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [ 2 ] }'),
+            "input-format-dims",
+            "input[0].format",
+        ),
+        (
+            _io('{ name: "I" data_type: TYPE_INT32 dims: [ 2 ] is_shape_tensor: true }'),
+            "input-shape-tensor-platform",
+            "input[0].is_shape_tensor",
+        ),
+        (
+            _io(
+                '{ name: "I" data_type: TYPE_FP32 dims: [ 2 ] is_non_linear_format_io: true }',
+                head='platform: "tensorrt_plan"',
+            ),
+            "input-non-linear-io-dims",
+            "input[0].dims",
+        ),
+        (
+            _io(
+                '{ name: "I" data_type: TYPE_FP32 dims: [ 2 ] }',
+                'output [ { name: "O" data_type: TYPE_FP32 dims: [ 0 ] } ]',
+            ),
+            "output-dims-invalid",
+            "output[0].dims[0]",
+        ),
     ],
 )
 def test_io_rules(tmp_path: Path, config: str, expected: str, path: str) -> None:
@@ -55,9 +90,13 @@ def test_io_rules(tmp_path: Path, config: str, expected: str, path: str) -> None
     [("[ 2, 4, -1, 6 ]", "[ 8, -1, 1, 6 ]"), ("[ 1 ]", "[ ]"), ("[ 4 ]", "[ 2, 2 ]")],
 )
 def test_valid_reshapes(tmp_path: Path, dims: str, reshape: str) -> None:
-    make_model(tmp_path, config=_io(
-        f'{{ name: "I" data_type: TYPE_FP32 dims: {dims} reshape {{ shape: {reshape} }} }}')
-        + "max_batch_size: 2\n")
+    make_model(
+        tmp_path,
+        config=_io(
+            f'{{ name: "I" data_type: TYPE_FP32 dims: {dims} reshape {{ shape: {reshape} }} }}'
+        )
+        + "max_batch_size: 2\n",
+    )
     assert validate_one(tmp_path).ok
 
 
@@ -67,16 +106,22 @@ BATCH = 'backend: "python"\nmax_batch_size: 4\n' + IO
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ('batch_input [ { kind: BATCH_ITEM_SHAPE target_name: "T" data_type: TYPE_INT32 '
-         'source_input: [ "IN", "IN" ] } ]', "batch-input-source-count"),
-        ('batch_input [ { target_name: "T" data_type: TYPE_FP16 source_input: "IN" } ]',
-         "batch-input-data-type"),
+        (
+            'batch_input [ { kind: BATCH_ITEM_SHAPE target_name: "T" data_type: TYPE_INT32 '
+            'source_input: [ "IN", "IN" ] } ]',
+            "batch-input-source-count",
+        ),
+        (
+            'batch_input [ { target_name: "T" data_type: TYPE_FP16 source_input: "IN" } ]',
+            "batch-input-data-type",
+        ),
         ('batch_output [ { target_name: "OUT" source_input: "X" } ]', "batch-io-unknown-source"),
         ('batch_output [ { target_name: "OUT" } ]', "batch-output-source-count"),
-        ('batch_output [ { target_name: "X" source_input: "IN" } ]',
-         "batch-output-unknown-target"),
-        ('batch_output [ { target_name: [ "OUT", "OUT" ] source_input: "IN" } ]',
-         "batch-output-target-duplicated"),
+        ('batch_output [ { target_name: "X" source_input: "IN" } ]', "batch-output-unknown-target"),
+        (
+            'batch_output [ { target_name: [ "OUT", "OUT" ] source_input: "IN" } ]',
+            "batch-output-target-duplicated",
+        ),
     ],
 )
 def test_batch_io_rules(tmp_path: Path, body: str, expected: str) -> None:
@@ -85,9 +130,13 @@ def test_batch_io_rules(tmp_path: Path, body: str, expected: str) -> None:
 
 
 def test_duplicate_tensor_names_warn(tmp_path: Path) -> None:
-    make_model(tmp_path, config=_io(
-        '{ name: "I" data_type: TYPE_FP32 dims: [ 1 ] }, '
-        '{ name: "I" data_type: TYPE_FP32 dims: [ 1 ] }'))
+    make_model(
+        tmp_path,
+        config=_io(
+            '{ name: "I" data_type: TYPE_FP32 dims: [ 1 ] }, '
+            '{ name: "I" data_type: TYPE_FP32 dims: [ 1 ] }'
+        ),
+    )
     report = validate_one(tmp_path)
     assert report.ok and rules(report) == ["input-name-duplicated"]
 
@@ -112,11 +161,16 @@ def test_instance_groups(tmp_path: Path, groups: str, target: str, expected: lis
     assert rules(validate_one(tmp_path, target=target), errors_only=True) == expected
 
 
-@pytest.mark.parametrize(("profile", "ok"), [('"0"', True), ('"-1"', False), ('"x"', False),
-                                             ('""', False)])
+@pytest.mark.parametrize(
+    ("profile", "ok"), [('"0"', True), ('"-1"', False), ('"x"', False), ('""', False)]
+)
 def test_tensorrt_profiles(tmp_path: Path, profile: str, ok: bool) -> None:
-    make_model(tmp_path, config=f'platform: "tensorrt_plan"\n{IO}instance_group [ {{ kind: '
-               f"KIND_CPU profile: [ {profile} ] }} ]", files={"1/model.plan": "x"})
+    make_model(
+        tmp_path,
+        config=f'platform: "tensorrt_plan"\n{IO}instance_group [ {{ kind: '
+        f"KIND_CPU profile: [ {profile} ] }} ]",
+        files={"1/model.plan": "x"},
+    )
     report = validate_one(tmp_path)
     assert report.ok is ok
     if not ok:
@@ -131,8 +185,9 @@ def test_strict_requires_config(tmp_path: Path) -> None:
 
 
 def test_no_config_for_backend_without_autocomplete(tmp_path: Path) -> None:
-    make_model(tmp_path, name="x.identity", config=None, versions=(),
-               files={"1/model.identity": "x"})
+    make_model(
+        tmp_path, name="x.identity", config=None, versions=(), files={"1/model.identity": "x"}
+    )
     assert rules(validate_one(tmp_path, "x.identity")) == ["config-not-autocompleted"]
 
 

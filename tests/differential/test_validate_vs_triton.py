@@ -32,7 +32,8 @@ from tests.differential.triton_reference import LoadResult, TritonReference, run
 pytestmark = [pytest.mark.triton, pytest.mark.timeout(900)]  # loads ~160 models into Triton
 HANG_RULES = frozenset({"model-file-missing", "model-file-wrong-kind"})
 VALID_PYTHON_MODELS = sorted(
-    p.parent.name for p in default_sample_repository().glob("*/config.pbtxt")
+    p.parent.name
+    for p in default_sample_repository().glob("*/config.pbtxt")
     if 'backend: "python"' in p.read_text()
 )
 
@@ -83,9 +84,9 @@ def triton_session(
     with running_triton(
         merged_repository,
         tmp_path_factory.mktemp("triton-server"),
-        ["--model-control-mode=explicit", "--exit-on-error=false",
-         "--model-load-thread-count=16"],
+        ["--model-control-mode=explicit", "--exit-on-error=false", "--model-load-thread-count=16"],
     ) as server:
+
         def may_hang(name: str) -> bool:
             return any(d.rule in HANG_RULES for d in repokit_report.models[name].diagnostics)
 
@@ -93,8 +94,11 @@ def triton_session(
         results = server.judge([n for n in names if not may_hang(n)], timeout=90, workers=6)
         results.update(server.judge([n for n in names if may_hang(n)], timeout=10, workers=6))
         # (re)load first: a crash restart in judge() forgets earlier loads
-        configs = {name: server.model_config(name) for name in VALID_PYTHON_MODELS
-                   if name in results and server.load(name).ok}
+        configs = {
+            name: server.model_config(name)
+            for name in VALID_PYTHON_MODELS
+            if name in results and server.load(name).ok
+        }
         yield results, configs
 
 
@@ -108,8 +112,11 @@ def test_verdict_matches_triton(
     triton = triton_session[0][model]
     errors = [d for d in report.diagnostics if d.is_error]
     if triton.backend_missing:
-        early = [d.rule for d in errors if RULES.get(d.rule) is None
-                 or RULES[d.rule].stage_for(strict=False) == REPOSITORY]
+        early = [
+            d.rule
+            for d in errors
+            if RULES.get(d.rule) is None or RULES[d.rule].stage_for(strict=False) == REPOSITORY
+        ]
         assert not early, (
             f"Triton got past its repository checks (it only lacks the backend: "
             f"{triton.message!r}) but repokit reports {early}"
@@ -150,8 +157,10 @@ def test_normalised_config_matches_triton_config_endpoint(
 
 
 MODEL_PY = "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
-IO = ('input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-      'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+IO = (
+    'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+    'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+)
 
 
 def _python_model(root: Path, name: str, config: str | None, version: str | None = "1") -> None:
@@ -201,7 +210,11 @@ def test_repository_root_verdicts_from_the_index(tmp_path: Path) -> None:
     # a directory that fails before Triton registers it is missing from the index: not READY
     states = {name: name in ready for name in report.models}
     assert {n: r.ok for n, r in report.models.items()} == states
-    assert states == {"root_ok": True, ".hidden_model": True, ".ipynb_checkpoints": False,
-                      "stray_folder": False}
+    assert states == {
+        "root_ok": True,
+        ".hidden_model": True,
+        ".ipynb_checkpoints": False,
+        "stray_folder": False,
+    }
     hidden = report.models[".hidden_model"].diagnostics
     assert [d.rule for d in hidden] == ["model-dir-hidden"]

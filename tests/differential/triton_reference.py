@@ -112,7 +112,11 @@ class TritonReference:
             env["TRITON_VENV"] = str(self.venv)
         out = subprocess.run(
             [str(script), str(self.repository), str(http), str(grpc), str(metrics), *self.flags],
-            check=True, capture_output=True, text=True, env=env, timeout=900,
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
         )
         self.pid = int(out.stdout.strip().splitlines()[-1])
         self.http_port, self.grpc_port, self.metrics_port = http, grpc, metrics
@@ -123,8 +127,9 @@ class TritonReference:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self._alive():
-                raise RuntimeError(f"tritonserver exited while waiting for {path}:\n"
-                                   f"{self.log_tail()}")
+                raise RuntimeError(
+                    f"tritonserver exited while waiting for {path}:\n{self.log_tail()}"
+                )
             if self._get(path) == 200:
                 return
             time.sleep(0.2)
@@ -201,8 +206,9 @@ class TritonReference:
 
     def index(self) -> list[dict[str, str]]:
         """POST /v2/repository/index: every model with its state and reason."""
-        request = urllib.request.Request(f"{self.url}/v2/repository/index", data=b"{}",
-                                         method="POST")
+        request = urllib.request.Request(
+            f"{self.url}/v2/repository/index", data=b"{}", method="POST"
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             data: list[dict[str, str]] = json.loads(response.read())
             return data

@@ -159,9 +159,7 @@ def test_classification(client: httpclient.InferenceServerClient) -> None:
     result = client.infer("add_sub", inputs, outputs=outputs)
     out = result.get_output("OUTPUT0")
     assert out["datatype"] == "BYTES" and out["shape"] == [1, 3]
-    assert result.as_numpy("OUTPUT0").tolist() == [
-        ["15.500000:15", "14.500000:14", "13.500000:13"]
-    ]
+    assert result.as_numpy("OUTPUT0").tolist() == [["15.500000:15", "14.500000:14", "13.500000:13"]]
 
 
 def test_raw_binary_request(server: ServerThread) -> None:

@@ -105,8 +105,13 @@ def test_model_config_name_selects_configs_folder(tmp_path: Path) -> None:
         ("", {"1/model.plan": "f"}, "tensorrt", "tensorrt_plan", "model.plan"),
         ("", {"1/model.pt": "f"}, "pytorch", "pytorch_libtorch", "model.pt"),
         ("", {"1/model.xml": "f"}, "openvino", "", "model.xml"),
-        ("", {"1/model.savedmodel/x": "d"}, "tensorflow", "tensorflow_savedmodel",
-         "model.savedmodel"),
+        (
+            "",
+            {"1/model.savedmodel/x": "d"},
+            "tensorflow",
+            "tensorflow_savedmodel",
+            "model.savedmodel",
+        ),
         ("", {"1/model.graphdef": "f"}, "tensorflow", "tensorflow_graphdef", "model.graphdef"),
         ('platform: "onnxruntime_onnx"', {}, "onnxruntime", "onnxruntime_onnx", "model.onnx"),
         ('backend: "pytorch"', {}, "pytorch", "pytorch_libtorch", "model.pt"),
@@ -116,7 +121,11 @@ def test_model_config_name_selects_configs_folder(tmp_path: Path) -> None:
     ],
 )
 def test_resolve_backend(
-    tmp_path: Path, config: str, files: dict[str, str], backend: str | None, platform: str,
+    tmp_path: Path,
+    config: str,
+    files: dict[str, str],
+    backend: str | None,
+    platform: str,
     filename: str,
 ) -> None:
     model_path = tmp_path / "mymodel"

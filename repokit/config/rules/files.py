@@ -30,22 +30,33 @@ def check_model_files(ctx: RuleContext) -> None:
         except OSError:
             exists = is_dir = False
         if not exists:
-            where = f"'{folder}/'" if folder == str(version) else (
-                f"'{folder}/' (Triton looks up version {version} there)"
+            where = (
+                f"'{folder}/'"
+                if folder == str(version)
+                else (f"'{folder}/' (Triton looks up version {version} there)")
             )
-            ctx.report("model-file-missing",
-                       f"version {version} of model '{ctx.name}' has no model file "
-                       f"'{artifact.filename}' in {where}; backend '{ctx.config.backend}' "
-                       "expects it (set default_model_filename if the file has another name)",
-                       path="default_model_filename", file=rel)
+            ctx.report(
+                "model-file-missing",
+                f"version {version} of model '{ctx.name}' has no model file "
+                f"'{artifact.filename}' in {where}; backend '{ctx.config.backend}' "
+                "expects it (set default_model_filename if the file has another name)",
+                path="default_model_filename",
+                file=rel,
+            )
         elif artifact.kind == "file" and is_dir:
-            ctx.report("model-file-wrong-kind",
-                       f"'{rel}' is a directory but backend '{ctx.config.backend}' expects a "
-                       "file", path="default_model_filename", file=rel)
+            ctx.report(
+                "model-file-wrong-kind",
+                f"'{rel}' is a directory but backend '{ctx.config.backend}' expects a file",
+                path="default_model_filename",
+                file=rel,
+            )
         elif artifact.kind == "dir" and not is_dir:
-            ctx.report("model-file-wrong-kind",
-                       f"'{rel}' is a file but platform '{ctx.config.platform}' expects a "
-                       "directory", path="default_model_filename", file=rel)
+            ctx.report(
+                "model-file-wrong-kind",
+                f"'{rel}' is a file but platform '{ctx.config.platform}' expects a directory",
+                path="default_model_filename",
+                file=rel,
+            )
 
 
 def check_label_files(ctx: RuleContext) -> None:
@@ -56,15 +67,20 @@ def check_label_files(ctx: RuleContext) -> None:
         path = _join(model_dir, output.label_filename)
         field = f"output[{i}].label_filename"
         if model_dir not in path.parents:
-            ctx.report("label-file-outside-model-dir",
-                       f"label file path '{output.label_filename}' for output '{output.name}' "
-                       f"in model '{ctx.name}' is outside model directory; Triton 2.51 reads "
-                       "it, newer Triton refuses to load the model", path=field)
+            ctx.report(
+                "label-file-outside-model-dir",
+                f"label file path '{output.label_filename}' for output '{output.name}' "
+                f"in model '{ctx.name}' is outside model directory; Triton 2.51 reads "
+                "it, newer Triton refuses to load the model",
+                path=field,
+            )
         if not path.is_file():
-            ctx.report("label-file-missing",
-                       f"failed to open text file for read {ctx.relative(path)}: label_filename "
-                       f"of output '{output.name}' is resolved relative to the model directory",
-                       path=field)
+            ctx.report(
+                "label-file-missing",
+                f"failed to open text file for read {ctx.relative(path)}: label_filename "
+                f"of output '{output.name}' is resolved relative to the model directory",
+                path=field,
+            )
 
 
 def check_batch_strategy(ctx: RuleContext) -> None:
@@ -73,26 +89,35 @@ def check_batch_strategy(ctx: RuleContext) -> None:
         return
     field = "parameters[TRITON_BATCH_STRATEGY_PATH]"
     if ctx.config.HasField("sequence_batching"):
-        ctx.report("batch-strategy-with-sequence",
-                   "TRITON_BATCH_STRATEGY_PATH cannot be specified with sequence batcher, "
-                   "using default batching strategy", path=field)
+        ctx.report(
+            "batch-strategy-with-sequence",
+            "TRITON_BATCH_STRATEGY_PATH cannot be specified with sequence batcher, "
+            "using default batching strategy",
+            path=field,
+        )
         return
     library = parameters["TRITON_BATCH_STRATEGY_PATH"].string_value
     if not os.path.exists(library):
-        ctx.report("batch-strategy-path-missing",
-                   f"Batching library path not found: {library}", path=field)
+        ctx.report(
+            "batch-strategy-path-missing", f"Batching library path not found: {library}", path=field
+        )
 
 
 def check_repository_agents(ctx: RuleContext) -> None:
     config = ctx.config
     if config.HasField("model_repository_agents") and not config.model_repository_agents.agents:
-        ctx.report("repository-agent-unavailable",
-                   "model_repository_agents is present but lists no agent; Triton 2.51 crashes "
-                   "(segmentation fault) loading such a model. Remove the field",
-                   path="model_repository_agents")
+        ctx.report(
+            "repository-agent-unavailable",
+            "model_repository_agents is present but lists no agent; Triton 2.51 crashes "
+            "(segmentation fault) loading such a model. Remove the field",
+            path="model_repository_agents",
+        )
     for i, agent in enumerate(config.model_repository_agents.agents):
-        ctx.report("repository-agent-unavailable",
-                   f"model repository agent '{agent.name}' is used, but the reference Triton "
-                   "has no repository agents installed and fails with \"failed to poll from "
-                   "model repository\"; remove it or install the agent under the server's "
-                   "repoagent directory", path=f"model_repository_agents.agents[{i}]")
+        ctx.report(
+            "repository-agent-unavailable",
+            f"model repository agent '{agent.name}' is used, but the reference Triton "
+            'has no repository agents installed and fails with "failed to poll from '
+            "model repository\"; remove it or install the agent under the server's "
+            "repoagent directory",
+            path=f"model_repository_agents.agents[{i}]",
+        )

@@ -35,25 +35,33 @@ def check_instance_groups(ctx: RuleContext) -> None:
                     path=f"{path}.gpus",
                 )
         elif kind == Group.KIND_MODEL and group.gpus:
-            ctx.report("instance-group-model-gpus",
-                       f"{where} has kind KIND_MODEL but specifies one or more GPUs",
-                       path=f"{path}.gpus")
+            ctx.report(
+                "instance-group-model-gpus",
+                f"{where} has kind KIND_MODEL but specifies one or more GPUs",
+                path=f"{path}.gpus",
+            )
         elif kind == Group.KIND_CPU and group.gpus:
-            ctx.report("instance-group-cpu-gpus",
-                       f"{where} has kind KIND_CPU but specifies one or more GPUs",
-                       path=f"{path}.gpus")
+            ctx.report(
+                "instance-group-cpu-gpus",
+                f"{where} has kind KIND_CPU but specifies one or more GPUs",
+                path=f"{path}.gpus",
+            )
         elif kind == Group.KIND_GPU:
             if not on_gpu:
-                ctx.report("instance-group-gpu-unavailable",
-                           f"{where} has kind KIND_GPU but no GPUs are available (validating "
-                           "for a CPU-only server; use kind: KIND_CPU, or --target gpu)",
-                           path=f"{path}.kind")
+                ctx.report(
+                    "instance-group-gpu-unavailable",
+                    f"{where} has kind KIND_GPU but no GPUs are available (validating "
+                    "for a CPU-only server; use kind: KIND_CPU, or --target gpu)",
+                    path=f"{path}.kind",
+                )
             else:
                 for g, gpu in enumerate(group.gpus):
                     if gpu < 0:
-                        ctx.report("instance-group-gpu-invalid",
-                                   f"{where} specifies invalid or unsupported gpu id {gpu}",
-                                   path=f"{path}.gpus[{g}]")
+                        ctx.report(
+                            "instance-group-gpu-invalid",
+                            f"{where} specifies invalid or unsupported gpu id {gpu}",
+                            path=f"{path}.gpus[{g}]",
+                        )
         _check_profiles(ctx, path, where, group)
 
 
@@ -62,9 +70,12 @@ def _check_profiles(ctx: RuleContext, path: str, where: str, group: mc.ModelInst
         return
     platform = ctx.config.platform
     if platform != "tensorrt_plan":
-        ctx.report("instance-group-profile-platform",
-                   f"{where} and platform {platform}specifies profile field which is only "
-                   "supported for TensorRT models", path=f"{path}.profile")
+        ctx.report(
+            "instance-group-profile-platform",
+            f"{where} and platform {platform}specifies profile field which is only "
+            "supported for TensorRT models",
+            path=f"{path}.profile",
+        )
         return
     for p, profile in enumerate(group.profile):
         match = _INTEGER.match(profile)
@@ -73,9 +84,11 @@ def _check_profiles(ctx: RuleContext, path: str, where: str, group: mc.ModelInst
         elif match is None:
             problem = f"unable to parse '{profile}'"
         elif int(match.group(0)) < 0:
-            problem = (f"{where} and platform {platform} specifies invalid profile {profile}. "
-                       "The field should contain the string representation of a non-negative "
-                       "integer.")
+            problem = (
+                f"{where} and platform {platform} specifies invalid profile {profile}. "
+                "The field should contain the string representation of a non-negative "
+                "integer."
+            )
         else:
             continue
         ctx.report("instance-group-profile-invalid", problem, path=f"{path}.profile[{p}]")

@@ -19,7 +19,7 @@ def check_platform_backend(ctx: RuleContext) -> None:
                 "platform-unexpected",
                 f"no backend is set or can be deduced and platform '{config.platform}' is not "
                 f"'ensemble'; Triton: \"unexpected platform type '{config.platform}' for "
-                f"{name}\". Set 'backend' (e.g. \"python\") or a known platform.",
+                f'{name}". Set \'backend\' (e.g. "python") or a known platform.',
                 path="platform" if config.platform else "backend",
             )
     elif config.platform == ENSEMBLE_PLATFORM:
@@ -166,7 +166,7 @@ def check_ensemble_platform(ctx: RuleContext) -> None:
             ctx.report(
                 "ensemble-scheduling-platform",
                 f"ensemble scheduling cannot be set for model '{name}' whose platform is not "
-                "ensemble; set platform: \"ensemble\" or remove ensemble_scheduling",
+                'ensemble; set platform: "ensemble" or remove ensemble_scheduling',
                 path="ensemble_scheduling",
             )
     elif config.platform == ENSEMBLE_PLATFORM:

@@ -19,11 +19,14 @@ def check_execution_env(ctx: RuleContext) -> None:
         return
     path = ctx.config.parameters["EXECUTION_ENV_PATH"].string_value
     if path.startswith(MODEL_DIR_VARIABLE):
-        path = str(ctx.model.path) + path[len(MODEL_DIR_VARIABLE):]
+        path = str(ctx.model.path) + path[len(MODEL_DIR_VARIABLE) :]
     if not os.path.exists(path):
-        ctx.report("python-execution-env-missing",
-                   f"EXECUTION_ENV_PATH '{path}' does not exist; Triton: \"Failed to get the "
-                   f"canonical path for {path}.\"", path="parameters[EXECUTION_ENV_PATH]")
+        ctx.report(
+            "python-execution-env-missing",
+            f"EXECUTION_ENV_PATH '{path}' does not exist; Triton: \"Failed to get the "
+            f'canonical path for {path}."',
+            path="parameters[EXECUTION_ENV_PATH]",
+        )
 
 
 def _binds_model_class(tree: ast.Module) -> bool:
@@ -58,8 +61,9 @@ def _returns(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Retur
         node = stack.pop()
         if isinstance(node, ast.Return):
             found.append(node)
-        elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
-                            | ast.Lambda):
+        elif not isinstance(
+            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda
+        ):
             stack.extend(ast.iter_child_nodes(node))
     return found
 
@@ -72,25 +76,40 @@ def _check_warmup_execute(ctx: RuleContext, rel: str, tree: ast.Module) -> None:
     model_class = _model_class(tree)
     if model_class is None:
         return
-    execute = next((n for n in model_class.body if isinstance(n, ast.FunctionDef |
-                    ast.AsyncFunctionDef) and n.name == "execute"), None)
+    execute = next(
+        (
+            n
+            for n in model_class.body
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == "execute"
+        ),
+        None,
+    )
     if execute is None:
         return  # possibly inherited: nothing to say
     returns = _returns(execute)
-    with_value = [r for r in returns if r.value is not None and not (
-        isinstance(r.value, ast.Constant) and r.value.value is None)]
+    with_value = [
+        r
+        for r in returns
+        if r.value is not None and not (isinstance(r.value, ast.Constant) and r.value.value is None)
+    ]
     decoupled = ctx.config.model_transaction_policy.decoupled
     if decoupled and with_value:
-        ctx.report("warmup-execute-return",
-                   f"{rel}: the model is decoupled and has warmup samples, but execute() returns "
-                   "a value; Triton: \"is using the decoupled mode and the execute function must "
-                   "return None\" fails the warmup, so the load fails", file=rel,
-                   line=with_value[0].lineno)
+        ctx.report(
+            "warmup-execute-return",
+            f"{rel}: the model is decoupled and has warmup samples, but execute() returns "
+            'a value; Triton: "is using the decoupled mode and the execute function must '
+            'return None" fails the warmup, so the load fails',
+            file=rel,
+            line=with_value[0].lineno,
+        )
     elif not decoupled and not with_value:
-        ctx.report("warmup-execute-return",
-                   f"{rel}: the model has warmup samples but execute() returns no list of "
-                   "responses; the warmup request fails, so the load fails", file=rel,
-                   line=execute.lineno)
+        ctx.report(
+            "warmup-execute-return",
+            f"{rel}: the model has warmup samples but execute() returns no list of "
+            "responses; the warmup request fails, so the load fails",
+            file=rel,
+            line=execute.lineno,
+        )
 
 
 def check_python_sources(ctx: RuleContext) -> None:
@@ -99,10 +118,13 @@ def check_python_sources(ctx: RuleContext) -> None:
         return
     filename = ctx.config.default_model_filename or "model.py"
     if not filename.endswith(".py"):
-        ctx.report("python-model-filename-invalid",
-                   f"default_model_filename '{filename}' of a python-backend model must end with "
-                   f"'.py'; Triton: \"Model name must end with '.py'. Model name is "
-                   f"\"{filename}\".\"", path="default_model_filename")
+        ctx.report(
+            "python-model-filename-invalid",
+            f"default_model_filename '{filename}' of a python-backend model must end with "
+            f"'.py'; Triton: \"Model name must end with '.py'. Model name is "
+            f'"{filename}"."',
+            path="default_model_filename",
+        )
         return
     for version in ctx.versions:
         path = ctx.model.path / version_folder_name(version) / filename
@@ -116,14 +138,21 @@ def check_python_sources(ctx: RuleContext) -> None:
         except (SyntaxError, ValueError) as exc:
             line = getattr(exc, "lineno", 0) or 0
             column = getattr(exc, "offset", 0) or 0
-            ctx.report("python-model-syntax-error",
-                       f"{rel} does not compile: {exc.__class__.__name__}: "
-                       f"{getattr(exc, 'msg', exc)}; the python backend fails to load it",
-                       file=rel, line=line, column=column)
+            ctx.report(
+                "python-model-syntax-error",
+                f"{rel} does not compile: {exc.__class__.__name__}: "
+                f"{getattr(exc, 'msg', exc)}; the python backend fails to load it",
+                file=rel,
+                line=line,
+                column=column,
+            )
             continue
         if not _binds_model_class(tree):
-            ctx.report("python-model-class-missing",
-                       f"{rel} defines no class '{MODEL_CLASS}'; Triton: \"AttributeError: "
-                       f"module has no attribute '{MODEL_CLASS}'\"", file=rel)
+            ctx.report(
+                "python-model-class-missing",
+                f"{rel} defines no class '{MODEL_CLASS}'; Triton: \"AttributeError: "
+                f"module has no attribute '{MODEL_CLASS}'\"",
+                file=rel,
+            )
             continue
         _check_warmup_execute(ctx, rel, tree)

@@ -7,10 +7,14 @@ from repokit.config.rules.context import RuleContext
 from repokit.protocol.generated import model_config_pb2 as mc
 
 Control = mc.ModelSequenceBatching.Control
-BOOLEAN_KINDS = (Control.CONTROL_SEQUENCE_START, Control.CONTROL_SEQUENCE_END,
-                 Control.CONTROL_SEQUENCE_READY)
-CORRID_TYPES = frozenset({mc.TYPE_UINT64, mc.TYPE_INT64, mc.TYPE_UINT32, mc.TYPE_INT32,
-                          mc.TYPE_STRING})
+BOOLEAN_KINDS = (
+    Control.CONTROL_SEQUENCE_START,
+    Control.CONTROL_SEQUENCE_END,
+    Control.CONTROL_SEQUENCE_READY,
+)
+CORRID_TYPES = frozenset(
+    {mc.TYPE_UINT64, mc.TYPE_INT64, mc.TYPE_UINT32, mc.TYPE_INT32, mc.TYPE_STRING}
+)
 _VALUE_FIELDS = ("int32_false_true", "fp32_false_true", "bool_false_true")
 
 

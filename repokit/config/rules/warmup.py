@@ -34,10 +34,12 @@ def check_warmup(ctx: RuleContext) -> None:
         for key in sorted(sample.inputs):
             if element_count(list(sample.inputs[key].dims)) == -1:
                 variable = True
-                ctx.report("warmup-dims-variable",
-                           "warmup setting expects all variable-size dimensions are specified "
-                           f"for input '{key}' (sample '{label}')",
-                           path=f"{path}.inputs[{key}].dims")
+                ctx.report(
+                    "warmup-dims-variable",
+                    "warmup setting expects all variable-size dimensions are specified "
+                    f"for input '{key}' (sample '{label}')",
+                    path=f"{path}.inputs[{key}].dims",
+                )
         if variable:
             continue
         for key in sorted(sample.inputs):
@@ -48,9 +50,12 @@ def check_warmup(ctx: RuleContext) -> None:
 def _check_input_data(ctx: RuleContext, path: str, key: str, data: mc.ModelWarmup.Input) -> None:
     choice = data.WhichOneof("input_data_type")
     if choice is None:
-        ctx.report("warmup-data-missing",
-                   f"warmup setting expects input '{key}' to have input_data_type set (one of "
-                   "zero_data, random_data, input_data_file)", path=path)
+        ctx.report(
+            "warmup-data-missing",
+            f"warmup setting expects input '{key}' to have input_data_type set (one of "
+            "zero_data, random_data, input_data_file)",
+            path=path,
+        )
         return
     if choice != "input_data_file":
         return
@@ -61,25 +66,34 @@ def _check_input_data(ctx: RuleContext, path: str, key: str, data: mc.ModelWarmu
     except OSError:
         size = -1
     if size < 0:
-        ctx.report("warmup-file-missing",
-                   f"failed to open text file for read {rel}: warmup input_data_file "
-                   f"'{data.input_data_file}' must exist under <model>/warmup/",
-                   path=f"{path}.input_data_file")
+        ctx.report(
+            "warmup-file-missing",
+            f"failed to open text file for read {rel}: warmup input_data_file "
+            f"'{data.input_data_file}' must exist under <model>/warmup/",
+            path=f"{path}.input_data_file",
+        )
         return
     if data.data_type == mc.TYPE_STRING:
         problem = bytes_tensor_problem(file_path, element_count(list(data.dims)))
         if problem:
-            ctx.report("warmup-string-data-invalid",
-                       f"warmup input '{key}' file {data.input_data_file}: {problem} (TYPE_STRING "
-                       "data is a sequence of 4-byte little-endian lengths, each followed by "
-                       "that many bytes)", path=f"{path}.input_data_file", file=rel)
+            ctx.report(
+                "warmup-string-data-invalid",
+                f"warmup input '{key}' file {data.input_data_file}: {problem} (TYPE_STRING "
+                "data is a sequence of 4-byte little-endian lengths, each followed by "
+                "that many bytes)",
+                path=f"{path}.input_data_file",
+                file=rel,
+            )
         return
     expected = byte_size(data.data_type, list(data.dims))
     if size < expected:
-        ctx.report("warmup-file-too-small",
-                   f"warmup setting expects {expected} bytes, but the data provided from "
-                   f"{data.input_data_file}only has {size} bytes",
-                   path=f"{path}.input_data_file", file=rel)
+        ctx.report(
+            "warmup-file-too-small",
+            f"warmup setting expects {expected} bytes, but the data provided from "
+            f"{data.input_data_file}only has {size} bytes",
+            path=f"{path}.input_data_file",
+            file=rel,
+        )
 
 
 def bytes_tensor_problem(path: Path, elements: int) -> str:
@@ -92,8 +106,10 @@ def bytes_tensor_problem(path: Path, elements: int) -> str:
     while offset < len(data):
         if not remaining_element:
             if len(data) - offset < 4:
-                return (f"incomplete string length indicator, expecting 4 bytes but only "
-                        f"{len(data) - offset} bytes available")
+                return (
+                    f"incomplete string length indicator, expecting 4 bytes but only "
+                    f"{len(data) - offset} bytes available"
+                )
             remaining_element = int.from_bytes(data[offset : offset + 4], "little")
             offset += 4
             checked += 1
@@ -119,39 +135,51 @@ def _check_against_model(
     given = set(sample.inputs)
     missing = [name for name in required if name not in given]
     if missing:
-        ctx.report("warmup-input-missing",
-                   f"warmup sample '{label}' misses required input(s) {missing}; Triton fails "
-                   f"the load with \"expected {len(required)} inputs but got "
-                   f"{len(given & set(inputs))} inputs for model '{model}'\"",
-                   path=f"{path}.inputs")
+        ctx.report(
+            "warmup-input-missing",
+            f"warmup sample '{label}' misses required input(s) {missing}; Triton fails "
+            f'the load with "expected {len(required)} inputs but got '
+            f"{len(given & set(inputs))} inputs for model '{model}'\"",
+            path=f"{path}.inputs",
+        )
     for key in sorted(given):
         data = sample.inputs[key]
         io = inputs.get(key)
         if io is None:
-            ctx.report("warmup-input-not-model-input",
-                       f"warmup input '{key}' is not an input of model '{model}'; Triton sends "
-                       "it as an override (control/state) input", path=f"{path}.inputs[{key}]")
+            ctx.report(
+                "warmup-input-not-model-input",
+                f"warmup input '{key}' is not an input of model '{model}'; Triton sends "
+                "it as an override (control/state) input",
+                path=f"{path}.inputs[{key}]",
+            )
             continue
         if data.data_type != io.data_type:
-            ctx.report("warmup-data-type-mismatch",
-                       f"inference input '{key}' data-type is "
-                       f"'{_type_name(data.data_type)}', but model '{model}' expects "
-                       f"'{_type_name(io.data_type)}' (warmup sample '{label}')",
-                       path=f"{path}.inputs[{key}].data_type")
+            ctx.report(
+                "warmup-data-type-mismatch",
+                f"inference input '{key}' data-type is "
+                f"'{_type_name(data.data_type)}', but model '{model}' expects "
+                f"'{_type_name(io.data_type)}' (warmup sample '{label}')",
+                path=f"{path}.inputs[{key}].data_type",
+            )
         config_dims = list(io.dims)
         dims = list(data.dims)
         if len(dims) != len(config_dims) or any(
             c != -1 and c != d for c, d in zip(config_dims, dims, strict=False)
         ):
-            ctx.report("warmup-shape-mismatch",
-                       f"unexpected shape for input '{key}' for model '{model}'. Expected "
-                       f"{config_dims}, got {dims} (warmup sample '{label}'; dims exclude the "
-                       "batch dimension)", path=f"{path}.inputs[{key}].dims")
+            ctx.report(
+                "warmup-shape-mismatch",
+                f"unexpected shape for input '{key}' for model '{model}'. Expected "
+                f"{config_dims}, got {dims} (warmup sample '{label}'; dims exclude the "
+                "batch dimension)",
+                path=f"{path}.inputs[{key}].dims",
+            )
     limit = max(1, ctx.config.max_batch_size)
     if sample.batch_size > limit:
-        ctx.report("warmup-batch-size-too-large",
-                   f"warmup sample '{label}' has batch_size {sample.batch_size} but model "
-                   f"'{model}' allows at most {limit} (max_batch_size "
-                   f"{ctx.config.max_batch_size}); Triton: \"batch size {sample.batch_size} "
-                   f"for '...', max allowed is {ctx.config.max_batch_size}\"",
-                   path=f"{path}.batch_size")
+        ctx.report(
+            "warmup-batch-size-too-large",
+            f"warmup sample '{label}' has batch_size {sample.batch_size} but model "
+            f"'{model}' allows at most {limit} (max_batch_size "
+            f'{ctx.config.max_batch_size}); Triton: "batch size {sample.batch_size} '
+            f"for '...', max allowed is {ctx.config.max_batch_size}\"",
+            path=f"{path}.batch_size",
+        )
