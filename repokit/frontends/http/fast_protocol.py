@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from repokit.frontends.http.app import HttpFrontend
 
 _END_OF_HEAD = b"\r\n\r\n"
+# bodies at least this large are received chunk by chunk and joined once
+COLLECT_BODY_BYTES = 1 << 16
 # header names that send a request to Sanic (it implements what they ask for)
 _SANIC_HEADERS = frozenset(
     {b"transfer-encoding", b"content-encoding", b"expect", b"upgrade", b"connection"}
@@ -136,7 +138,16 @@ def error_parts(status: int, message: str) -> list[bytes | memoryview]:
 class FastInferProtocol(HttpProtocol):
     """``HttpProtocol`` that serves plain infer requests itself (see the module docstring)."""
 
-    __slots__ = ("_fast_buffer", "_fast_since", "_fast_task", "_frontend", "_sanic_owned")
+    __slots__ = (
+        "_body_missing",
+        "_body_parts",
+        "_body_request",
+        "_fast_buffer",
+        "_fast_since",
+        "_fast_task",
+        "_frontend",
+        "_sanic_owned",
+    )
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -147,6 +158,10 @@ class FastInferProtocol(HttpProtocol):
         self._frontend = frontend
         self._fast_buffer = bytearray()
         self._fast_since = 0.0
+        # a large body being received: its chunks (joined once), the bytes still missing
+        self._body_parts: list[bytes] | None = None
+        self._body_missing = 0
+        self._body_request: FastInfer | None = None
         self._fast_task: asyncio.Task[None] | None = None
         self._sanic_owned = frontend is None
 
@@ -184,6 +199,9 @@ class FastInferProtocol(HttpProtocol):
             self._sanic_owned = False  # Sanic is idle with nothing buffered: back to the lane
         now = current_time()
         self._time = now
+        if self._body_parts is not None:
+            self._collect_body(data)
+            return
         buffer = self._fast_buffer
         if not buffer:
             self._fast_since = now
@@ -204,7 +222,7 @@ class FastInferProtocol(HttpProtocol):
         it; a partly received one gets the request timeout, as in Sanic."""
         if self._fast_task is not None:
             self._time = current_time()
-        elif self._fast_buffer:
+        elif self._partial():
             now = current_time()
             if now - self._fast_since <= self.request_timeout:
                 self._time = now
@@ -222,7 +240,7 @@ class FastInferProtocol(HttpProtocol):
             return
         if self._fast_task is None:
             now = current_time()
-            if self._fast_buffer:
+            if self._partial():
                 if now - self._fast_since > self.request_timeout:
                     self.close()
                     return
@@ -234,9 +252,13 @@ class FastInferProtocol(HttpProtocol):
         )
 
     def close_if_idle(self) -> bool:
-        if self._fast_task is not None or self._fast_buffer:
+        if self._fast_task is not None or self._partial():
             return False
         return bool(super().close_if_idle())
+
+    def _partial(self) -> bool:
+        """Part of a request has arrived."""
+        return bool(self._fast_buffer) or self._body_parts is not None
 
     # --- the fast lane -----------------------------------------------------------------------
     def _next_request(self) -> None:
@@ -253,15 +275,43 @@ class FastInferProtocol(HttpProtocol):
         if parsed is None:
             self._hand_to_sanic()
             return
-        if len(buffer) < parsed.body_end:
-            return  # the body is still arriving
+        if len(buffer) < parsed.body_end:  # the body is still arriving
+            if parsed.body_end - parsed.body_start >= COLLECT_BODY_BYTES:
+                with memoryview(buffer) as view:
+                    self._body_parts = [view[parsed.body_start :].tobytes()]
+                self._body_missing = parsed.body_end - len(buffer)
+                self._body_request = parsed
+                buffer.clear()
+            return
+        with memoryview(buffer) as view:  # one copy of the body, not two
+            body = view[parsed.body_start : parsed.body_end].tobytes()
         if parsed.body_end == len(buffer):
-            body = bytes(buffer[parsed.body_start :])
             buffer.clear()
         else:
-            body = bytes(buffer[parsed.body_start : parsed.body_end])
             del buffer[: parsed.body_end]
             self._fast_since = current_time()
+        self._fast_task = self.loop.create_task(self._serve(frontend, parsed, body))
+
+    def _collect_body(self, data: bytes) -> None:
+        """A chunk of a large body: kept as it is until the body is complete, then joined in
+        one copy (growing one buffer would copy it again and again)."""
+        parts = self._body_parts
+        parsed = self._body_request
+        assert parts is not None and parsed is not None
+        missing = self._body_missing
+        if len(data) < missing:
+            parts.append(data)
+            self._body_missing = missing - len(data)
+            return
+        parts.append(data if len(data) == missing else data[:missing])
+        self._body_parts = None
+        self._body_request = None
+        body = b"".join(parts)
+        if len(data) > missing:  # what the client sent after the body (pipelining)
+            self._fast_buffer += data[missing:]
+            self._fast_since = current_time()
+        frontend = self._frontend
+        assert frontend is not None
         self._fast_task = self.loop.create_task(self._serve(frontend, parsed, body))
 
     def _hand_to_sanic(self) -> None:
@@ -278,10 +328,8 @@ class FastInferProtocol(HttpProtocol):
         self._fast_task = None
         if transport is None or transport.is_closing():
             return
-        if len(parts) == 1:
-            transport.write(parts[0])
-        else:
-            transport.writelines(parts)
+        for part in parts:
+            transport.write(part)
         self._time = current_time()
         if self._fast_buffer:
             if not self._can_write.is_set():  # a slow reader: do not queue more responses

@@ -407,3 +407,59 @@ def test_a_request_running_in_the_lane_outlives_the_keep_alive_timeout(tmp_path:
             assert answer.status == 200 and not answer.from_sanic
         finally:
             connection.close()
+
+
+def identity_request(values: np.ndarray) -> bytes:
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [values.size],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": values.nbytes},
+                }
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    return request(
+        "/v2/models/identity/infer",
+        head + values.tobytes(),
+        headers={"Inference-Header-Content-Length": str(len(head))},
+    )
+
+
+def identity_output(answer: Response) -> np.ndarray:
+    length = int(answer.header("inference-header-content-length") or 0)
+    return np.frombuffer(answer.body[length:], dtype=np.float32)
+
+
+def test_large_bodies_in_odd_pieces_with_requests_pipelined_behind(conn: Connection) -> None:
+    rng = np.random.default_rng(7)
+    first = rng.random(100_000, dtype=np.float32)  # 400 kB: received chunk by chunk
+    second = rng.random(50_000, dtype=np.float32)
+    data = identity_request(first) + identity_request(second) + request(INFER, ADD_SUB_BODY)
+    cut = len(identity_request(first)) + 5  # a chunk ends 5 bytes into the second request
+    pieces = [data[:70_001], data[70_001:cut], data[cut : cut + 99_999], data[cut + 99_999 :]]
+    for piece in pieces:
+        conn.send(piece)
+    answers = [conn.read() for _ in range(3)]
+    assert [a.status for a in answers] == [200, 200, 200]
+    assert not any(a.from_sanic for a in answers)
+    np.testing.assert_array_equal(identity_output(answers[0]), first)
+    np.testing.assert_array_equal(identity_output(answers[1]), second)
+    assert answers[2].json()["outputs"][0]["data"] == [2.0 * x for x in A]  # type: ignore[index]
+
+
+def test_a_client_that_leaves_mid_body_leaves_the_server_healthy(server: ServerThread) -> None:
+    assert server.handle is not None and server.handle.http_port is not None
+    partial = Connection(server.handle.http_port)
+    partial.send(identity_request(np.zeros(100_000, dtype=np.float32))[:150_000])
+    partial.close()
+    conn = Connection(server.handle.http_port)
+    try:
+        conn.send(request(INFER, ADD_SUB_BODY))
+        assert conn.read().status == 200
+    finally:
+        conn.close()
