@@ -158,6 +158,8 @@ BINARY_BODY = json.dumps(
         (INFER, BINARY_BODY, {}, 200),
         ("/v2/models/add_sub/versions/1/infer", ADD_SUB_BODY, {}, 200),
         (INFER, b"{bad", {}, 400),
+        (INFER, b"", {}, 400),
+        (INFER, b"[1, 2]", {}, 400),
         (INFER, ADD_SUB_BODY[:-9] + b"}", {}, 400),
         ("/v2/models/missing/infer", ADD_SUB_BODY, {}, 404),
         ("/v2/models/add_sub/versions/9/infer", ADD_SUB_BODY, {}, 404),
