@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from repokit.frontends.http.fast_protocol import parse_infer_head
+from repokit.frontends.http.fast_protocol import FastInfer, FastInferProtocol, parse_infer_head
+from repokit.frontends.http.routing import Endpoint, Route
 from tests.e2e.python_cancel_models import build_cancel_repository
 from tests.frontends.http.server_thread import (
     ServerThread,
@@ -465,3 +466,22 @@ def test_a_client_that_leaves_mid_body_leaves_the_server_healthy(server: ServerT
         assert conn.read().status == 200
     finally:
         conn.close()
+
+
+async def test_a_bug_behind_the_lane_answers_500_as_sanics_error_handler() -> None:
+    class Broken:
+        def infer_version(self, route: object) -> str:
+            return ""
+
+        async def run_infer(self, *args: object) -> object:
+            raise RuntimeError("boom")
+
+    class Frontend:
+        endpoints = Broken()
+
+    route = Route(Endpoint.MODEL_INFER, model="m")
+    parsed = FastInfer(route, 0, 0, None)
+    parts = await FastInferProtocol._answer(Frontend(), parsed, b"{}")  # type: ignore[arg-type]
+    head, _, body = b"".join(parts).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    assert json.loads(body) == {"error": "internal error: RuntimeError: boom"}
