@@ -4,7 +4,9 @@ dynamic driver's pipelined worker); batches that could still grow wait for the i
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+from repokit.backends.base import BackendRequest
 from repokit.scheduler.dynamic_batch import BatchPlanner, DynamicBatchSettings
 from repokit.scheduler.dynamic_driver import DynamicBatchScheduler
 from repokit.scheduler.runtime import ManualClock
@@ -131,3 +133,26 @@ async def test_priorities_and_timeouts_keep_full_batches_in_the_queue() -> None:
         await asyncio.gather(*tasks)
         assert [len(reqs) for _, reqs in backend.batches] == [1, 8]
         await sched.stop()
+
+
+async def test_the_next_batch_starts_before_the_answers_of_the_last_one_go_out() -> None:
+    seen: list[bool] = []
+
+    class Watching(PipeliningBackend):
+        async def execute(self, instance: int, requests: list[BackendRequest]) -> Any:
+            if self.batches:  # a later batch: has the first caller got its answer yet?
+                seen.append(first.done())
+            return await super().execute(instance, requests)
+
+    backend = Watching()
+    backend.gate = asyncio.Event()
+    sched = await started(DynamicBatchScheduler(backend, config(BATCHING + "dynamic_batching {}")))
+    first = asyncio.create_task(run(sched, request(INPUT0=[[0, 0]])))
+    await until(lambda: len(backend.batches) == 1)
+    rest = [asyncio.create_task(run(sched, request(INPUT0=[[i, i]]))) for i in range(3)]
+    await until(lambda: sched.pending_count == 3)
+    backend.gate.set()
+    await asyncio.gather(first, *rest)
+    assert [len(reqs) for _, reqs in backend.batches] == [1, 3]
+    assert seen == [False]  # the instance got its next batch first
+    await sched.stop()
