@@ -108,9 +108,11 @@ class DynamicBatchScheduler(Scheduler):
         self._running = False
         self._stopping = False
         self._held: dict[int, int] = {}  # pipelined workers: batches each instance holds
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._running = True
         self._stopping = False
         self._workers = [
@@ -154,7 +156,10 @@ class DynamicBatchScheduler(Scheduler):
         """
         if not self._running or self._stopping:
             raise unavailable("model is not accepting requests: its scheduler is stopped")
-        future: asyncio.Future[ScheduledResult] = asyncio.get_running_loop().create_future()
+        loop = self._loop  # set by start(); get_running_loop() costs a getpid() each time
+        future: asyncio.Future[ScheduledResult] = (
+            loop if loop is not None else asyncio.get_running_loop()
+        ).create_future()
         try:
             item = self._planner.queues.enqueue(
                 _Job(request, future),

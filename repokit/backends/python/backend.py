@@ -190,6 +190,7 @@ class PythonBackend(Backend):
         self.completed_config_json: str | None = None  # set when auto_complete_config ran
         self._decoupled = context.config.model_transaction_policy.decoupled
         self._keys = itertools.count(1)  # request keys (cancellation, decoupled responses)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the server's (set on first use)
 
     @property
     def instance_count(self) -> int:
@@ -339,7 +340,11 @@ class PythonBackend(Backend):
     ) -> asyncio.Future[Any]:
         """Queue one message; the future gets its reply (ChannelClosed if the process is gone).
         Messages go out one at a time; execute messages that queued up meanwhile are merged."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        # the loop, once: asyncio.get_running_loop() costs a getpid() system call each time
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         instance.queue.append((op, payload, future, size))
         in_flight = instance.in_flight
         if in_flight == 0 or (
