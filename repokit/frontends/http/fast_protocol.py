@@ -98,7 +98,8 @@ def parse_infer_head(
                 return None
             content_length = int(value)
         elif name == b"inference-header-content-length":
-            header_length = value.strip().decode("latin-1")
+            if header_length is None:  # the first one counts, as in Sanic's headers.get()
+                header_length = value.strip().decode("latin-1")
         elif name == b"accept-encoding":
             accepted = value.decode("latin-1").strip()
             if choose_response_encoding(accepted) != "identity":
@@ -267,9 +268,9 @@ class FastInferProtocol(HttpProtocol):
         frontend = self._frontend
         assert frontend is not None
         end_of_head = buffer.find(_END_OF_HEAD)
-        if end_of_head < 0:
-            if len(buffer) > Http.HEADER_MAX_SIZE:
-                self._hand_to_sanic()
+        if end_of_head < 0 or end_of_head >= Http.HEADER_MAX_SIZE:
+            if end_of_head >= 0 or len(buffer) > Http.HEADER_MAX_SIZE:
+                self._hand_to_sanic()  # Sanic refuses an oversized head (413)
             return
         parsed = parse_infer_head(frontend, buffer, end_of_head, self.request_max_size)
         if parsed is None:

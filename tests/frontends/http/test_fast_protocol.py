@@ -485,3 +485,27 @@ async def test_a_bug_behind_the_lane_answers_500_as_sanics_error_handler() -> No
     head, _, body = b"".join(parts).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
     assert json.loads(body) == {"error": "internal error: RuntimeError: boom"}
+
+
+def test_a_complete_but_oversized_head_is_refused_by_sanic(conn: Connection) -> None:
+    big = {"X-Big": "a" * 9000}
+    conn.send(request(INFER, ADD_SUB_BODY, headers=big))
+    answer = conn.read()
+    assert answer.status == 413 and answer.from_sanic
+
+
+def test_the_first_header_length_counts_as_in_sanic(conn: Connection) -> None:
+    lengths = f"Inference-Header-Content-Length: {len(ADD_SUB_BODY)}\r\n"
+    lengths += "Inference-Header-Content-Length: 3\r\n"
+    conn.send(
+        f"POST {INFER} HTTP/1.1\r\n{lengths}Content-Length: {len(ADD_SUB_BODY)}\r\n\r\n".encode()
+        + ADD_SUB_BODY
+    )
+    fast = conn.read()
+    assert fast.status == 200 and not fast.from_sanic
+    conn.send(
+        f"POST {INFER} HTTP/1.1\r\n{lengths}Transfer-Encoding: chunked\r\n\r\n".encode()
+        + chunked(ADD_SUB_BODY)
+    )
+    slow = conn.read()
+    assert slow.from_sanic and (slow.status, slow.body) == (fast.status, fast.body)
