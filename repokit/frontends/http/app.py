@@ -158,6 +158,7 @@ def create_http_app(
     app.config.RESPONSE_TIMEOUT = 3600
     app.config.KEEP_ALIVE_TIMEOUT = 75
     app.config.NOISY_EXCEPTIONS = False
+    app.config.FALLBACK_ERROR_FORMAT = "json"  # Sanic's own errors are JSON, never guessed
     app.ctx.frontend = frontend
     app.add_route(frontend.dispatch, "/", methods=ALL_METHODS, name="root")
     app.add_route(frontend.dispatch, "/<path:path>", methods=ALL_METHODS, name="dispatch")
