@@ -313,7 +313,10 @@ def test_stop_finishes_a_request_running_in_the_lane(tmp_path: Path) -> None:
         {"inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [600]}]}
     ).encode()
     connection.send(request("/v2/models/slow/infer", body))
-    time.sleep(0.2)  # the request is running in the model
+    deadline = time.monotonic() + 30
+    while handle.service.inflight_requests == 0:  # wait until the request is in the core
+        assert time.monotonic() < deadline, "the request never reached the core"
+        time.sleep(0.01)
     stopper = threading.Thread(target=srv.stop)
     stopper.start()
     try:
