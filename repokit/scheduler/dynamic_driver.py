@@ -157,9 +157,8 @@ class DynamicBatchScheduler(Scheduler):
         if not self._running or self._stopping:
             raise unavailable("model is not accepting requests: its scheduler is stopped")
         loop = self._loop  # set by start(); get_running_loop() costs a getpid() each time
-        future: asyncio.Future[ScheduledResult] = (
-            loop if loop is not None else asyncio.get_running_loop()
-        ).create_future()
+        assert loop is not None
+        future: asyncio.Future[ScheduledResult] = loop.create_future()
         try:
             item = self._planner.queues.enqueue(
                 _Job(request, future),
