@@ -336,6 +336,20 @@ def test_goaway_and_closed_connection_are_errors() -> None:
         wire.close()
 
 
+def test_a_reset_connection_is_a_closed_connection() -> None:
+    def resetting(peer: Peer) -> None:
+        peer.handshake()
+        peer.until(HEADERS)
+        # close with SO_LINGER 0: the client gets a reset instead of an orderly end
+        peer.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    with scripted(resetting) as port:
+        wire = WireConnection.open("127.0.0.1", port)
+        with pytest.raises(WireError, match="the server closed the connection"):
+            wire.unary(BLOCK, b"x")
+        wire.close()
+
+
 def test_huffman_headers_make_the_transport_fall_back() -> None:
     def script(peer: Peer) -> None:
         peer.handshake()

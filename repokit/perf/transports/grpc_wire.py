@@ -271,7 +271,14 @@ class WireConnection:
     def _receive(self) -> None:
         """Read from the socket and handle every complete frame. DATA and complete HEADERS
         of the open stream are handled inline (the per-call path); the rest by
-        :meth:`_on_frame`."""
+        :meth:`_on_frame`. A server that goes away is a WireError, whether the socket ends
+        or is reset (it closed with our bytes unread), here or in an answer we send back."""
+        try:
+            self._receive_frames()
+        except (ConnectionResetError, BrokenPipeError):
+            raise WireError("the server closed the connection") from None
+
+    def _receive_frames(self) -> None:
         count = self._sock.recv_into(self._buffer)
         if not count:
             raise WireError("the server closed the connection")
