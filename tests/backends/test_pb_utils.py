@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
@@ -29,6 +30,22 @@ def test_tensor_rejects_non_arrays_and_converts_fixed_width_strings() -> None:
     assert strings.as_numpy().dtype == object
     with pytest.raises(pb_utils.TritonModelException, match="DLPack"):
         strings.to_dlpack()
+
+
+def test_objects_take_no_new_attributes_as_in_triton() -> None:
+    tensor = pb_utils.Tensor("X", np.zeros(2, np.float32))
+    request = pb_utils.InferenceRequest(inputs=[tensor])
+    response = pb_utils.InferenceResponse([tensor])
+    for obj in (tensor, request, response):
+        with pytest.raises(AttributeError):
+            obj.extra = 1  # type: ignore[union-attr]
+
+
+def test_tensor_name_is_a_string_and_non_array_subclasses_are_checked() -> None:
+    assert pb_utils.Tensor(7, np.zeros(1)).name() == "7"  # type: ignore[arg-type]
+    matrix = np.ma.masked_array([1.0, 2.0])  # an ndarray subclass: taken as it is
+    assert pb_utils.Tensor("M", matrix).as_numpy() is matrix
+    assert pb_utils.Tensor("U", np.array(["a", "bc"])).as_numpy().dtype == object
 
 
 def test_response_and_error() -> None:
@@ -71,11 +88,13 @@ def test_config_lookups_and_type_helpers() -> None:
 
 
 def test_logger_writes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    line = inspect.currentframe().f_lineno  # type: ignore[union-attr]
     pb_utils.Logger.log_info("hello")
     pb_utils.Logger.log_error("bad")
     pb_utils.Logger.log("v", pb_utils.Logger.VERBOSE)
     err = capsys.readouterr().err
-    assert "INFO test_pb_utils.py:74] hello" in err and "ERROR test_pb_utils.py:75] bad" in err
+    assert f"INFO test_pb_utils.py:{line + 1}] hello" in err
+    assert f"ERROR test_pb_utils.py:{line + 2}] bad" in err
 
 
 def test_model_config_auto_complete_rules() -> None:

@@ -149,6 +149,7 @@ def test_frame_parser_reassembles_frames_split_anywhere() -> None:
         ("big", ipc.pack_array(big), ipc.pack_array(big[::2])),
         ("strings", ipc.pack_array(strings), ipc.pack_array(np.zeros((0, 3), np.float64))),
         ("empty", None),
+        ("strided", ipc.pack_array(np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2])),
     ]
     stream = b"".join(bytes(memoryview(p).cast("B")) for m in messages for p in ipc.encode(m))
     chooser = random.Random(7)
@@ -171,6 +172,12 @@ def test_frame_parser_reassembles_frames_split_anywhere() -> None:
         assert ipc.unpack_array(got[2][1], dtypes).tolist() == strings.tolist()
         assert ipc.unpack_array(got[2][2], dtypes).shape == (0, 3)
         assert got[3] == ("empty", None)
+        strided = ipc.unpack_array(got[4][1], dtypes)
+        np.testing.assert_array_equal(
+            strided, np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]
+        )
+        # received tensors are writable, small (in the pickle) and large (out of band) alike
+        assert small.flags.writeable and ipc.unpack_array(got[1][1], dtypes).flags.writeable
 
 
 async def test_an_unsendable_output_fails_only_its_own_batch(tmp_path: Path) -> None:

@@ -43,10 +43,15 @@ class ChannelClosed(Exception):
 
 # --- tensors ----------------------------------------------------------------------------------
 def pack_array(array: npt.NDArray[Any]) -> PackedArray:
-    """A numeric array as (dtype, shape, PickleBuffer); anything else (BYTES) as itself."""
+    """A numeric array as (dtype, shape, buffer); anything else (BYTES) as itself. A small
+    array's bytes are copied into a bytearray (cheaper to pickle than a PickleBuffer, and
+    unpickled as a writable bytearray all the same); a large one goes as a PickleBuffer, out
+    of band."""
     dtype = array.dtype
     if dtype.kind not in _RAW_KINDS:
         return (None, None, array)
+    if array.nbytes < INBAND_LIMIT:
+        return (dtype.str, array.shape, bytearray(array))
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
     return (dtype.str, array.shape, pickle.PickleBuffer(array.data))

@@ -48,11 +48,15 @@ def response_to_wire(response: InferenceResponse | None, requested: set[str] | N
     error = response.error()
     if error is not None:
         return ("error", error.code_name(), error.message())
-    outputs = [
-        (t.name(), ipc.pack_array(t.as_numpy()))
-        for t in response.output_tensors()
-        if requested is None or t.name() in requested
-    ]
+    pack = ipc.pack_array
+    if requested is None:
+        outputs = [(t.name(), pack(t.as_numpy())) for t in response.output_tensors()]
+    else:
+        outputs = [
+            (name, pack(t.as_numpy()))
+            for t in response.output_tensors()
+            if (name := t.name()) in requested
+        ]
     return ("ok", outputs, response.parameter_dict())
 
 

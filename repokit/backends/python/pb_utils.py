@@ -150,19 +150,38 @@ def _as_tensor_array(name: str, data: Any) -> npt.NDArray[Any]:
         raise TritonModelException(
             f"Tensor '{name}' must be created from a numpy array, got {type(data).__name__}"
         )
-    if data.dtype.kind in ("S", "U"):
+    if data.dtype.kind in _TEXT_KINDS:
         return data.astype(object)
     return data
 
 
+_TEXT_KINDS = frozenset("SU")
+
+
 class Tensor:
     """A named CPU tensor backed by a numpy array (BYTES tensors are object arrays; BF16
-    tensors hold their raw 16-bit words and, as in Triton, are reachable only via DLPack)."""
+    tensors hold their raw 16-bit words and, as in Triton, are reachable only via DLPack).
+    Like Triton's class it takes no attributes of its own (``__slots__``), which also makes
+    the many tensors of a large batch cheap to build."""
+
+    __slots__ = ("_array", "_bf16", "_name")
 
     def __init__(self, name: str, data: Any, *, bf16: bool = False) -> None:
-        self._name = str(name)
-        self._array = _as_tensor_array(self._name, data)
+        self._name = name if type(name) is str else str(name)
+        if type(data) is np.ndarray and data.dtype.kind not in _TEXT_KINDS:
+            self._array: npt.NDArray[Any] = data
+        else:
+            self._array = _as_tensor_array(self._name, data)
         self._bf16 = bf16
+
+    @classmethod
+    def _wrap(cls, name: str, array: npt.NDArray[Any], bf16: bool) -> Tensor:
+        """A tensor of an array the instance process received (already checked)."""
+        tensor = cls.__new__(cls)
+        tensor._name = name
+        tensor._array = array
+        tensor._bf16 = bf16
+        return tensor
 
     def name(self) -> str:
         return self._name
@@ -223,7 +242,23 @@ class Tensor:
 
 
 class InferenceRequest:
-    """A request as ``execute`` receives it, or one a model builds for BLS."""
+    """A request as ``execute`` receives it, or one a model builds for BLS (no attributes of
+    its own, as in Triton)."""
+
+    __slots__ = (
+        "_correlation_id",
+        "_flags",
+        "_inputs",
+        "_key",
+        "_model_name",
+        "_model_version",
+        "_parameters",
+        "_release_flags",
+        "_request_id",
+        "_requested",
+        "_sender",
+        "_timeout",
+    )
 
     def __init__(
         self,
@@ -256,6 +291,34 @@ class InferenceRequest:
         self._key = key
         self._sender: InferenceResponseSender | None = None
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+
+    @classmethod
+    def _received(
+        cls,
+        inputs: list[Tensor],
+        requested: set[str],
+        request_id: str,
+        correlation_id: int | str,
+        flags: int,
+        parameters: str,
+        key: int,
+    ) -> InferenceRequest:
+        """A request the instance process received for ``execute`` (fields already checked
+        by the server; the same state :meth:`__init__` leaves)."""
+        request = cls.__new__(cls)
+        request._model_name = ""
+        request._inputs = inputs
+        request._requested = requested
+        request._request_id = request_id
+        request._correlation_id = correlation_id
+        request._flags = flags
+        request._parameters = parameters
+        request._model_version = -1
+        request._timeout = 0
+        request._key = key
+        request._sender = None
+        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        return request
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -332,7 +395,10 @@ class InferenceRequest:
 
 
 class InferenceResponse:
-    """The response for one request: output tensors, or an error."""
+    """The response for one request: output tensors, or an error (no attributes of its own,
+    as in Triton)."""
+
+    __slots__ = ("_error", "_outputs", "_parameters")
 
     def __init__(
         self,
@@ -340,9 +406,9 @@ class InferenceResponse:
         error: TritonError | None = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
-        self._outputs = list(output_tensors or [])
+        self._outputs = list(output_tensors) if output_tensors else []
         for tensor in self._outputs:
-            if not isinstance(tensor, Tensor):
+            if type(tensor) is not Tensor and not isinstance(tensor, Tensor):
                 raise TritonModelException(
                     f"InferenceResponse output_tensors must be Tensor objects, got '{type(tensor)}'"
                 )
@@ -351,9 +417,12 @@ class InferenceResponse:
                 f"InferenceResponse error must be a TritonError, got '{type(error)}'"
             )
         self._error = error
+        if parameters is None:
+            self._parameters: dict[str, Any] = {}
+            return
         if isinstance(parameters, str):
             parameters = json.loads(parameters) if parameters else {}
-        self._parameters: dict[str, Any] = dict(parameters or {})
+        self._parameters = dict(parameters or {})
 
     def output_tensors(self) -> list[Tensor]:
         return self._outputs

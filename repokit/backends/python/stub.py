@@ -202,24 +202,22 @@ class Instance:
         return module
 
     # --- execute -----------------------------------------------------------------------------
-    def _tensor(self, name: str, packed: Any, special: str | None) -> pb_utils.Tensor:
-        array = ipc.unpack_array(packed, self._dtypes)
-        if special is None:
-            return pb_utils.Tensor(name, array)
-        return pb_utils.Tensor(name, array, bf16=True)
-
     def execute(self, batch: list[RequestTuple]) -> BatchReply:
         started = time.perf_counter_ns()
-        tensor = self._tensor
+        tensor, unpack, dtypes = pb_utils.Tensor._wrap, ipc.unpack_array, self._dtypes
+        received = pb_utils.InferenceRequest._received
         requests = [
-            pb_utils.InferenceRequest(
-                inputs=[tensor(name, a, special) for name, a, special in inputs],
-                requested_output_names=requested,
-                request_id=request_id,
-                correlation_id=correlation_id,
-                flags=flags,
-                parameters=parameters,
-                key=key,
+            received(
+                [
+                    tensor(name, unpack(a, dtypes), special is not None)
+                    for name, a, special in inputs
+                ],
+                set(requested),
+                request_id,
+                correlation_id,
+                flags,
+                parameters,
+                key,
             )
             for inputs, requested, request_id, correlation_id, flags, parameters, key in batch
         ]
