@@ -341,6 +341,14 @@ def prepare(io: ModelIO, request: InferRequest, read_shm: ShmReader) -> Prepared
         with_batch = shape if batch_size == 0 or info.is_shape_tensor else (batch_size, *shape)
         array = _input_array(info, input_id, data, with_batch, model, prefix)
         tensors[name] = InferTensor(name, info.datatype, with_batch, array, dict(spec.parameters))
+    return prepared(io, request, tensors, batch_size)
+
+
+def prepared(
+    io: ModelIO, request: InferRequest, tensors: dict[str, InferTensor], batch_size: int
+) -> PreparedRequest:
+    """The checked request for the backend: its input tensors, the outputs to produce (every
+    output when none is named), its sequence flags and the fields it carries along."""
     flags = (SEQUENCE_START if request.sequence_start else 0) | (
         SEQUENCE_END if request.sequence_end else 0
     )

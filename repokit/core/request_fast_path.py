@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from repokit.backends.base import BackendRequest
-from repokit.core.request_checks import SEQUENCE_END, SEQUENCE_START, ModelIO, PreparedRequest
+from repokit.core.request_checks import ModelIO, PreparedRequest, prepared
 from repokit.protocol.types import InferRequest, InferTensor
 
 _RAW_BYTES = np.dtype(np.uint8)
@@ -86,20 +85,4 @@ def prepare_plain(io: ModelIO, request: InferRequest) -> PreparedRequest | None:
         if data.shape != shape:
             data = data.reshape(shape)
         tensors[name] = InferTensor(name, datatype, shape, data, dict(spec.parameters))
-    flags = (SEQUENCE_START if request.sequence_start else 0) | (
-        SEQUENCE_END if request.sequence_end else 0
-    )
-    requested = (
-        tuple(dict.fromkeys(o.name for o in request.outputs)) if request.outputs else io.all_outputs
-    )
-    backend_request = BackendRequest(
-        inputs=tensors,
-        requested_outputs=requested,
-        parameters=dict(request.parameters),
-        request_id=request.id,
-        correlation_id=request.sequence_id,
-        flags=flags,
-        priority=request.priority,
-        timeout_us=request.timeout_us,
-    )
-    return PreparedRequest(backend_request, batch_size)
+    return prepared(io, request, tensors, batch_size)

@@ -153,18 +153,7 @@ class InferenceService:
     # --- inference ---------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
         loaded, prepared = self.admit(request)
-        backend_request = prepared.backend_request
-        control = backend_request.control = RequestControl()
-        batch = prepared.batch_size
-        self._inflight += 1
-        try:
-            scheduled, elapsed = await submit(loaded, backend_request, batch)
-        except asyncio.CancelledError:  # the caller went away: the model sees is_cancelled()
-            control.cancel()
-            raise
-        finally:
-            self._inflight -= 1
-        return self._respond(loaded, request, batch, scheduled, elapsed)
+        return await self.run_admitted(loaded, request, prepared)
 
     def admit(self, request: InferRequest) -> tuple[LoadedVersion, PreparedRequest]:
         """The version a request runs on and the request checked against it (raises)."""

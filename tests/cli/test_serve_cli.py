@@ -18,6 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from repokit.paths import default_sample_repository
+from tests.tls_helpers import make_self_signed_cert
 
 STARTED = re.compile(r"Started (HTTPService|GRPCInferenceService|Metrics Service) at (\S+):(\d+)")
 
@@ -94,16 +95,7 @@ def test_sigint_also_exits_0(served: Served) -> None:
 
 
 def test_grpc_tls_flags(tmp_path: Path) -> None:
-    key, cert = tmp_path / "server.key", tmp_path / "server.crt"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    key, cert = make_self_signed_cert(tmp_path)
     s = _start(
         str(_repo(tmp_path, "add_sub")), "--http-port", "0", "--grpc-port", "0",
         "--metrics-port", "0", "--grpc-use-ssl=true", "--grpc-server-cert", str(cert),

@@ -5,7 +5,6 @@ protocols, TLS, health, message-size limits, bound port."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from repokit.protocol.generated import health_pb2 as health_pb
 from repokit.protocol.generated import health_pb2_grpc as health_grpc
 from repokit.protocol.types import InferRequest, InferResponse, InferTensor
+from tests.tls_helpers import make_self_signed_cert
 
 
 class IdentityService(InferenceService):
@@ -272,22 +272,8 @@ async def test_port_in_use_is_reported(server: Any) -> None:
         build_grpc_server(IdentityService(), GrpcOptions(address="127.0.0.1", port=server.port))
 
 
-def _make_cert(tmp: Path) -> tuple[Path, Path]:
-    key, cert = tmp / "server.key", tmp / "server.crt"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return key, cert
-
-
 async def test_tls(tmp_path: Path) -> None:
-    key, cert = _make_cert(tmp_path)
+    key, cert = make_self_signed_cert(tmp_path)
     options = GrpcOptions(
         address="127.0.0.1", port=0, use_ssl=True, server_key=str(key), server_cert=str(cert)
     )
