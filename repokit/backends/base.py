@@ -29,6 +29,7 @@ from repokit.protocol.types import InferTensor, ParamValue
 
 if TYPE_CHECKING:
     from repokit.backends.server_api import RequestControl, ServerApi
+    from repokit.backends.wire_plan import WirePlan
 
 
 @dataclass
@@ -77,11 +78,26 @@ class Timing:
     compute_output_ns: int = 0
 
 
+@dataclass
+class WireOutcome:
+    """What :meth:`Backend.execute_wire` gives back: the encoded response (``body``), or a
+    result in the usual form for the server to finish (``result``: errors, outputs the instance
+    could not encode), or neither when the request must take the server's full path (then
+    nothing ran). ``batch_size`` is the request's (0 when the model does not batch)."""
+
+    body: bytes | None = None
+    result: BackendResult | None = None
+    batch_size: int = 0
+    timing: Timing = field(default_factory=Timing)
+
+
 class Backend(abc.ABC):
     """A loaded model version with ``instance_count`` instances."""
 
     # True: execute() may be called while the instance runs another batch (see module doc)
     pipelines_executions: bool = False
+    # True: execute_wire() takes a request in its wire form (repokit.core.wire_lane)
+    supports_wire: bool = False
 
     def __init__(self, context: ModelContext) -> None:
         self.context = context
@@ -109,6 +125,13 @@ class Backend(abc.ABC):
         self, instance: int, requests: list[BackendRequest]
     ) -> tuple[list[BackendResult], Timing]:
         """Run one batch on one instance; never raises for a model error (see BackendResult)."""
+
+    async def execute_wire(
+        self, instance: int, protocol: str, raw: bytes, plan: WirePlan
+    ) -> WireOutcome:
+        """Run one request given as its wire bytes on one instance, which decodes, checks and
+        encodes it (backends with ``supports_wire`` only)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no wire requests")
 
     @abc.abstractmethod
     async def unload(self) -> None:

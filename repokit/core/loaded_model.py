@@ -22,6 +22,7 @@ from repokit.core.scheduling import (
     warm_up,
 )
 from repokit.core.statistics import ModelStats
+from repokit.core.wire_lane import WireLane, wire_lane_for
 from repokit.errors import RepokitError, internal
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.base import Scheduler
@@ -69,6 +70,8 @@ class LoadedVersion:
     inflight: int = 0
     _idle: asyncio.Event | None = field(default=None, repr=False)
     version_text: str = field(init=False, repr=False)  # str(version), for every response
+    # plain requests as wire bytes to the instance process (set once started, when eligible)
+    wire_lane: WireLane | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.version_text = str(self.version)
@@ -145,6 +148,7 @@ class LoadedVersion:
                 await backend.unload()
                 raise
             self.scheduler = scheduler
+            self.wire_lane = wire_lane_for(self)
         self.stats.load_duration_secs = time.perf_counter() - began
 
     def _adopt_completed_config(self, completed_json: str) -> ModelContext:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from repokit.backends.base import BackendResult
 from repokit.backends.server_api import RequestControl
 from repokit.core.decoupled import stream_responses
 from repokit.core.dispatch import record_ran, submit
@@ -25,6 +26,7 @@ from repokit.core.request_checks import PreparedRequest, prepare
 from repokit.core.request_fast_path import prepare_plain
 from repokit.core.settings import ServerSettings
 from repokit.core.shared_memory import SystemSharedMemory
+from repokit.core.wire_lane import WireLane
 from repokit.errors import RepokitError, invalid_arg, unavailable
 from repokit.protocol import datatypes
 from repokit.protocol.generated import model_config_pb2 as mc
@@ -33,6 +35,9 @@ from repokit.scheduler.base import ScheduledResult
 
 # Triton's extension list in Triton's order, keeping only what repokit implements:
 # not cuda_shared_memory (no GPUs) and not trace (no tracing).
+# the result record of a request whose response the instance encoded (statistics only)
+_NO_RESULT = BackendResult()
+
 EXTENSIONS = (
     "classification",
     "sequence",
@@ -187,6 +192,43 @@ class InferenceService:
         finally:
             self._inflight -= 1
         return self._respond(loaded, request, batch, scheduled, elapsed)
+
+    def wire_lane(self, name: str, version: str = "") -> WireLane | None:
+        """The wire lane of the version a request names (:mod:`repokit.core.wire_lane`), or
+        None: the model does not qualify, or it is not there and the full path says why."""
+        if self._exiting:
+            return None
+        try:
+            return self.manager.get(name, version).wire_lane
+        except RepokitError:
+            return None
+
+    async def infer_wire(
+        self, lane: WireLane, protocol: str, raw: bytes, decode: Callable[[], InferRequest]
+    ) -> bytes | InferResponse | None:
+        """Run a request given as its wire bytes on its model's lane: the encoded response,
+        an InferResponse when the instance answered in the usual form (``decode`` gives the
+        request to finish it with; errors raise as for :meth:`infer`), or None when the
+        request must take the full path (nothing ran, nothing was counted)."""
+        loaded = lane.loaded
+        started = time.perf_counter_ns()
+        self._inflight += 1
+        loaded.begin()
+        try:
+            outcome, queue_ns = await lane.scheduler.submit_wire(protocol, raw, lane.plan)
+        finally:
+            loaded.end()
+            self._inflight -= 1
+        body, result = outcome.body, outcome.result
+        elapsed = time.perf_counter_ns() - started
+        if body is not None:
+            scheduled = ScheduledResult(_NO_RESULT, queue_ns, outcome.timing)
+            record_ran(loaded, outcome.batch_size, elapsed, scheduled)
+            return body
+        if result is None:
+            return None
+        scheduled = ScheduledResult(result, queue_ns, outcome.timing)
+        return self._respond(loaded, decode(), outcome.batch_size, scheduled, elapsed)
 
     async def infer_stream(
         self, request: InferRequest, control: RequestControl | None = None

@@ -20,7 +20,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing
+from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing, WireOutcome
+from repokit.backends.wire_plan import WirePlan
 from repokit.errors import RepokitError, internal, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.base import ScheduledResult, Scheduler
@@ -126,6 +127,40 @@ class DefaultScheduler(Scheduler):
         if self._on_execution is not None:
             self._on_execution(batch_size, timing)
         return ScheduledResult(result=self._single(results), queue_ns=queue_ns, timing=timing)
+
+    @property
+    def pipelined(self) -> bool:
+        """True when requests go straight to the backend's instance queues (python backend)."""
+        return bool(self._outstanding)
+
+    async def submit_wire(
+        self, protocol: str, raw: bytes, plan: WirePlan
+    ) -> tuple[WireOutcome, int]:
+        """A request in its wire form (``Backend.execute_wire``) on the active instance with
+        the fewest requests outstanding, as :meth:`submit` runs a pipelined request; with its
+        queue time. An outcome with neither body nor result ran nothing and is not counted."""
+        outstanding = self._outstanding
+        if self._free is None or self._stopped or not outstanding:
+            return WireOutcome(), 0  # the full path gives the error
+        instance = min(outstanding, key=outstanding.__getitem__)
+        outstanding[instance] += 1
+        enqueued = time.perf_counter_ns()
+        try:
+            outcome = await self._backend.execute_wire(instance, protocol, raw, plan)
+        except RepokitError as exc:
+            outcome = WireOutcome(result=BackendResult(error=exc))
+        except Exception as exc:  # a backend bug must not take the server down
+            outcome = WireOutcome(result=BackendResult(error=internal(f"backend failed: {exc!r}")))
+        finally:
+            outstanding[instance] -= 1
+        if outcome.body is None and outcome.result is None:
+            return outcome, 0
+        timing = outcome.timing
+        ran_ns = timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
+        queue_ns = max(0, time.perf_counter_ns() - enqueued - ran_ns)
+        if self._on_execution is not None:
+            self._on_execution(outcome.batch_size, timing)
+        return outcome, queue_ns
 
     @staticmethod
     def _single(results: list[BackendResult]) -> BackendResult:

@@ -99,12 +99,20 @@ from typing import Any
 import numpy as np
 
 import repokit
-from repokit.backends.base import Backend, BackendRequest, BackendResult, ModelContext, Timing
+from repokit.backends.base import (
+    Backend,
+    BackendRequest,
+    BackendResult,
+    ModelContext,
+    Timing,
+    WireOutcome,
+)
 from repokit.backends.python import ipc
 from repokit.backends.python.channel import Channel
 from repokit.backends.python.server_link import ServerLink
 from repokit.backends.registry import instance_count
 from repokit.backends.server_api import RequestControl
+from repokit.backends.wire_plan import WirePlan
 from repokit.errors import Code, RepokitError
 from repokit.protocol import datatypes
 from repokit.protocol.types import InferTensor, ParamValue
@@ -150,6 +158,7 @@ class _Instance:
     dead: bool = False
     link: ServerLink | None = None  # what the process asks of the server
     streams: dict[int, RequestControl] = field(default_factory=dict)  # decoupled requests
+    wire_plan: WirePlan | None = None  # the plan the process has for wire requests
 
     def alive(self) -> bool:
         return not self.dead and self.process.poll() is None
@@ -168,6 +177,7 @@ class PythonBackend(Backend):
     """Runs ``model.py`` (``class TritonPythonModel``) in one process per instance."""
 
     pipelines_executions = True
+    supports_wire = True
 
     def __init__(
         self,
@@ -351,6 +361,7 @@ class PythonBackend(Backend):
             in_flight < MESSAGES_IN_FLIGHT
             and op == "execute"
             and len(instance.queue) == 1
+            and type(payload) is list  # a batch of requests (a wire request is a tuple)
             and len(payload) > 1
         ):
             self._flush(instance)
@@ -440,6 +451,56 @@ class PythonBackend(Backend):
             return [BackendResult(error=error) for _ in requests], timing
         return [self._result(item) for item in body], timing
 
+    async def execute_wire(
+        self, instance: int, protocol: str, raw: bytes, plan: WirePlan
+    ) -> WireOutcome:
+        """One request as its wire bytes: the instance decodes, checks, runs and encodes it
+        (:mod:`repokit.backends.python.wire_grpc`). ``plan`` goes along the first time each
+        instance process gets this plan. A client that goes away cancels the request at the
+        instance (``is_cancelled()``), as for :meth:`execute`."""
+        if not self._instances:
+            return WireOutcome()  # the full path gives the error
+        target = self._instances[instance % len(self._instances)]
+        if target.dead:
+            return WireOutcome()
+        key = next(self._keys)
+        item = (protocol, raw, key, None if target.wire_plan is plan else plan)
+        target.wire_plan = plan
+        try:
+            status, body, (input_ns, infer_ns, output_ns) = await self._call(
+                target, "execute", item, len(raw)
+            )
+        except ipc.ChannelClosed:
+            return WireOutcome(result=self._dead(target, [None])[0])
+        except asyncio.CancelledError:
+            if target.channel is not None and target.link is not None:
+                _cancel_at_instance(target.channel, target.link, key)
+            raise
+        if target.link is not None:
+            target.link.request_done(key)
+        if status == "fallback":
+            return WireOutcome()
+        timing = Timing(input_ns, infer_ns, output_ns)
+        if status != "wire":  # the instance failed the message as a whole
+            error = RepokitError(Code.INTERNAL, str(body))
+            return WireOutcome(result=BackendResult(error=error), timing=timing)
+        kind, payload, batch_size = body
+        if kind == "body":
+            return WireOutcome(body=payload, batch_size=batch_size, timing=timing)
+        if kind == "ok":
+            result = self._result(payload[0])
+        elif kind == "rescheduled":  # only the sequence batcher can run a request again
+            result = BackendResult(error=RepokitError(Code.UNSUPPORTED, NOT_ITERATIVE))
+            self._log_release_failure(result.error)
+        else:
+            result = BackendResult(error=RepokitError(Code.INTERNAL, str(payload)))
+        return WireOutcome(result=result, batch_size=batch_size, timing=timing)
+
+    def _log_release_failure(self, error: RepokitError | None) -> None:
+        server = self.context.server
+        if server is not None and error is not None:
+            server.model_log.error("Failed to release request: %s", error.message)
+
     def _reschedule(
         self,
         target: _Instance,
@@ -460,9 +521,7 @@ class PythonBackend(Backend):
                     raise RepokitError(Code.UNSUPPORTED, NOT_ITERATIVE)
                 hook(requests[index])
             except RepokitError as exc:
-                server = self.context.server
-                if server is not None:
-                    server.model_log.error("Failed to release request: %s", exc.message)
+                self._log_release_failure(exc)
                 results[index] = BackendResult(error=exc)
         return results
 
@@ -516,7 +575,7 @@ class PythonBackend(Backend):
         return BackendResult(outputs=tensors, parameters=params)
 
     @staticmethod
-    def _dead(target: _Instance, requests: list[BackendRequest]) -> list[BackendResult]:
+    def _dead(target: _Instance, requests: list[Any]) -> list[BackendResult]:
         target.dead = True
         error = RepokitError(Code.INTERNAL, f"Stub process '{target.name}' is not healthy.")
         return [BackendResult(error=error) for _ in requests]

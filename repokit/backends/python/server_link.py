@@ -153,6 +153,11 @@ class ServerLink:
             for request in batch:
                 self._cancelled.discard(request[-1])
 
+    def request_done(self, key: int) -> None:
+        """One request (its key) finished at the instance: forget its cancellation."""
+        if self._cancelled:
+            self._cancelled.discard(key)
+
     # --- dispatch -------------------------------------------------------------------------------
     def handle(self, message: Any) -> None:
         tag = message[0]

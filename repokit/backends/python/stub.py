@@ -57,9 +57,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from repokit.backends.python import ipc, pb_bls, pb_utils
+from repokit.backends.python import ipc, pb_bls, pb_utils, wire_grpc
 from repokit.backends.python.child_link import ChildLink
 from repokit.backends.python.pb_runtime import RUNTIME
+from repokit.backends.wire_plan import WirePlan
 
 _OWN_DIR = str(Path(__file__).resolve().parent)
 # request tuple: (inputs [(name, packed array, "BF16" or None)], requested output names, id,
@@ -68,6 +69,9 @@ RequestTuple = tuple[
     list[tuple[str, Any, "str | None"]], tuple[str, ...], str, "int | str", int, str, int
 ]
 BatchReply = tuple[str, Any, tuple[int, int, int]]
+# a request in its wire form: (protocol, the request's bytes, request key, the model's plan the
+# first time this instance gets one, else None)
+WireItem = tuple[str, bytes, int, "WirePlan | None"]
 
 
 def format_exception(exc: BaseException) -> str:
@@ -107,6 +111,7 @@ class Instance:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: asyncio.AbstractEventLoop | None = None
         self._dtypes: dict[str, Any] = {}
+        self._wire_plan: WirePlan | None = None
 
     def _run(self, result: Any) -> Any:
         if inspect.isawaitable(result):
@@ -202,7 +207,9 @@ class Instance:
         return module
 
     # --- execute -----------------------------------------------------------------------------
-    def execute(self, batch: list[RequestTuple]) -> BatchReply:
+    def execute(self, batch: list[RequestTuple] | WireItem) -> BatchReply:
+        if isinstance(batch, tuple):
+            return self._execute_wire(batch)
         started = time.perf_counter_ns()
         tensor, unpack, dtypes = pb_utils.Tensor._wrap, ipc.unpack_array, self._dtypes
         received = pb_utils.InferenceRequest._received
@@ -221,7 +228,50 @@ class Instance:
             )
             for inputs, requested, request_id, correlation_id, flags, parameters, key in batch
         ]
+        return self._execute_requests(requests, started, time.perf_counter_ns())
+
+    def _execute_wire(self, item: WireItem) -> BatchReply:
+        """One request in its wire form (:mod:`repokit.backends.python.wire_grpc`). The reply is
+        ``("fallback", None, (0, 0, 0))`` when the server must take the request through its
+        full path (nothing ran), else ``("wire", (kind, payload, batch size), timing)``: kind
+        ``"body"`` with the encoded response, or the status and payload of the usual reply of a
+        batch of one (``"ok"`` with the packed response, ``"error"``, ``"rescheduled"``)."""
+        started = time.perf_counter_ns()
+        _protocol, raw, key, plan = item
+        if plan is not None:
+            self._wire_plan = plan
+        plan = self._wire_plan
+        decoded = None if plan is None else wire_grpc.decode_request(raw, plan)
+        if plan is None or decoded is None:
+            return "fallback", None, (0, 0, 0)
+        arrays, requested, request_id, batch_size = decoded
+        tensor = pb_utils.Tensor._wrap
+        request = pb_utils.InferenceRequest._received(
+            [tensor(name, array, False) for name, array in arrays],
+            requested, request_id, 0, 0, "{}", key,
+        )  # fmt: skip
         built = time.perf_counter_ns()
+        status, results, timing = self._execute_requests([request], started, built, wire=True)
+        if status != "wire":
+            return "wire", (status, results, batch_size), timing
+        input_ns, infer_ns, _ = timing
+        body = wire_grpc.encode_response(plan, results[0], requested, request_id)
+        reply = (
+            ("body", body, batch_size)
+            if body is not None
+            else ("ok", [pb_bls.response_to_wire(results[0], requested)], batch_size)
+        )
+        return "wire", reply, (input_ns, infer_ns, time.perf_counter_ns() - built - infer_ns)
+
+    def _execute_requests(
+        self,
+        requests: list[pb_utils.InferenceRequest],
+        started: int,
+        built: int,
+        wire: bool = False,
+    ) -> BatchReply:
+        """Run ``execute`` on built requests and check its responses as Triton does; with
+        ``wire`` a successful single response comes back unconverted (status ``"wire"``)."""
         parents = RUNTIME.parents.set(tuple(request.key() for request in requests))
         rescheduled: tuple[int, ...] = ()
         try:
@@ -257,6 +307,8 @@ class Instance:
             finished = time.perf_counter_ns()
             timing = (built - started, executed - built, finished - executed)
             return "rescheduled", (results, rescheduled), timing
+        if wire:
+            return "wire", responses, (built - started, executed - built, 0)
         results = [
             pb_bls.response_to_wire(response, request.requested_output_names())
             for response, request in zip(responses, requests, strict=True)

@@ -17,8 +17,13 @@ import grpc
 from repokit.core.service import InferenceService
 from repokit.errors import unavailable
 from repokit.frontends.grpc.options import GrpcOptions, grpc_options_from_settings
+from repokit.frontends.grpc.registration import add_service
 from repokit.frontends.grpc.restricted import RestrictedProtocolInterceptor
-from repokit.frontends.grpc.servicer import InferenceServicer, guarded
+from repokit.frontends.grpc.servicer import (
+    InferenceServicer,
+    guarded,
+    serialize_infer_response,
+)
 from repokit.frontends.v1.grpc_service import add_v1_servicer
 from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from repokit.protocol.generated import health_pb2 as health_pb
@@ -88,12 +93,29 @@ def _credentials(options: GrpcOptions) -> grpc.ServerCredentials | None:
     )
 
 
+def _add_inference_service(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
+    """GRPCInferenceService's generated handlers, except that ModelInfer gets the request's
+    bytes (the servicer parses them, or hands them to a model's wire lane) and sends responses
+    that may be serialized already. Only ModelInfer is a registered method (see
+    :mod:`repokit.frontends.grpc.registration`)."""
+    model_infer = grpc.unary_unary_rpc_method_handler(
+        servicer.ModelInferWire, response_serializer=serialize_infer_response
+    )
+    add_service(
+        server,
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server,
+        servicer,
+        replace={"ModelInfer": model_infer},
+        registered=("ModelInfer",),
+    )
+
+
 def build_grpc_server(service: InferenceService, options: GrpcOptions) -> GrpcServer:
     """Create and bind the server (call inside the running loop); ValueError on bad options."""
     interceptors = [RestrictedProtocolInterceptor(options.restricted)] if options.restricted else []
     server = grpc.aio.server(options=options.channel_options(), interceptors=interceptors)
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service), server)
-    health_grpc.add_HealthServicer_to_server(HealthServicer(service), server)
+    _add_inference_service(InferenceServicer(service), server)
+    add_service(server, health_grpc.add_HealthServicer_to_server, HealthServicer(service))
     add_v1_servicer(service, server)  # v1 hook: nvidia.inferenceserver.GRPCService
     target = f"{options.address}:{options.port}"
     credentials = _credentials(options)

@@ -14,20 +14,25 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from repokit.core.service import InferenceService
+from repokit.core.wire_lane import WIRE_LANE_MAX_BYTES
 from repokit.errors import Code, RepokitError, unsupported
 from repokit.frontends.grpc import messages
 from repokit.frontends.grpc.codec import decode_infer_request, encode_infer_response
 from repokit.frontends.grpc.stream import StreamSession
 from repokit.frontends.status import grpc_status_name
 from repokit.protocol.generated import grpc_service_pb2 as pb
+from repokit.protocol.types import InferRequest
 
 T = TypeVar("T")
 Context = Any  # grpc.aio.ServicerContext (grpc ships no type information)
 
 _log = logging.getLogger(__name__)
 
+# Triton's answer to bytes that are not a ModelInferRequest (status INTERNAL)
+UNPARSABLE_REQUEST = "Unable to parse request"
 DECOUPLED_UNARY_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 
 
@@ -148,6 +153,42 @@ class InferenceServicer:
             )
             raise AssertionError("unreachable") from None  # pragma: no cover
 
+    async def ModelInferWire(self, raw: bytes, context: Context) -> bytes | pb.ModelInferResponse:
+        """ModelInfer from the request's bytes: a small request for a model with a wire lane
+        goes to the model's instance process as it came (:mod:`repokit.core.wire_lane`) and
+        its encoded response goes back as it came; anything else runs :meth:`ModelInfer`."""
+        try:
+            request = pb.ModelInferRequest.FromString(raw)
+        except DecodeError:
+            await context.abort(grpc.StatusCode.INTERNAL, UNPARSABLE_REQUEST)
+            raise AssertionError("unreachable") from None  # pragma: no cover
+        if len(raw) <= WIRE_LANE_MAX_BYTES:
+            service = self._service
+            try:
+                lane = service.wire_lane(
+                    request.model_name, messages.parse_model_version(request.model_version)
+                )
+            except RepokitError:
+                lane = None  # the full path reports it
+            if lane is not None:
+                try:
+                    answer = await service.infer_wire(
+                        lane, "grpc", raw, lambda: _decoded(request, lane.loaded.version_text)
+                    )
+                except RepokitError as error:
+                    await abort_with(context, error)
+                except Exception as exc:  # a bug must not reach the client as a traceback
+                    _log.exception("ModelInfer failed")
+                    await context.abort(
+                        grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+                    )
+                    raise AssertionError("unreachable") from None  # pragma: no cover
+                if isinstance(answer, bytes):
+                    return answer
+                if answer is not None:
+                    return encode_infer_response(answer)
+        return await self.ModelInfer(request, context)
+
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
@@ -266,6 +307,21 @@ class InferenceServicer:
             return messages.log_settings_response(current)
 
         return await guarded(context, run)
+
+
+def _decoded(request: pb.ModelInferRequest, version: str) -> InferRequest:
+    """The protocol request of a message the wire lane took (it decodes without errors)."""
+    decoded = decode_infer_request(request).request
+    decoded.model_version = version
+    return decoded
+
+
+def serialize_infer_response(response: bytes | pb.ModelInferResponse) -> bytes:
+    """ModelInfer's response serializer: the wire lane's responses are serialized already."""
+    if isinstance(response, bytes):
+        return response
+    body: bytes = response.SerializeToString()
+    return body
 
 
 def _only_default_repository(repository_name: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from repokit.core.service import InferenceService
 from repokit.errors import Code, RepokitError, invalid_arg
+from repokit.frontends.grpc.registration import add_service
 from repokit.frontends.v1 import request_status as rstatus
 from repokit.frontends.v1.infer_codec import Buffer
 from repokit.frontends.v1.operations import V1Operations, model_version
@@ -169,4 +170,4 @@ class V1Servicer:
 
 def add_v1_servicer(service: InferenceService, server: Any) -> None:
     """Register ``nvidia.inferenceserver.GRPCService`` on ``server`` (a grpc.aio server)."""
-    pb_grpc.add_GRPCServiceServicer_to_server(V1Servicer(service), server)
+    add_service(server, pb_grpc.add_GRPCServiceServicer_to_server, V1Servicer(service))

@@ -50,6 +50,9 @@ class IdentityService(InferenceService):
         self._check(name)
         return True
 
+    def wire_lane(self, name: str, version: str = "") -> None:
+        return None  # no model process to hand wire bytes to
+
     async def infer(self, request: InferRequest) -> InferResponse:
         if request.model_name == "broken":
             raise ZeroDivisionError("boom")

@@ -1,0 +1,65 @@
+"""The wire lane: plain requests go to a python model's instance process as their wire bytes.
+
+For a python-backend model with the default scheduler, a request's own work is small next to
+the server's work around it: decoding the protocol message, the request checks, packing the
+tensors for the instance process, and encoding the response. On the wire lane the server does
+none of that: it hands the bytes it received to the instance process
+(``Backend.execute_wire``), which decodes and checks the request, runs ``execute`` and encodes
+the response (:mod:`repokit.backends.python.wire_grpc`). That work then runs beside the
+model, in the instance process, instead of on the event loop every client shares.
+
+The lane never changes an answer. The instance takes only requests that the full path would
+accept without a second look (the fast path's rules); for anything else it answers "take the
+full path" before the model runs, and the frontend runs the request as usual, which decides
+any error and its message. Scheduling, cancellation and statistics are those of the full path:
+the same instance queues and merging, the same counters. A model qualifies when it is a
+non-decoupled python model on the default scheduler whose inputs all take the fast path (no
+BYTES, reshape, shape-tensor or ragged inputs) and whose outputs are not reshaped.
+
+Measured (benchmarks/grpc_vs_triton.py, add_sub, 8 clients): see the README's figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from repokit.backends.wire_plan import WirePlan
+from repokit.scheduler.default import DefaultScheduler
+
+if TYPE_CHECKING:
+    from repokit.core.loaded_model import LoadedVersion
+
+# larger requests take the full path: their tensors travel out of band there, without copies
+WIRE_LANE_MAX_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class WireLane:
+    loaded: LoadedVersion
+    scheduler: DefaultScheduler
+    plan: WirePlan
+
+
+def wire_lane_for(loaded: LoadedVersion) -> WireLane | None:
+    """The lane of a started model version, or None when its requests cannot take it."""
+    backend, scheduler, io = loaded.backend, loaded.scheduler, loaded.io
+    if (
+        backend is None
+        or not backend.supports_wire
+        or not isinstance(scheduler, DefaultScheduler)
+        or not scheduler.pipelined
+        or loaded.decoupled
+        or loaded.is_ensemble
+        or io.fast_inputs is None
+        or io.reshaped_outputs
+    ):
+        return None
+    plan = WirePlan(
+        model_name=loaded.name,
+        version_text=loaded.version_text,
+        max_batch_size=io.max_batch_size,
+        inputs=dict(io.fast_inputs),
+        outputs=frozenset(io.outputs),
+    )
+    return WireLane(loaded, scheduler, plan)
