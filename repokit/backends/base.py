@@ -127,10 +127,11 @@ class Backend(abc.ABC):
         """Run one batch on one instance; never raises for a model error (see BackendResult)."""
 
     async def execute_wire(
-        self, instance: int, protocol: str, raw: bytes, plan: WirePlan
+        self, instance: int, protocol: str, raw: bytes, plan: WirePlan, limit: int
     ) -> WireOutcome:
-        """Run one request given as its wire bytes on one instance, which decodes, checks and
-        encodes it (backends with ``supports_wire`` only)."""
+        """Run one request given as its wire bytes (``protocol``: "grpc" or "json") on one
+        instance, which decodes, checks and encodes it (backends with ``supports_wire`` only);
+        ``limit`` is the server's maximum input size."""
         raise NotImplementedError(f"{type(self).__name__} takes no wire requests")
 
     @abc.abstractmethod

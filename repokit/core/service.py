@@ -204,18 +204,24 @@ class InferenceService:
             return None
 
     async def infer_wire(
-        self, lane: WireLane, protocol: str, raw: bytes, decode: Callable[[], InferRequest]
+        self,
+        lane: WireLane,
+        protocol: str,
+        raw: bytes,
+        decode: Callable[[], InferRequest],
+        limit: int = 0,
     ) -> bytes | InferResponse | None:
-        """Run a request given as its wire bytes on its model's lane: the encoded response,
-        an InferResponse when the instance answered in the usual form (``decode`` gives the
-        request to finish it with; errors raise as for :meth:`infer`), or None when the
-        request must take the full path (nothing ran, nothing was counted)."""
+        """Run a request given as its wire bytes (``protocol`` "grpc": a ModelInferRequest;
+        "json": an HTTP JSON body, ``limit`` the maximum input size) on its model's lane: the
+        encoded response, an InferResponse when the instance answered in the usual form
+        (``decode`` gives the request to finish it with; errors raise as for :meth:`infer`), or
+        None when the request must take the full path (nothing ran, nothing was counted)."""
         loaded = lane.loaded
         started = time.perf_counter_ns()
         self._inflight += 1
         loaded.begin()
         try:
-            outcome, queue_ns = await lane.scheduler.submit_wire(protocol, raw, lane.plan)
+            outcome, queue_ns = await lane.scheduler.submit_wire(protocol, raw, lane.plan, limit)
         finally:
             loaded.end()
             self._inflight -= 1

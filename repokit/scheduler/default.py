@@ -134,7 +134,7 @@ class DefaultScheduler(Scheduler):
         return bool(self._outstanding)
 
     async def submit_wire(
-        self, protocol: str, raw: bytes, plan: WirePlan
+        self, protocol: str, raw: bytes, plan: WirePlan, limit: int = 0
     ) -> tuple[WireOutcome, int]:
         """A request in its wire form (``Backend.execute_wire``) on the active instance with
         the fewest requests outstanding, as :meth:`submit` runs a pipelined request; with its
@@ -146,7 +146,7 @@ class DefaultScheduler(Scheduler):
         outstanding[instance] += 1
         enqueued = time.perf_counter_ns()
         try:
-            outcome = await self._backend.execute_wire(instance, protocol, raw, plan)
+            outcome = await self._backend.execute_wire(instance, protocol, raw, plan, limit)
         except RepokitError as exc:
             outcome = WireOutcome(result=BackendResult(error=exc))
         except Exception as exc:  # a backend bug must not take the server down

@@ -452,19 +452,19 @@ class PythonBackend(Backend):
         return [self._result(item) for item in body], timing
 
     async def execute_wire(
-        self, instance: int, protocol: str, raw: bytes, plan: WirePlan
+        self, instance: int, protocol: str, raw: bytes, plan: WirePlan, limit: int
     ) -> WireOutcome:
         """One request as its wire bytes: the instance decodes, checks, runs and encodes it
-        (:mod:`repokit.backends.python.wire_grpc`). ``plan`` goes along the first time each
-        instance process gets this plan. A client that goes away cancels the request at the
-        instance (``is_cancelled()``), as for :meth:`execute`."""
+        (:mod:`repokit.backends.python.wire_grpc`, :mod:`.wire_http`). ``plan`` goes along
+        the first time each instance process gets this plan. A client that goes away cancels
+        the request at the instance (``is_cancelled()``), as for :meth:`execute`."""
         if not self._instances:
             return WireOutcome()  # the full path gives the error
         target = self._instances[instance % len(self._instances)]
         if target.dead:
             return WireOutcome()
         key = next(self._keys)
-        item = (protocol, raw, key, None if target.wire_plan is plan else plan)
+        item = (protocol, raw, key, None if target.wire_plan is plan else plan, limit)
         target.wire_plan = plan
         try:
             status, body, (input_ns, infer_ns, output_ns) = await self._call(

@@ -35,10 +35,14 @@ response each) and return None.
 The socket is shared with BLS calls, log lines and metric updates of any thread
 (:mod:`repokit.backends.python.child_link`).
 
+Requests on the wire lane (:mod:`repokit.core.wire_lane`) come as their protocol bytes with the
+model's plan, and the reply carries the encoded response (:mod:`.wire_grpc`, :mod:`.wire_http`).
+
 Replies are ``("ok", payload)`` or ``("error", message)``. Tensors travel packed
 (:func:`repokit.backends.python.ipc.pack_array`). Exceptions from model code, including
 ``SystemExit``, are formatted as Triton's stub formats them (``Type: message`` plus an ``At:``
-list of frames, innermost first). Only numpy and the standard library are imported here.
+list of frames, innermost first). Only numpy and the standard library are imported here (the
+wire lane's codecs import protobuf or orjson when their first request comes).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from repokit.backends.python import ipc, pb_bls, pb_utils, wire_grpc
+from repokit.backends.python import ipc, pb_bls, pb_utils, wire_grpc, wire_http
 from repokit.backends.python.child_link import ChildLink
 from repokit.backends.python.pb_runtime import RUNTIME
 from repokit.backends.wire_plan import WirePlan
@@ -70,8 +74,10 @@ RequestTuple = tuple[
 ]
 BatchReply = tuple[str, Any, tuple[int, int, int]]
 # a request in its wire form: (protocol, the request's bytes, request key, the model's plan the
-# first time this instance gets one, else None)
-WireItem = tuple[str, bytes, int, "WirePlan | None"]
+# first time this instance gets one else None, the server's maximum input size)
+WireItem = tuple[str, bytes, int, "WirePlan | None", int]
+# the wire lane's protocols: ModelInfer bytes, and HTTP JSON bodies
+_WIRE_CODECS: dict[str, Any] = {"grpc": wire_grpc, "json": wire_http}
 
 
 def format_exception(exc: BaseException) -> str:
@@ -237,12 +243,13 @@ class Instance:
         ``"body"`` with the encoded response, or the status and payload of the usual reply of a
         batch of one (``"ok"`` with the packed response, ``"error"``, ``"rescheduled"``)."""
         started = time.perf_counter_ns()
-        _protocol, raw, key, plan = item
+        protocol, raw, key, plan, limit = item
         if plan is not None:
             self._wire_plan = plan
         plan = self._wire_plan
-        decoded = None if plan is None else wire_grpc.decode_request(raw, plan)
-        if plan is None or decoded is None:
+        codec = _WIRE_CODECS.get(protocol)
+        decoded = None if plan is None or codec is None else codec.decode_request(raw, plan, limit)
+        if plan is None or codec is None or decoded is None:
             return "fallback", None, (0, 0, 0)
         arrays, requested, request_id, batch_size = decoded
         tensor = pb_utils.Tensor._wrap
@@ -255,7 +262,7 @@ class Instance:
         if status != "wire":
             return "wire", (status, results, batch_size), timing
         input_ns, infer_ns, _ = timing
-        body = wire_grpc.encode_response(plan, results[0], requested, request_id)
+        body = codec.encode_response(plan, results[0], requested, request_id)
         reply = (
             ("body", body, batch_size)
             if body is not None

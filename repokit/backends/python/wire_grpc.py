@@ -25,27 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from repokit.backends.python.wire_checks import OUTPUT_DATATYPES, plain_shape
 from repokit.backends.wire_plan import WirePlan
 
 if TYPE_CHECKING:
     from repokit.backends.python.pb_utils import InferenceResponse
-
-# numpy dtypes (native byte order) sent as they are, and their protocol names (the server's
-# ``datatypes.from_numpy`` gives the same names)
-_DATATYPES: dict[np.dtype[Any], str] = {
-    np.dtype(np.bool_): "BOOL",
-    np.dtype(np.uint8): "UINT8",
-    np.dtype(np.uint16): "UINT16",
-    np.dtype(np.uint32): "UINT32",
-    np.dtype(np.uint64): "UINT64",
-    np.dtype(np.int8): "INT8",
-    np.dtype(np.int16): "INT16",
-    np.dtype(np.int32): "INT32",
-    np.dtype(np.int64): "INT64",
-    np.dtype(np.float16): "FP16",
-    np.dtype(np.float32): "FP32",
-    np.dtype(np.float64): "FP64",
-}
 
 # a decoded request: [(input name, array)], requested output names, request id, batch size
 # (0 when the model does not batch)
@@ -58,8 +42,9 @@ def _messages() -> Any:
     return grpc_service_pb2
 
 
-def decode_request(raw: bytes, plan: WirePlan) -> DecodedRequest | None:
-    """The request's inputs as writable arrays, or None when the server must take it."""
+def decode_request(raw: bytes, plan: WirePlan, limit: int = 0) -> DecodedRequest | None:
+    """The request's inputs as writable arrays, or None when the server must take it
+    (``limit`` is for the HTTP decoder's signature: gRPC has its message size limit)."""
     try:
         msg = _messages().ModelInferRequest.FromString(raw)
     except Exception:  # the server parsed these bytes; never decide an error here
@@ -83,32 +68,12 @@ def decode_request(raw: bytes, plan: WirePlan) -> DecodedRequest | None:
         if tensor.datatype != datatype:
             return None
         shape = tuple(tensor.shape)
-        if max_batch:
-            if len(shape) != len(dims) + 1:
-                return None
-            batch = shape[0]
-            if batch_size == 0:
-                if batch < 1 or batch > max_batch:
-                    return None
-                batch_size = batch
-            elif batch != batch_size:
-                return None
-            item = shape[1:]
-        else:
-            batch = 1
-            item = shape
-        if count < 0:
-            if len(item) != len(dims):
-                return None
-            count = 1
-            for got, want in zip(item, dims, strict=True):
-                if got < 0 or (want != -1 and want != got):
-                    return None
-                count *= got
-        elif item != dims:
+        fitted = plain_shape(shape, dims, count, max_batch, batch_size)
+        if fitted is None:
             return None
+        batch_size, elements = fitted
         data = contents[index]
-        if len(data) != batch * count * dtype.itemsize:
+        if len(data) != elements * dtype.itemsize:
             return None
         # a writable copy, as the packed path delivers (models may write into their inputs)
         arrays.append((name, np.frombuffer(bytearray(data), dtype=dtype).reshape(shape)))
@@ -138,7 +103,7 @@ def encode_response(
             if name not in requested:
                 continue
             array = tensor.as_numpy()
-            datatype = _DATATYPES.get(array.dtype)
+            datatype = OUTPUT_DATATYPES.get(array.dtype)
             if datatype is None:  # also a non-native byte order
                 return None
             add_output(name=name, datatype=datatype, shape=array.shape)

@@ -13,18 +13,25 @@ from typing import Any
 from sanic import HTTPResponse, Request
 
 from repokit.core.service import InferenceService
+from repokit.core.wire_lane import WIRE_LANE_MAX_BYTES
 from repokit.errors import Code, RepokitError, invalid_arg
 from repokit.frontends.http.compression import choose_response_encoding, compress, decompress_body
 from repokit.frontends.http.infer_request import (
+    DecodedInfer,
     decode_infer_request,
     parse_header_length,
     parse_json_document,
     parse_model_version,
 )
-from repokit.frontends.http.infer_response import EncodedResponse, encode_infer_response
+from repokit.frontends.http.infer_response import (
+    JSON_CONTENT_TYPE,
+    EncodedResponse,
+    encode_infer_response,
+)
 from repokit.frontends.http.responses import empty_response, error_response, json_response
 from repokit.frontends.http.routing import Route
 from repokit.frontends.status import http_status
+from repokit.protocol.types import InferRequest
 
 CLIENT_SHM_DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
@@ -133,8 +140,25 @@ class Endpoints:
     ) -> EncodedResponse:
         """Decode an (uncompressed) infer body, run it and encode the response: the part
         shared by this endpoint and the fast infer path of :mod:`.fast_protocol`."""
+        limit = self.max_input_size
+        if header_length_value is None and len(body) <= min(WIRE_LANE_MAX_BYTES, limit):
+            lane = self.service.wire_lane(model, version)
+            if lane is not None:  # a JSON body for a model that takes the wire lane
+                decoded_json: list[DecodedInfer] = []
+
+                def decode() -> InferRequest:
+                    decoded_json.append(
+                        decode_infer_request(model, version, body, len(body), limit)
+                    )
+                    return decoded_json[0].request
+
+                answer = await self.service.infer_wire(lane, "json", body, decode, limit)
+                if isinstance(answer, bytes):
+                    return EncodedResponse(answer, JSON_CONTENT_TYPE, None)
+                if answer is not None:
+                    return encode_infer_response(answer, decoded_json[0])
         header_length = parse_header_length(header_length_value, len(body))
-        decoded = decode_infer_request(model, version, body, header_length, self.max_input_size)
+        decoded = decode_infer_request(model, version, body, header_length, limit)
         result = await self.service.infer(decoded.request)
         return encode_infer_response(result, decoded)
 

@@ -3,8 +3,8 @@
 Follows Triton's ``HTTPAPIServer::HandleInfer`` / ``EVBufferToInput`` / ``ParseJsonTritonIO`` /
 ``ParseJsonTritonParams`` (server ``src/http_server.cc``) step by step, with Triton's messages.
 The body is sliced with memoryviews; binary tensors become read-only ``numpy.frombuffer`` views.
-Plain JSON inputs and outputs take :mod:`.infer_fast_paths` first; anything else (and every
-error) goes through the checked path below.
+Plain JSON inputs and outputs take :mod:`repokit.protocol.plain_json` first; anything else
+(and every error) goes through the checked path below.
 
 Deliberate difference: every malformed-JSON / wrong-JSON-type error is INVALID_ARG (HTTP 400),
 where Triton answers 500 because its TritonJson errors are INTERNAL (reference §1.4); the
@@ -24,9 +24,9 @@ import numpy.typing as npt
 import orjson
 
 from repokit.errors import RepokitError, invalid_arg
-from repokit.frontends.http.infer_fast_paths import plain_json_input, plain_output
 from repokit.protocol import datatypes
 from repokit.protocol.json_codec import array_from_json
+from repokit.protocol.plain_json import plain_json_input, plain_output
 from repokit.protocol.tensor_codec import array_from_bytes
 from repokit.protocol.types import (
     InferRequest,

@@ -1,7 +1,8 @@
-"""The gRPC wire lane (repokit.core.wire_lane) through tritonclient.grpc against a real server
-on port 0: plain ModelInfer requests for python models go to the instance process as their
-bytes, and their answers (outputs, errors, statistics) are those of the full path; requests
-the lane does not take, and models it does not serve, get the full path's answers.
+"""The wire lane (repokit.core.wire_lane) through tritonclient.grpc and over HTTP against a
+real server on port 0: plain ModelInfer requests and plain JSON infer bodies for python models
+go to the instance process as their bytes, and their answers (outputs, errors, statistics) are
+those of the full path; requests the lane does not take, and models it does not serve, get
+the full path's answers.
 
 A gRPC client cancelling a lane request cancels it at the instance: covered by
 tests/e2e/test_python_cancellation.py (its ``slow`` model's requests take the lane).
@@ -9,6 +10,8 @@ tests/e2e/test_python_cancellation.py (its ``slow`` model's requests take the la
 
 from __future__ import annotations
 
+import http.client
+import json
 import textwrap
 from collections import Counter
 from collections.abc import Iterator
@@ -233,3 +236,92 @@ def test_unknown_model_and_bad_version_are_the_full_paths(server: Server) -> Non
     assert unknown == ("StatusCode.NOT_FOUND", "Request for unknown model: 'nope' is not found")
     assert version[0] == "StatusCode.INVALID_ARGUMENT"
     assert "failed to get model version from specified version string 'x1'" in version[1]
+
+
+def _post(server: Server, model: str, document: Any) -> tuple[int, str, bytes]:
+    connection = http.client.HTTPConnection(server.http_url, timeout=30)
+    try:
+        connection.request("POST", f"/v2/models/{model}/infer", body=json.dumps(document))
+        reply = connection.getresponse()
+        return reply.status, reply.getheader("Content-Type") or "", reply.read()
+    finally:
+        connection.close()
+
+
+def _add_sub_json(**extra: Any) -> dict[str, Any]:
+    data = [0.5 * i - 3 for i in range(32)]
+    inputs = [
+        {"name": name, "datatype": "FP32", "shape": [2, 16], "data": data}
+        for name in ("INPUT0", "INPUT1")
+    ]
+    return {"id": "json-1", "inputs": inputs, **extra}
+
+
+def test_json_bodies_answer_byte_for_byte_as_the_full_path(server: Server) -> None:
+    before = dict(server.outcomes)
+    lane = _post(server, "add_sub", _add_sub_json(outputs=[{"name": "OUTPUT0"}]))
+    # empty request parameters: the same request, which the lane leaves to the full path
+    full = _post(server, "add_sub", _add_sub_json(outputs=[{"name": "OUTPUT0"}], parameters={}))
+    assert server.outcomes["body"] == before.get("body", 0) + 1
+    assert server.outcomes["full"] == before.get("full", 0) + 1
+    assert lane == full
+    status, content_type, body = lane
+    assert (status, content_type) == (200, "application/json")
+    document = json.loads(body)
+    assert (document["id"], document["model_name"], document["model_version"]) == (
+        "json-1", "add_sub", "1",
+    )  # fmt: skip
+    assert [o["name"] for o in document["outputs"]] == ["OUTPUT0"]
+    assert document["outputs"][0]["data"] == [2 * (0.5 * i - 3) for i in range(32)]
+
+
+def test_json_model_errors_and_packed_outputs_are_the_full_paths(server: Server) -> None:
+    negative = {"inputs": [{"name": "X", "datatype": "INT32", "shape": [1, 2], "data": [-1, 2]}]}
+    seven = {"inputs": [{"name": "X", "datatype": "INT32", "shape": [1, 2], "data": [7, 2]}]}
+    for document in (negative, seven):
+        before = dict(server.outcomes)
+        lane = _post(server, "picky", document)
+        full = _post(server, "picky", {**document, "parameters": {}})
+        assert lane == full
+        assert server.outcomes != before
+    assert _post(server, "picky", negative)[0] == 400
+    assert json.loads(_post(server, "picky", negative)[2]) == {"error": "negative input"}
+    outputs = json.loads(_post(server, "picky", seven)[2])["outputs"]
+    assert outputs == [
+        {"name": "Y", "datatype": "INT32", "shape": [1, 2], "data": [14, 4]},
+        {"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": ["seven"]},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"inputs": [{"name": "X", "datatype": "INT32", "shape": [1, 3], "data": [1, 2, 3]}]},
+         "unexpected shape for input 'X' for model 'picky'"),
+        ({"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]},
+         "inference input 'X' data-type is 'FP32'"),
+        ({"inputs": [{"name": "X", "datatype": "INT32", "shape": [1, 2], "data": [1, 2]}],
+          "id": 5}, "Unable to parse 'id'"),
+        ({"inputs": {}}, "Unable to parse 'inputs'"),
+    ],
+)  # fmt: skip
+def test_json_bodies_the_lane_does_not_take_get_the_full_paths_errors(
+    server: Server, document: Any, message: str
+) -> None:
+    before = server.outcomes["full"]
+    status, _, body = _post(server, "picky", document)
+    assert server.outcomes["full"] == before + 1
+    assert status == 400
+    assert message in json.loads(body)["error"]
+
+
+def test_json_lane_statistics(server: Server) -> None:
+    before = server.stats("picky")
+    document = {
+        "inputs": [{"name": "X", "datatype": "INT32", "shape": [2, 2], "data": [1, 2, 3, 4]}]
+    }
+    for _ in range(2):
+        assert _post(server, "picky", document)[0] == 200
+    after = server.stats("picky")
+    assert after["inference_count"] - before["inference_count"] == 4
+    assert after["execution_count"] - before["execution_count"] == 2

@@ -1,8 +1,11 @@
 """Fast paths of the HTTP infer decoder for the common well-formed shapes: an input given as
 ``{"name", "datatype", "shape", "data"}`` with flat numeric data, and an output given as
-``{"name"}`` or ``{"name", "parameters": {"binary_data": <bool>}}``.
+``{"name"}`` or ``{"name", "parameters": {"binary_data": <bool>}}``. Also used by python
+instance processes for requests on the wire lane (:mod:`repokit.backends.python.wire_http`),
+hence here, importing only numpy.
 
-Each function returns None for anything else and :mod:`.infer_request`'s checked path then
+Each function returns None for anything else and
+:mod:`repokit.frontends.http.infer_request`'s checked path then
 decodes the item and raises every error in Triton's words, so both paths agree on every item
 they both accept (``tests/frontends/http/test_fast_paths.py`` compares them). For add_sub's two
 FP32[1,16] inputs this halves the decoding time (about 12 us -> 7 us per request).

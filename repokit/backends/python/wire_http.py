@@ -1,0 +1,130 @@
+"""HTTP/REST infer requests (JSON only) straight from and to their bytes, in the instance
+process: the HTTP counterpart of :mod:`.wire_grpc` for the wire lane
+(:mod:`repokit.core.wire_lane`).
+
+:func:`decode_request` takes a JSON body that the server's decoder would take through its fast
+paths (:mod:`repokit.protocol.plain_json`) and its request checks would pass without a second
+look: a JSON object with ``inputs`` (each ``{"name", "datatype", "shape", "data"}`` with flat
+numeric data), optionally ``id`` (a string) and ``outputs`` (each ``{"name"}``, or with
+``"parameters": {"binary_data": false}``), nothing else (no request parameters, no binary
+data, no shared memory, no classification). Anything else returns None before the model runs
+and the server's full path answers the request, errors included. :func:`encode_response`
+writes the JSON the server writes for a successful response whose outputs are JSON numbers or
+booleans (finite floats); anything else travels in the packed form and the server encodes it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from repokit.backends.python.wire_checks import OUTPUT_DATATYPES, plain_shape
+from repokit.backends.wire_plan import WirePlan
+from repokit.protocol.plain_json import plain_json_input, plain_output
+
+if TYPE_CHECKING:
+    from repokit.backends.python.pb_utils import InferenceResponse
+
+# a decoded request: [(input name, array)], requested output names, request id, batch size
+DecodedRequest = tuple[list[tuple[str, "np.ndarray[Any, Any]"]], set[str], str, int]
+_KEYS = frozenset({"id", "inputs", "outputs"})
+# output datatypes written as plain JSON numbers or booleans (the server writes FP16 and the
+# others through its own conversions)
+_JSON_DATATYPES = frozenset(OUTPUT_DATATYPES.values()) - {"FP16"}
+
+
+def _orjson() -> Any:
+    import orjson
+
+    return orjson
+
+
+def decode_request(body: bytes, plan: WirePlan, limit: int) -> DecodedRequest | None:
+    """The request's inputs as arrays, or None when the server must take it (``limit``: the
+    server's maximum input size)."""
+    try:
+        document = _orjson().loads(body)
+    except Exception:
+        return None
+    if type(document) is not dict or not document.keys() <= _KEYS:
+        return None
+    request_id = document.get("id", "")
+    items = document.get("inputs")
+    if type(request_id) is not str or type(items) is not list:
+        return None
+    expected = plan.inputs
+    if len(items) != len(expected):
+        return None
+    max_batch = plan.max_batch_size
+    batch_size = 0
+    arrays: list[tuple[str, np.ndarray[Any, Any]]] = []
+    seen: set[str] = set()
+    for item in items:
+        spec = plain_json_input(item, limit)
+        if spec is None:
+            return None
+        name = spec.name
+        entry = expected.get(name)
+        if entry is None or name in seen:
+            return None
+        seen.add(name)
+        datatype, dims, dtype, count = entry
+        data = spec.data
+        if spec.datatype != datatype or data is None or data.dtype != dtype:
+            return None
+        fitted = plain_shape(spec.shape, dims, count, max_batch, batch_size)
+        if fitted is None or fitted[1] != data.size:
+            return None
+        batch_size = fitted[0]
+        arrays.append((name, data))
+    requested: set[str] = set()
+    if "outputs" in document:
+        outputs = document["outputs"]
+        if type(outputs) is not list:
+            return None
+        for output in outputs:
+            plain = plain_output(output)
+            if plain is None or plain[1] or plain[0] not in plan.outputs:
+                return None
+            requested.add(plain[0])
+    return arrays, requested or set(plan.outputs), request_id, batch_size
+
+
+def encode_response(
+    plan: WirePlan, response: InferenceResponse, requested: set[str], request_id: str
+) -> bytes | None:
+    """The response's JSON, or None when the packed form must carry it (an error, response
+    parameters, or an output that is not plain JSON numbers or booleans)."""
+    if response.error() is not None or response.parameter_dict():
+        return None
+    header: dict[str, Any] = {}
+    if request_id:
+        header["id"] = request_id
+    header["model_name"] = plan.model_name
+    header["model_version"] = plan.version_text
+    outputs: list[dict[str, Any]] = []
+    try:
+        for tensor in response.output_tensors():
+            name = tensor.name()
+            if name not in requested:
+                continue
+            array = tensor.as_numpy()
+            datatype = OUTPUT_DATATYPES.get(array.dtype)
+            if datatype not in _JSON_DATATYPES:
+                return None
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                return None  # NaN and Infinity: the server writes Triton's bare tokens
+            outputs.append(
+                {
+                    "name": name,
+                    "datatype": datatype,
+                    "shape": list(array.shape),
+                    "data": array.ravel().tolist(),
+                }
+            )
+    except Exception:  # e.g. a BF16 tensor: the packed form reports it as it always has
+        return None
+    header["outputs"] = outputs
+    body: bytes = _orjson().dumps(header)
+    return body
