@@ -31,6 +31,7 @@ from tests.frontends.grpc.serving import make_repository, running_server
 pytestmark = pytest.mark.triton
 
 SHM_NAME = "diff_region"
+RAW_INFER = "/inference.GRPCInferenceService/ModelInfer"  # called with bytes, not a message
 SHM_SIZE = 1024
 
 # one optional input per datatype the typed ``contents`` rules distinguish; each is echoed
@@ -116,6 +117,7 @@ def triton(
     ):
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         _register(stub, region)
+        stub.raw_model_infer = channel.unary_unary(RAW_INFER)
         yield stub
 
 
@@ -127,6 +129,7 @@ def ours(repo: Path, region: str) -> Iterator[pb_grpc.GRPCInferenceServiceStub]:
         try:
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
             _register(stub, region)
+            stub.raw_model_infer = channel.unary_unary(RAW_INFER)
             yield stub
         finally:
             channel.close()
@@ -416,7 +419,7 @@ CASES = _cases()
 
 
 def _params(msg: object) -> dict[str, object]:
-    return {k: getattr(v, str(v.WhichOneof("parameter_choice"))) for k, v in msg.parameters.items()}  # type: ignore[attr-defined]
+    return {k: getattr(v, str(v.WhichOneof("parameter_choice"))) for k, v in msg.parameters.items()}
 
 
 _GOT_INPUTS = re.compile(r"Got input\(s\) \[([^\]]*)\]")
@@ -447,6 +450,20 @@ def test_unary_infer_matches_triton(
     case: str, triton: pb_grpc.GRPCInferenceServiceStub, ours: pb_grpc.GRPCInferenceServiceStub
 ) -> None:
     assert _outcome(ours, CASES[case]) == _outcome(triton, CASES[case])
+
+
+@pytest.mark.parametrize("body", [b"\xff\xff\xff", b"\x0a\x09add_sub"])
+def test_unparsable_infer_bytes_match_triton(
+    body: bytes, triton: pb_grpc.GRPCInferenceServiceStub, ours: pb_grpc.GRPCInferenceServiceStub
+) -> None:
+    """Bytes that are no ModelInferRequest (a bad tag, a truncated field): Triton answers
+    INTERNAL "Unable to parse request" (grpc.aio's own answer would be UNKNOWN)."""
+    outcomes = []
+    for stub in (ours, triton):
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.raw_model_infer(body, timeout=30)
+        outcomes.append((caught.value.code(), caught.value.details()))
+    assert outcomes[0] == outcomes[1] == (grpc.StatusCode.INTERNAL, "Unable to parse request")
 
 
 def _stream_replies(
