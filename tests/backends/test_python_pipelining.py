@@ -13,6 +13,8 @@ import numpy as np
 from repokit.backends.base import BackendRequest
 from repokit.backends.python import ipc
 from repokit.backends.python.backend import PythonBackend
+from repokit.backends.wire_plan import WirePlan
+from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.scheduler.default import DefaultScheduler
 from tests.backends.conftest import request
 from tests.backends.test_python_backend import load
@@ -205,4 +207,43 @@ async def test_an_unsendable_output_fails_only_its_own_batch(tmp_path: Path) -> 
     np.testing.assert_array_equal(result.outputs[0].data, np.full((1, 4), 7, np.float32))
     assert sent == ["execute x1", "execute x2"]
     assert backend.health()
+    await backend.unload()
+
+
+def _wire_request(value: float) -> bytes:
+    msg = pb.ModelInferRequest(model_name="gated")
+    for name in ("INPUT0", "INPUT1"):
+        msg.inputs.add(name=name, datatype="FP32", shape=[1, 4])
+        msg.raw_input_contents.append(np.full(4, value, np.float32).tobytes())
+    body: bytes = msg.SerializeToString()
+    return body
+
+
+async def test_wire_plan_goes_again_when_its_message_was_cancelled_unsent(tmp_path: Path) -> None:
+    """The first wire request carries the model's plan; cancelled while queued (never sent),
+    the next request must carry it again, or the process would send every request back."""
+    backend = await load(tmp_path, "gated", GATED)
+    f32 = np.dtype(np.float32)
+    plan = WirePlan(
+        model_name="gated",
+        version_text="1",
+        max_batch_size=8,
+        inputs={"INPUT0": ("FP32", (4,), f32, 4), "INPUT1": ("FP32", (4,), f32, 4)},
+        outputs=frozenset({"OUTPUT0", "OUTPUT1"}),
+    )
+    sent = count_messages(backend)
+    first = asyncio.ensure_future(backend.execute(0, [row(100)]))
+    await asyncio.sleep(0)  # at the process, which waits for the gate
+    queued = asyncio.ensure_future(backend.execute_wire(0, "grpc", _wire_request(1), plan, 0))
+    await asyncio.sleep(0)
+    queued.cancel()
+    (tmp_path / "gated" / "1" / "gate").touch()
+    await first
+    outcome = await backend.execute_wire(0, "grpc", _wire_request(2), plan, 0)
+    assert sent == ["execute x1", "execute x1"]  # the cancelled request never left
+    assert outcome.body is not None and outcome.result is None and outcome.batch_size == 1
+    reply = pb.ModelInferResponse.FromString(outcome.body)
+    assert np.frombuffer(reply.raw_output_contents[0], np.float32).tolist() == [3.0] * 4
+    again = await backend.execute_wire(0, "grpc", _wire_request(5), plan, 0)
+    assert again.body is not None  # the process kept the plan
     await backend.unload()

@@ -464,8 +464,9 @@ class PythonBackend(Backend):
         if target.dead:
             return WireOutcome()
         key = next(self._keys)
+        # the plan goes along until a reply shows the process has it (a message cancelled
+        # before it was sent never reached the process)
         item = (protocol, raw, key, None if target.wire_plan is plan else plan, limit)
-        target.wire_plan = plan
         try:
             status, body, (input_ns, infer_ns, output_ns) = await self._call(
                 target, "execute", item, len(raw)
@@ -476,6 +477,7 @@ class PythonBackend(Backend):
             if target.channel is not None and target.link is not None:
                 _cancel_at_instance(target.channel, target.link, key)
             raise
+        target.wire_plan = plan
         if target.link is not None:
             target.link.request_done(key)
         if status == "fallback":
