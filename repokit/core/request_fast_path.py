@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from repokit.core.request_checks import ModelIO, PreparedRequest, prepared
+from repokit.protocol.plain_shape import fit_plain_shape
 from repokit.protocol.types import InferRequest, InferTensor
 
 _RAW_BYTES = np.dtype(np.uint8)
@@ -52,35 +53,15 @@ def prepare_plain(io: ModelIO, request: InferRequest) -> PreparedRequest | None:
         raw = data.dtype == _RAW_BYTES and dtype != _RAW_BYTES  # gRPC raw_input_contents
         if data.dtype != dtype and not raw:
             return None
-        if max_batch:
-            if len(shape) != len(dims) + 1:
-                return None
-            batch = shape[0]
-            if batch_size == 0:
-                if batch < 1 or batch > max_batch:
-                    return None
-                batch_size = batch
-            elif batch != batch_size:
-                return None
-            item = shape[1:]
-        else:
-            batch = 1
-            item = shape
-        if count < 0:
-            if len(item) != len(dims):
-                return None
-            count = 1
-            for got, want in zip(item, dims, strict=True):
-                if got < 0 or (want != -1 and want != got):
-                    return None
-                count *= got
-        elif item != dims:
+        fitted = fit_plain_shape(shape, dims, count, max_batch, batch_size)
+        if fitted is None:
             return None
+        batch_size, elements = fitted
         if raw:
-            if data.size != batch * count * dtype.itemsize:
+            if data.size != elements * dtype.itemsize:
                 return None
             data = data.view(dtype)
-        elif data.size != batch * count:
+        elif data.size != elements:
             return None
         if data.shape != shape:
             data = data.reshape(shape)

@@ -1,13 +1,15 @@
-"""The checks both wire-lane decoders make (:mod:`.wire_grpc`, :mod:`.wire_http`): an input's
-shape against the model's dims and batch size, as the server's fast path makes them
-(:func:`repokit.core.request_fast_path.prepare_plain`), and the numeric output datatypes an
-instance process encodes itself. Standard library and numpy only."""
+"""What both wire-lane codecs (:mod:`.wire_grpc`, :mod:`.wire_http`) share in the instance
+process: the outputs of a response that the instance may encode itself. Standard library and
+numpy only."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from repokit.backends.python.pb_utils import InferenceResponse
 
 # numpy dtypes (native byte order) sent as they are, and their protocol names (the server's
 # ``datatypes.from_numpy`` gives the same names)
@@ -26,35 +28,27 @@ OUTPUT_DATATYPES: dict[np.dtype[Any], str] = {
     np.dtype(np.float64): "FP64",
 }
 
+# a requested output: (name, array, protocol datatype)
+NumericOutput = tuple[str, "np.ndarray[Any, Any]", str]
 
-def plain_shape(
-    shape: tuple[int, ...], dims: tuple[int, ...], count: int, max_batch: int, batch_size: int
-) -> tuple[int, int] | None:
-    """(the request's batch size, the input's element count) when ``shape`` fits the config's
-    ``dims`` (``count`` elements per batch item, -1 when some dim is variable) and the batch
-    size so far (0 = none yet; always 0 when ``max_batch`` is 0), else None."""
-    if max_batch:
-        if len(shape) != len(dims) + 1:
-            return None
-        batch = shape[0]
-        if batch_size == 0:
-            if batch < 1 or batch > max_batch:
-                return None
-            batch_size = batch
-        elif batch != batch_size:
-            return None
-        item = shape[1:]
-    else:
-        batch = 1
-        item = shape
-    if count < 0:
-        if len(item) != len(dims):
-            return None
-        count = 1
-        for got, want in zip(item, dims, strict=True):
-            if got < 0 or (want != -1 and want != got):
-                return None
-            count *= got
-    elif item != dims:
+
+def numeric_outputs(response: InferenceResponse, requested: set[str]) -> list[NumericOutput] | None:
+    """The response's requested outputs in the model's order, when the response is a success
+    without parameters and every such output is a numeric array of native byte order; else
+    None (the packed form then carries the response, and the server encodes it)."""
+    if response.error() is not None or response.parameter_dict():
         return None
-    return batch_size, batch * count
+    outputs: list[NumericOutput] = []
+    try:
+        for tensor in response.output_tensors():
+            name = tensor.name()
+            if name not in requested:
+                continue
+            array = tensor.as_numpy()
+            datatype = OUTPUT_DATATYPES.get(array.dtype)
+            if datatype is None:
+                return None
+            outputs.append((name, array, datatype))
+    except Exception:  # e.g. a BF16 tensor: the packed form reports it as it always has
+        return None
+    return outputs

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repokit.backends.python.wire_checks import OUTPUT_DATATYPES, plain_shape
+from repokit.backends.python.wire_checks import numeric_outputs
 from repokit.backends.wire_plan import WirePlan
+from repokit.protocol.plain_shape import fit_plain_shape
 
 if TYPE_CHECKING:
     from repokit.backends.python.pb_utils import InferenceResponse
@@ -68,7 +69,7 @@ def decode_request(raw: bytes, plan: WirePlan, limit: int = 0) -> DecodedRequest
         if tensor.datatype != datatype:
             return None
         shape = tuple(tensor.shape)
-        fitted = plain_shape(shape, dims, count, max_batch, batch_size)
+        fitted = fit_plain_shape(shape, dims, count, max_batch, batch_size)
         if fitted is None:
             return None
         batch_size, elements = fitted
@@ -90,25 +91,16 @@ def encode_response(
 ) -> bytes | None:
     """The serialized ModelInferResponse, or None when the packed form must carry it (an
     error, response parameters, or an output that is not a plain numeric array)."""
-    if response.error() is not None or response.parameter_dict():
+    outputs = numeric_outputs(response, requested)
+    if outputs is None:
         return None
     msg = _messages().ModelInferResponse(
         model_name=plan.model_name, model_version=plan.version_text, id=request_id
     )
     add_output = msg.outputs.add
     contents = msg.raw_output_contents
-    try:
-        for tensor in response.output_tensors():
-            name = tensor.name()
-            if name not in requested:
-                continue
-            array = tensor.as_numpy()
-            datatype = OUTPUT_DATATYPES.get(array.dtype)
-            if datatype is None:  # also a non-native byte order
-                return None
-            add_output(name=name, datatype=datatype, shape=array.shape)
-            contents.append(np.ascontiguousarray(array).tobytes())
-    except Exception:  # e.g. a BF16 tensor: the packed form reports it as it always has
-        return None
+    for name, array, datatype in outputs:
+        add_output(name=name, datatype=datatype, shape=array.shape)
+        contents.append(np.ascontiguousarray(array).tobytes())
     body: bytes = msg.SerializeToString()
     return body

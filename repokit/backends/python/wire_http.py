@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repokit.backends.python.wire_checks import OUTPUT_DATATYPES, plain_shape
+from repokit.backends.python.wire_checks import OUTPUT_DATATYPES, numeric_outputs
 from repokit.backends.wire_plan import WirePlan
 from repokit.protocol.plain_json import plain_json_input, plain_output
+from repokit.protocol.plain_shape import fit_plain_shape
 
 if TYPE_CHECKING:
     from repokit.backends.python.pb_utils import InferenceResponse
@@ -73,7 +74,7 @@ def decode_request(body: bytes, plan: WirePlan, limit: int) -> DecodedRequest | 
         data = spec.data
         if spec.datatype != datatype or data is None or data.dtype != dtype:
             return None
-        fitted = plain_shape(spec.shape, dims, count, max_batch, batch_size)
+        fitted = fit_plain_shape(spec.shape, dims, count, max_batch, batch_size)
         if fitted is None or fitted[1] != data.size:
             return None
         batch_size = fitted[0]
@@ -96,35 +97,24 @@ def encode_response(
 ) -> bytes | None:
     """The response's JSON, or None when the packed form must carry it (an error, response
     parameters, or an output that is not plain JSON numbers or booleans)."""
-    if response.error() is not None or response.parameter_dict():
+    outputs = numeric_outputs(response, requested)
+    if outputs is None:
         return None
     header: dict[str, Any] = {}
     if request_id:
         header["id"] = request_id
     header["model_name"] = plan.model_name
     header["model_version"] = plan.version_text
-    outputs: list[dict[str, Any]] = []
-    try:
-        for tensor in response.output_tensors():
-            name = tensor.name()
-            if name not in requested:
-                continue
-            array = tensor.as_numpy()
-            datatype = OUTPUT_DATATYPES.get(array.dtype)
-            if datatype not in _JSON_DATATYPES:
-                return None
-            if array.dtype.kind == "f" and not np.isfinite(array).all():
-                return None  # NaN and Infinity: the server writes Triton's bare tokens
-            outputs.append(
-                {
-                    "name": name,
-                    "datatype": datatype,
-                    "shape": list(array.shape),
-                    "data": array.ravel().tolist(),
-                }
-            )
-    except Exception:  # e.g. a BF16 tensor: the packed form reports it as it always has
-        return None
-    header["outputs"] = outputs
+    written: list[dict[str, Any]] = []
+    for name, array, datatype in outputs:
+        if datatype not in _JSON_DATATYPES:
+            return None
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            return None  # NaN and Infinity: the server writes Triton's bare tokens
+        written.append(
+            {"name": name, "datatype": datatype, "shape": list(array.shape),
+             "data": array.ravel().tolist()}
+        )  # fmt: skip
+    header["outputs"] = written
     body: bytes = _orjson().dumps(header)
     return body

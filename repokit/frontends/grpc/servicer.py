@@ -147,11 +147,7 @@ class InferenceServicer:
         except RepokitError as error:
             await abort_with(context, error)
         except Exception as exc:  # a bug must not reach the client as a traceback
-            _log.exception("ModelInfer failed")
-            await context.abort(
-                grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
-            )
-            raise AssertionError("unreachable") from None  # pragma: no cover
+            await _abort_internal(context, exc)
 
     async def ModelInferWire(self, raw: bytes, context: Context) -> bytes | pb.ModelInferResponse:
         """ModelInfer from the request's bytes: a small request for a model with a wire lane
@@ -163,31 +159,35 @@ class InferenceServicer:
             await context.abort(grpc.StatusCode.INTERNAL, UNPARSABLE_REQUEST)
             raise AssertionError("unreachable") from None  # pragma: no cover
         if len(raw) <= WIRE_LANE_MAX_BYTES:
-            service = self._service
             try:
-                lane = service.wire_lane(
-                    request.model_name, messages.parse_model_version(request.model_version)
-                )
-            except RepokitError:
-                lane = None  # the full path reports it
-            if lane is not None:
-                try:
-                    answer = await service.infer_wire(
-                        lane, "grpc", raw, lambda: _decoded(request, lane.loaded.version_text)
-                    )
-                except RepokitError as error:
-                    await abort_with(context, error)
-                except Exception as exc:  # a bug must not reach the client as a traceback
-                    _log.exception("ModelInfer failed")
-                    await context.abort(
-                        grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
-                    )
-                    raise AssertionError("unreachable") from None  # pragma: no cover
-                if isinstance(answer, bytes):
-                    return answer
-                if answer is not None:
-                    return encode_infer_response(answer)
+                answer = await self._on_wire_lane(request, raw)
+            except RepokitError as error:
+                await abort_with(context, error)
+            except Exception as exc:  # a bug must not reach the client as a traceback
+                await _abort_internal(context, exc)
+            if answer is not None:
+                return answer
         return await self.ModelInfer(request, context)
+
+    async def _on_wire_lane(
+        self, request: pb.ModelInferRequest, raw: bytes
+    ) -> bytes | pb.ModelInferResponse | None:
+        """The answer of the request's model's wire lane, or None: no lane, or the request must
+        take the full path."""
+        service = self._service
+        try:
+            version = messages.parse_model_version(request.model_version)
+        except RepokitError:
+            return None  # the full path reports it
+        lane = service.wire_lane(request.model_name, version)
+        if lane is None:
+            return None
+        answer = await service.infer_wire(
+            lane, "grpc", raw, lambda: _decoded(request, lane.loaded.version_text)
+        )
+        if answer is None or isinstance(answer, bytes):
+            return answer
+        return encode_infer_response(answer)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
@@ -307,6 +307,13 @@ class InferenceServicer:
             return messages.log_settings_response(current)
 
         return await guarded(context, run)
+
+
+async def _abort_internal(context: Context, exc: Exception) -> NoReturn:
+    """A bug: INTERNAL with a one-line message (logged with its traceback), never the trace."""
+    _log.exception("ModelInfer failed")
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    raise AssertionError("unreachable") from None  # pragma: no cover
 
 
 def _decoded(request: pb.ModelInferRequest, version: str) -> InferRequest:
