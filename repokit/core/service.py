@@ -33,11 +33,11 @@ from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferRequest, InferResponse
 from repokit.scheduler.base import ScheduledResult
 
-# Triton's extension list in Triton's order, keeping only what repokit implements:
-# not cuda_shared_memory (no GPUs) and not trace (no tracing).
 # the result record of a request whose response the instance encoded (statistics only)
 _NO_RESULT = BackendResult()
 
+# Triton's extension list in Triton's order, keeping only what repokit implements:
+# not cuda_shared_memory (no GPUs) and not trace (no tracing).
 EXTENSIONS = (
     "classification",
     "sequence",

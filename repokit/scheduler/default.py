@@ -108,10 +108,24 @@ class DefaultScheduler(Scheduler):
             result=self._single(results), queue_ns=started - enqueued, timing=timing
         )
 
-    async def _submit_pipelined(self, request: BackendRequest, batch_size: int) -> ScheduledResult:
+    def _least_busy(self) -> int:
+        """The active instance with the fewest requests outstanding, now one more."""
         outstanding = self._outstanding
         instance = min(outstanding, key=outstanding.__getitem__)
         outstanding[instance] += 1
+        return instance
+
+    def _ran(self, enqueued: int, batch_size: int, timing: Timing) -> int:
+        """Count a pipelined execution; the request's queue time (its time in the backend
+        minus the execution's durations)."""
+        ran_ns = timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
+        if self._on_execution is not None:
+            self._on_execution(batch_size, timing)
+        return max(0, time.perf_counter_ns() - enqueued - ran_ns)
+
+    async def _submit_pipelined(self, request: BackendRequest, batch_size: int) -> ScheduledResult:
+        outstanding = self._outstanding
+        instance = self._least_busy()
         enqueued = time.perf_counter_ns()
         try:
             results, timing = await self._backend.execute(instance, [request])
@@ -122,10 +136,7 @@ class DefaultScheduler(Scheduler):
             timing = Timing()
         finally:
             outstanding[instance] -= 1
-        ran_ns = timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
-        queue_ns = max(0, time.perf_counter_ns() - enqueued - ran_ns)
-        if self._on_execution is not None:
-            self._on_execution(batch_size, timing)
+        queue_ns = self._ran(enqueued, batch_size, timing)
         return ScheduledResult(result=self._single(results), queue_ns=queue_ns, timing=timing)
 
     @property
@@ -142,8 +153,7 @@ class DefaultScheduler(Scheduler):
         outstanding = self._outstanding
         if self._free is None or self._stopped or not outstanding:
             return WireOutcome(), 0  # the full path gives the error
-        instance = min(outstanding, key=outstanding.__getitem__)
-        outstanding[instance] += 1
+        instance = self._least_busy()
         enqueued = time.perf_counter_ns()
         try:
             outcome = await self._backend.execute_wire(instance, protocol, raw, plan, limit)
@@ -155,12 +165,7 @@ class DefaultScheduler(Scheduler):
             outstanding[instance] -= 1
         if outcome.body is None and outcome.result is None:
             return outcome, 0
-        timing = outcome.timing
-        ran_ns = timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
-        queue_ns = max(0, time.perf_counter_ns() - enqueued - ran_ns)
-        if self._on_execution is not None:
-            self._on_execution(outcome.batch_size, timing)
-        return outcome, queue_ns
+        return outcome, self._ran(enqueued, outcome.batch_size, outcome.timing)
 
     @staticmethod
     def _single(results: list[BackendResult]) -> BackendResult:

@@ -144,19 +144,18 @@ class Endpoints:
         if header_length_value is None and len(body) <= min(WIRE_LANE_MAX_BYTES, limit):
             lane = self.service.wire_lane(model, version)
             if lane is not None:  # a JSON body for a model that takes the wire lane
-                decoded_json: list[DecodedInfer] = []
+                decoded_json: DecodedInfer | None = None
 
-                def decode() -> InferRequest:
-                    decoded_json.append(
-                        decode_infer_request(model, version, body, len(body), limit)
-                    )
-                    return decoded_json[0].request
+                def decode() -> InferRequest:  # only when the server finishes the response
+                    nonlocal decoded_json
+                    decoded_json = decode_infer_request(model, version, body, len(body), limit)
+                    return decoded_json.request
 
                 answer = await self.service.infer_wire(lane, "json", body, decode, limit)
                 if isinstance(answer, bytes):
                     return EncodedResponse(answer, JSON_CONTENT_TYPE, None)
-                if answer is not None:
-                    return encode_infer_response(answer, decoded_json[0])
+                if answer is not None and decoded_json is not None:
+                    return encode_infer_response(answer, decoded_json)
         header_length = parse_header_length(header_length_value, len(body))
         decoded = decode_infer_request(model, version, body, header_length, limit)
         result = await self.service.infer(decoded.request)

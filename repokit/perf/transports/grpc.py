@@ -188,9 +188,7 @@ class WireGrpcConnection:
         wire = self._wire
         if not self._streaming and not want_outputs:  # the measured path: nothing to decode
             try:
-                wire.send_unary(self._unary_block, payload)
-                sent = clock()
-                raw, error = wire.receive_unary()
+                sent, raw, error = self._unary(payload)
             except (OSError, WireError) as exc:
                 now = clock()
                 return InferTiming(start, now, now, now, f"gRPC connection failed: {exc}")
@@ -205,9 +203,7 @@ class WireGrpcConnection:
                 sent = clock()
                 raw, error = wire.receive_message()
             else:
-                wire.send_unary(self._unary_block, payload)
-                sent = clock()
-                raw, error = wire.receive_unary()
+                sent, raw, error = self._unary(payload)
         except (OSError, WireError) as exc:
             now = clock()
             return InferTiming(start, now, now, now, f"gRPC connection failed: {exc}")
@@ -226,6 +222,13 @@ class WireGrpcConnection:
         else:
             reply = pb.ModelInferResponse.FromString(raw)
         return InferTiming(start, sent, received, clock(), None, decode_grpc_outputs(reply))
+
+    def _unary(self, payload: bytes) -> tuple[int, bytes | None, str | None]:
+        """Send one unary ModelInfer: when it was sent, the reply's bytes and its error."""
+        self._wire.send_unary(self._unary_block, payload)
+        sent = self._clock()
+        raw, error = self._wire.receive_unary()
+        return sent, raw, error
 
     def close(self) -> None:
         if self._stream_open:
