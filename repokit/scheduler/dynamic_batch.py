@@ -20,6 +20,20 @@ keeps growing (as Triton's not-yet-executing payload does) up to ``max_batch_siz
 change?": one that reached ``max_batch_size`` or that the next request cannot join (another
 batching key, or it would exceed the maximum). Triton's batcher hands such a saturated payload
 to the instance queue at once, and so may the driver (see ``dynamic_driver``).
+
+**The grace after a batch.** Triton's batcher hands a batch whose delay expired to the payload
+queue and keeps adding requests to it until an instance starts it; with the python backend an
+instance takes a while to come free after its answers went out, so the clients it answered
+are often back in time to join. Our instances come free at once, so without help a closed-loop
+load splits for good into groups that never meet (c=8 into two batches of 4, c=32 into two of
+16), each batch waiting a whole execution for the other. So when an instance comes free with
+requests pending (``instance_freed``), the pending batch may wait for as many new arrivals as
+the instance just answered, for at most one ``max_queue_delay_microseconds`` or the time that
+batch took to execute if longer (without the grace, those arrivals would wait one execution
+behind the pending batch); it goes at once when it becomes full or reaches a preferred size.
+A grace that runs out of time (the answered clients did not come back: an open-loop load,
+clients that think) turns the grace off for the next 4 free instances, then 8, 16, ... up to
+256, and one that fills in time resets that. ``max_queue_delay_microseconds`` 0 has no grace.
 """
 
 from __future__ import annotations
@@ -32,6 +46,9 @@ from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.queue_policy import PriorityQueues, PrioritySettings, QueuedItem
 
 T = TypeVar("T")
+
+GRACE_BACKOFF_FIRST = 4  # free instances without a grace after one that ran out of time
+GRACE_BACKOFF_MAX = 256
 
 
 @dataclass(frozen=True)
@@ -110,9 +127,47 @@ class BatchPlanner(Generic[T]):
         self.settings = settings
         self.queues: PriorityQueues[T] = PriorityQueues(settings.priority)
         self._preferred = frozenset(settings.preferred_batch_sizes)
+        self._grace_end_ns = 0  # 0: no grace running
+        self._grace_arrivals = 0  # queues.arrivals at which the grace is over
+        self._grace_skip = 0  # free instances left that get no grace
+        self._grace_backoff = GRACE_BACKOFF_FIRST
 
     def __len__(self) -> int:
         return len(self.queues)
+
+    def instance_freed(self, now_ns: int, answered: int, ran_ns: int = 0) -> None:
+        """An instance came free after running a batch of ``answered`` requests for ``ran_ns``
+        (their answers go out now): requests still pending may wait for that many arrivals
+        (see the module docstring)."""
+        delay_ns = self.settings.max_queue_delay_ns
+        if delay_ns == 0 or self.settings.max_batch_size == 0 or answered <= 0:
+            return
+        if not self.queues:
+            return
+        if self._grace_skip:
+            self._grace_skip -= 1
+            return
+        self._grace_end_ns = now_ns + max(delay_ns, ran_ns)
+        self._grace_arrivals = self.queues.arrivals + answered
+
+    def _in_grace(self, now_ns: int) -> bool:
+        """Whether a grace holds the pending batch back at ``now_ns`` (ending it if not)."""
+        if self.queues.arrivals >= self._grace_arrivals:
+            self._grace_backoff = GRACE_BACKOFF_FIRST
+        elif now_ns >= self._grace_end_ns:
+            self._grace_skip = self._grace_backoff
+            self._grace_backoff = min(2 * self._grace_backoff, GRACE_BACKOFF_MAX)
+        else:
+            return True
+        self._grace_end_ns = 0
+        return False
+
+    def _take(self, count: int) -> list[QueuedItem[T]]:
+        """Pop the first ``count`` requests as a batch; a batch that goes ends the grace."""
+        if self._grace_end_ns:  # it filled (or reached a preferred size) in time
+            self._grace_backoff = GRACE_BACKOFF_FIRST
+            self._grace_end_ns = 0
+        return self.queues.pop_front(count)
 
     def enqueue(
         self,
@@ -195,13 +250,16 @@ class BatchPlanner(Generic[T]):
 
         delay_ns = settings.max_queue_delay_ns
         delay_exceeded = delay_ns != 0 and now_ns - oldest_ns >= delay_ns
+        wake = oldest_ns + delay_ns
+        if self._grace_end_ns and self._in_grace(now_ns):
+            delay_exceeded = False
+            wake = max(wake, self._grace_end_ns)
         if best and not delay_exceeded:
-            decision.batch = self.queues.pop_front(best_count)
+            decision.batch = self._take(best_count)
             return decision
         if send_now or pending >= max_pref or delay_exceeded or delay_ns == 0:
-            decision.batch = self.queues.pop_front(count)
+            decision.batch = self._take(count)
             return decision
-        wake = oldest_ns + delay_ns
         closest = self.queues.closest_deadline()
         if closest:
             wake = min(wake, closest)

@@ -20,6 +20,10 @@ with these and the garbage-collector freeze in ``repokit.frontends.runner``; the
 time per batch (~2.3 ms: the sleep, the model's Python, the tensor conversions) is now most of
 the cycle.
 
+A worker whose instance comes free tells the planner (``BatchPlanner.instance_freed``) how many
+requests it just answered and how long their batch ran, so that requests still pending can wait
+for those clients instead of leaving without them (the grace, see ``dynamic_batch``).
+
 ``merge_batches=True`` (backends that take one tensor per input, e.g. onnxruntime): the batch is
 concatenated into one BackendRequest, executed, and the outputs split back into views.
 ``merge_batches=False`` (the python backend, which receives the list of requests as Triton's
@@ -182,7 +186,7 @@ class DynamicBatchScheduler(Scheduler):
         if not self._early:
             await self._serial_worker(instance)
             return
-        runs: set[asyncio.Task[None]] = set()
+        runs: set[asyncio.Task[int]] = set()
         self._held[instance] = 0
         try:
             while True:
@@ -228,7 +232,8 @@ class DynamicBatchScheduler(Scheduler):
                     max(1, self._settings.max_batch_size)
                 )
             if decision.batch:
-                await self._run(instance, decision.batch)
+                ran_ns = await self._run(instance, decision.batch)
+                self._planner.instance_freed(self._clock(), len(decision.batch), ran_ns)
                 continue
             if self._stopping:
                 return
@@ -242,15 +247,20 @@ class DynamicBatchScheduler(Scheduler):
                     future.set_exception(timeout_error())
             await self._waker.sleep(self._planner.queues.closest_deadline())
 
-    async def _run(self, instance: int, batch: list[QueuedItem[_Job]]) -> None:
+    async def _run(self, instance: int, batch: list[QueuedItem[_Job]]) -> int:
+        """Execute a batch and answer its requests; how long the execution took (ns)."""
+        executed = None
         try:
             executed = await self._execute(instance, batch)
         finally:
             if self._early:  # the instance is free: its worker takes the next batch first
                 self._held[instance] -= 1
+                if not self._held[instance]:
+                    ran_ns = 0 if executed is None else _ran_ns(executed[2])
+                    self._planner.instance_freed(self._clock(), len(batch), ran_ns)
                 self._waker.poke()
         if executed is None:
-            return
+            return 0
         if self._early:
             await asyncio.sleep(0)  # the worker runs before these answers go out
         live, results, timing, started_ns = executed
@@ -262,6 +272,7 @@ class DynamicBatchScheduler(Scheduler):
                 ordered.complete(future, scheduled)
             elif not future.done():
                 future.set_result(scheduled)
+        return _ran_ns(timing)
 
     async def _execute(
         self, instance: int, batch: list[QueuedItem[_Job]]
@@ -285,8 +296,11 @@ class DynamicBatchScheduler(Scheduler):
         if self._on_execution is not None:
             self._on_execution(sum(sizes), timing)
         # a batch sent early waited at the instance too: queue time runs until it started
-        ran_ns = timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
-        return live, results, timing, max(start_ns, self._clock() - ran_ns)
+        return live, results, timing, max(start_ns, self._clock() - _ran_ns(timing))
+
+
+def _ran_ns(timing: Timing) -> int:
+    return timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
 
 
 def _has_timeouts(config: mc.ModelConfig) -> bool:

@@ -113,6 +113,7 @@ class PriorityQueues(Generic[T]):
         ]
         self._has_timeouts = any(level.policy.default_timeout_us > 0 for level in self._levels)
         self._size = 0
+        self.arrivals = 0  # requests ever queued (the batch-forming grace counts them)
 
     def level_index(self, priority: int) -> int:
         """Index into the levels for a request priority (Triton's SetPriority rule)."""
@@ -145,6 +146,7 @@ class PriorityQueues(Generic[T]):
         item = QueuedItem(payload, batch_size, now_ns, deadline_ns, index, key)
         level.queue.append(item)
         self._size += 1
+        self.arrivals += 1
         return item
 
     def __len__(self) -> int:
