@@ -92,6 +92,13 @@ class ChildLink:
             self._wait(lambda: bool(ops))
         return ops.popleft()
 
+    def ready_op(self) -> Any:
+        """The next operation if it has arrived already (read without blocking), else None."""
+        if not self._ops:
+            self.poll()
+        ops = self._ops
+        return ops.popleft() if ops else None
+
     def poll(self) -> None:
         """Take in whatever has arrived, without blocking (no-op if a thread is reading)."""
         with self._cond:

@@ -58,12 +58,14 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from repokit.backends.python import ipc, pb_bls, pb_utils, wire_grpc, wire_http
 from repokit.backends.python.child_link import ChildLink
 from repokit.backends.python.pb_runtime import RUNTIME
+from repokit.backends.python.prefetch import Prefetcher
 from repokit.backends.wire_plan import WirePlan
 
 _OWN_DIR = str(Path(__file__).resolve().parent)
@@ -76,6 +78,15 @@ BatchReply = tuple[str, Any, tuple[int, int, int]]
 # a request in its wire form: (protocol, the request's bytes, request key, the model's plan the
 # first time this instance gets one else None, the server's maximum input size)
 WireItem = tuple[str, bytes, int, "WirePlan | None", int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A batch whose requests the prefetch thread built, and how long that took."""
+
+    requests: list[pb_utils.InferenceRequest]
+    input_ns: int
+
 # the wire lane's protocols: ModelInfer bytes, and HTTP JSON bodies
 _WIRE_CODECS: dict[str, Any] = {"grpc": wire_grpc, "json": wire_http}
 
@@ -213,13 +224,36 @@ class Instance:
         return module
 
     # --- execute -----------------------------------------------------------------------------
-    def execute(self, batch: list[RequestTuple] | WireItem) -> BatchReply:
+    def prepare(self, message: Any) -> Any:
+        """An operation with its batches' requests built (the prefetch thread's part, see
+        :mod:`repokit.backends.python.prefetch`); other operations as they are."""
+        op, payload = message
+        if op != "execute":
+            return message
+        prepared: list[_Prepared | WireItem] = []
+        for batch in payload:
+            if isinstance(batch, tuple):
+                prepared.append(batch)
+                continue
+            started = time.perf_counter_ns()
+            requests = self._build(batch)
+            prepared.append(_Prepared(requests, time.perf_counter_ns() - started))
+        return op, prepared
+
+    def execute(self, batch: list[RequestTuple] | WireItem | _Prepared) -> BatchReply:
         if isinstance(batch, tuple):
             return self._execute_wire(batch)
+        if isinstance(batch, _Prepared):
+            now = time.perf_counter_ns()
+            return self._execute_requests(batch.requests, now - batch.input_ns, now)
         started = time.perf_counter_ns()
+        requests = self._build(batch)
+        return self._execute_requests(requests, started, time.perf_counter_ns())
+
+    def _build(self, batch: list[RequestTuple]) -> list[pb_utils.InferenceRequest]:
         tensor, unpack, dtypes = pb_utils.Tensor._wrap, ipc.unpack_array, self._dtypes
         received = pb_utils.InferenceRequest._received
-        requests = [
+        return [
             received(
                 [
                     tensor(name, unpack(a, dtypes), special is not None)
@@ -234,7 +268,6 @@ class Instance:
             )
             for inputs, requested, request_id, correlation_id, flags, parameters, key in batch
         ]
-        return self._execute_requests(requests, started, time.perf_counter_ns())
 
     def _execute_wire(self, item: WireItem) -> BatchReply:
         """One request in its wire form (:mod:`repokit.backends.python.wire_grpc`). The reply is
@@ -481,12 +514,23 @@ def _unsendable(instance: Instance, exc: BaseException) -> str:
 def serve(sock: socket.socket) -> None:
     link = ChildLink(sock)
     instance = Instance(link)
+    prefetcher = Prefetcher(link, instance.prepare)
+    armed = False  # the prefetch thread is fetching the next operation
     while True:
         try:
-            op, payload = link.next_op()
+            if armed:
+                (op, payload), queued = prefetcher.take()
+            else:
+                message = link.ready_op()
+                queued = message is not None  # it came while the previous one ran
+                op, payload = message if queued else link.next_op()
         except ipc.ChannelClosed:
             return
+        armed = False
         if op == "execute":
+            if queued:  # operations come back to back: fetch the next one meanwhile
+                armed = True
+                prefetcher.arm()
             reply: tuple[str, Any] = ("ok", [instance.execute(batch) for batch in payload])
         elif op == "init":
             reply = instance.init(payload)
