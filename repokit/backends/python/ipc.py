@@ -17,6 +17,7 @@ blocks the event loop.
 from __future__ import annotations
 
 import contextlib
+import functools
 import pickle
 import socket
 import struct
@@ -42,19 +43,26 @@ class ChannelClosed(Exception):
 
 
 # --- tensors ----------------------------------------------------------------------------------
+@functools.cache
+def _raw_dtype_text(dtype: np.dtype[Any]) -> str | None:
+    """The dtype string a numeric dtype travels as (``dtype.str`` costs a quarter of a
+    microsecond each time), None for the others."""
+    return dtype.str if dtype.kind in _RAW_KINDS else None
+
+
 def pack_array(array: npt.NDArray[Any]) -> PackedArray:
     """A numeric array as (dtype, shape, buffer); anything else (BYTES) as itself. A small
     array's bytes are copied into a bytearray (cheaper to pickle than a PickleBuffer, and
     unpickled as a writable bytearray all the same); a large one goes as a PickleBuffer, out
     of band."""
-    dtype = array.dtype
-    if dtype.kind not in _RAW_KINDS:
+    text = _raw_dtype_text(array.dtype)
+    if text is None:
         return (None, None, array)
     if array.nbytes < INBAND_LIMIT:
-        return (dtype.str, array.shape, bytearray(array))
+        return (text, array.shape, bytearray(array))
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
-    return (dtype.str, array.shape, pickle.PickleBuffer(array.data))
+    return (text, array.shape, pickle.PickleBuffer(array.data))
 
 
 def unpack_array(packed: PackedArray, dtypes: dict[str, np.dtype[Any]]) -> npt.NDArray[Any]:

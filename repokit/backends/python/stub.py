@@ -87,6 +87,7 @@ class _Prepared:
     requests: list[pb_utils.InferenceRequest]
     input_ns: int
 
+
 # the wire lane's protocols: ModelInfer bytes, and HTTP JSON bodies
 _WIRE_CODECS: dict[str, Any] = {"grpc": wire_grpc, "json": wire_http}
 
