@@ -4,6 +4,8 @@ A call to an RPC whose category is restricted must carry the metadata
 ``triton-grpc-protocol-<key>: <value>``; otherwise Triton answers UNAVAILABLE
 ``This protocol is restricted, expecting header 'triton-grpc-protocol-<key>'`` (server
 ``src/grpc/grpc_server.cc`` ``CommonCallData::Execute``). A restricted stream fails as a whole.
+The legacy v1 service's RPCs are restricted by the categories of their v2 counterparts
+(:mod:`repokit.frontends.v1.restricted`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
+
+from repokit.frontends.v1 import restricted as v1_restricted
 
 #: RPC method name -> restricted-feature category (server ``src/restricted_features.h``)
 METHOD_CATEGORY: dict[str, str] = {
@@ -69,15 +73,19 @@ class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):  # type: ignore
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        method = handler_call_details.method.rsplit("/", 1)[-1]
-        category = METHOD_CATEGORY.get(method)
-        rule = self._restricted.get(category) if category is not None else None
-        if rule is not None:
-            key, expected = rule
-            metadata = handler_call_details.invocation_metadata or ()
-            if not any(k == key and v == expected for k, v in metadata):
+        path = handler_call_details.method
+        categories = v1_restricted.GRPC_CATEGORIES.get(path)
+        if categories is None:
+            method = path.rsplit("/", 1)[-1]
+            category = METHOD_CATEGORY.get(method)
+            categories = (category,) if category is not None else ()
+            streaming = method in STREAMING_METHODS
+        else:
+            streaming = path in v1_restricted.GRPC_STREAMING
+        if categories:
+            metadata = dict(handler_call_details.invocation_metadata or ())
+            key = v1_restricted.missing_header(self._restricted, categories, metadata.get)
+            if key is not None:
                 message = restricted_message(key)
-                if method in STREAMING_METHODS:
-                    return _reject_stream(message)
-                return _reject_unary(message)
+                return _reject_stream(message) if streaming else _reject_unary(message)
         return await continuation(handler_call_details)

@@ -89,7 +89,7 @@ class HttpFrontend:
             Endpoint.CUDA_SHM: ((), ops.cuda_shm),
         }
         self._routes: dict[str, Route | None] = {}
-        self.v1 = V1HttpFrontend(service)  # v1 hook: the legacy /api/ URL space
+        self.v1 = V1HttpFrontend(service, self.restrictions)  # v1 hook: the legacy /api/ URL space
 
     def route(self, path: str) -> Route | None:
         """:func:`resolve` remembered per path (routes are immutable; the cache starts over

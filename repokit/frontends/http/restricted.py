@@ -77,5 +77,9 @@ def restriction_error(
         return None
     key, expected = restrictions[category]
     if headers.get(key) != expected:
-        return f"This API is restricted, expecting header '{key}'"
+        return restricted_message(key)
     return None
+
+
+def restricted_message(key: str) -> str:
+    return f"This API is restricted, expecting header '{key}'"

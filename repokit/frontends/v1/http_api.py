@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import json_format, text_format
@@ -25,9 +26,12 @@ from sanic import HTTPResponse, Request
 
 from repokit.core.service import InferenceService
 from repokit.errors import Code, RepokitError, invalid_arg
+from repokit.frontends.http.responses import error_response
+from repokit.frontends.http.restricted import restricted_message
 from repokit.frontends.v1 import request_status as rstatus
 from repokit.frontends.v1.infer_codec import RequestHeader
 from repokit.frontends.v1.operations import V1Operations, model_version
+from repokit.frontends.v1.restricted import HTTP_CATEGORIES, missing_header
 
 _API = re.compile(r"/api/(health|infer|status|modelcontrol|sharedmemorycontrol|repository)(.*)")
 _INFER = re.compile(r"/([^/]+)(?:/(-?[0-9]+))?")
@@ -90,12 +94,38 @@ def parse_request_header(text: str | None) -> Any:
 
 
 class V1HttpFrontend:
-    def __init__(self, service: InferenceService) -> None:
+    def __init__(
+        self,
+        service: InferenceService,
+        restrictions: Mapping[str, tuple[str, str]] | None = None,
+    ) -> None:
         self.ops = V1Operations(service)
         self._ids = rstatus.RequestIds()
+        self._restrictions = dict(restrictions or {})
+
+    def _refusal(self, request: Request, request_id: int) -> HTTPResponse | None:
+        """The v2 restricted-API answer (403) when the path's categories need a header the
+        request lacks (:mod:`.restricted`); unknown paths are left to the router (404)."""
+        match = _API.fullmatch(request.path)
+        if match is None:
+            return None
+        key = missing_header(
+            self._restrictions, HTTP_CATEGORIES[match.group(1)], request.headers.get
+        )
+        if key is None:
+            return None
+        message = restricted_message(key)
+        response = error_response(403, message)
+        status = rstatus.failure(request_id, RepokitError(Code.UNAVAILABLE, message))
+        response.headers[STATUS_HEADER] = rstatus.one_line(status)
+        return response
 
     async def dispatch(self, request: Request) -> HTTPResponse:
         request_id = self._ids.next()
+        if self._restrictions:
+            refusal = self._refusal(request, request_id)
+            if refusal is not None:
+                return refusal
         try:
             response = await self._route(request)
         except NotRouted as exc:
