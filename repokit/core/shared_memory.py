@@ -1,16 +1,21 @@
 """Registry of client POSIX (system) shared-memory regions, with Triton's messages.
 
-A region is ``/dev/shm/<key>`` mapped read/write once at registration (the whole file, so any
-``offset`` works); requests read inputs from it as numpy views (no copy) and write outputs into
-it. Everything is bounds-checked against the registered window ``[offset, offset+byte_size)``.
-Client shared memory is off unless the server runs with ``--allow-client-shm``.
+A region is ``/dev/shm/<key>``, opened once at registration like glibc's ``shm_open`` (the key
+is one name: leading slashes dropped, no other ``/``, not ``.`` or ``..``; symlinks are not
+followed) and kept open as a file descriptor; only regular files are accepted. The client owns
+the file and may shrink it at any time, and a mapping would turn that into SIGBUS in the
+server, so there is none: each access checks the file's size at that moment and copies through
+the descriptor (``preadv`` / ``pwrite``), where a file shrunk meanwhile gives a short count, never
+a signal. Reads copy the window once into a fresh array; everything is bounds-checked against
+the registered window ``[offset, offset+byte_size)``. Client shared memory is off unless the
+server runs with ``--allow-client-shm``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +29,7 @@ SHM_ROOT = "/dev/shm"
 DISABLED_MESSAGE = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 )
+_OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 @dataclass
@@ -32,12 +38,40 @@ class _Region:
     key: str
     offset: int
     byte_size: int
-    mapping: mmap.mmap
+    fd: int
 
     def close(self) -> None:
-        # a request may still hold a view; the mapping then closes when it is released
-        with contextlib.suppress(BufferError):
-            self.mapping.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+    def truncated(self, size: int, start: int, end: int) -> RepokitError:
+        return invalid_arg(
+            f"shared memory region '{self.name}' (key '{self.key}') is {size} bytes now, too "
+            f"small for bytes [{start}, {end}) of the request: the file was truncated after "
+            "registration"
+        )
+
+    def check_size(self, start: int, end: int) -> None:
+        size = os.fstat(self.fd).st_size
+        if end > size:
+            raise self.truncated(size, start, end)
+
+
+def _open_region(root: str, key: str) -> int:
+    """The descriptor of ``root/<key>``, opened as ``shm_open`` would; INTERNAL as Triton when
+    the key names no plain file there."""
+    file_name = key.lstrip("/")
+    refused = internal(f"Unable to open shared memory region: '{key}'")
+    if not file_name or "/" in file_name or "\0" in file_name or file_name in (".", ".."):
+        raise refused
+    try:
+        fd = os.open(os.path.join(root, file_name), _OPEN_FLAGS)
+    except OSError as exc:
+        raise refused from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise refused
+    return fd
 
 
 class SystemSharedMemory:
@@ -56,23 +90,12 @@ class SystemSharedMemory:
             raise RepokitError(
                 Code.ALREADY_EXISTS, f"shared memory region '{name}' already in manager"
             )
-        file_name = key.lstrip("/")
-        if not file_name or "/" in file_name or file_name in (".", ".."):
-            raise internal(f"Unable to open shared memory region: '{key}'")
-        try:
-            fd = os.open(os.path.join(self._root, file_name), os.O_RDWR)
-        except OSError as exc:
-            raise internal(f"Unable to open shared memory region: '{key}'") from exc
-        try:
-            size = os.fstat(fd).st_size
-            if offset < 0 or byte_size < 0 or offset + byte_size > size or size == 0:
-                raise invalid_arg(f"failed to register shared memory region '{name}': invalid args")
-            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except OSError as exc:
-            raise internal(f"Invalid shared memory region: '{key}'") from exc
-        finally:
+        fd = _open_region(self._root, key)
+        size = os.fstat(fd).st_size
+        if offset < 0 or byte_size < 0 or offset + byte_size > size or size == 0:
             os.close(fd)
-        self._regions[name] = _Region(name, key, offset, byte_size, mapping)
+            raise invalid_arg(f"failed to register shared memory region '{name}': invalid args")
+        self._regions[name] = _Region(name, key, offset, byte_size, fd)
 
     def unregister(self, name: str = "") -> None:
         """Unregister one region (unknown names are fine, as Triton) or all when name is ""."""
@@ -108,9 +131,19 @@ class SystemSharedMemory:
         return region, region.offset + ref.offset
 
     def read(self, ref: SharedMemoryRef) -> npt.NDArray[np.uint8]:
-        """A uint8 view of the referenced bytes (no copy)."""
+        """A copy of the referenced bytes, as they are in the file now."""
         region, start = self._window(ref)
-        return np.frombuffer(region.mapping, dtype=np.uint8, count=ref.byte_size, offset=start)
+        end = start + ref.byte_size
+        region.check_size(start, end)
+        data = np.empty(ref.byte_size, dtype=np.uint8)
+        view = data.data  # a memoryview over the array
+        done = 0
+        while done < ref.byte_size:  # one call unless above the kernel's ~2 GiB per call
+            count = os.preadv(region.fd, [view[done:]], start + done)
+            if count == 0:  # shrunk since the check
+                raise region.truncated(os.fstat(region.fd).st_size, start, end)
+            done += count
+        return data
 
     def write(self, ref: SharedMemoryRef, output_name: str, data: bytes | memoryview) -> None:
         region, start = self._window(ref)
@@ -120,7 +153,11 @@ class SystemSharedMemory:
                 f"shared memory size specified with the request for output '{output_name}' "
                 f"({ref.byte_size} bytes) should be at least {size} bytes to hold the results"
             )
-        region.mapping[start : start + size] = data
+        region.check_size(start, start + size)
+        view = memoryview(data).cast("B")
+        written = 0
+        while written < size:
+            written += os.pwrite(region.fd, view[written:], start + written)
 
     def close(self) -> None:
         for region in self._regions.values():
