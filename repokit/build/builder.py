@@ -21,15 +21,19 @@ from repokit.build.manifest import (
     LOCK_FILE,
     TIMING_CACHE_FILE,
     LockError,
+    file_hashes,
     hash_json,
     hash_tree,
     new_lock,
     read_lock,
+    tool_versions,
     write_lock,
 )
 from repokit.build.model_build import BuildEnvironment, compile_model
 from repokit.build.report import BuildOptions, BuildReport, ModelBuildReport
 from repokit.build.sample_data import SampleDataError, load_sample_document
+from repokit.build.staleness import option_changes, out_of_date_reason, tool_changes
+from repokit.build.warmup_check import WarmupRunner, check_warmup
 from repokit.config.diagnostics import Diagnostic, Severity
 from repokit.config.report import ModelReport, RepositoryReport, ValidateOptions
 
@@ -83,9 +87,10 @@ def _selected(report: RepositoryReport, options: BuildOptions) -> list[ModelRepo
     return [report.models[n] for n in sorted(report.models) if not wanted or n in wanted]
 
 
-def _entry(model: ModelBuildReport, options_hash: str) -> dict[str, Any]:
+def _entry(model: ModelBuildReport, options_hash: str, sources: dict[str, str]) -> dict[str, Any]:
     return {
         "source_hash": model.source_hash,
+        "source_files": sources,
         "options_hash": options_hash,
         "output_hash": model.output_hash,
         "backend": model.backend,
@@ -95,19 +100,6 @@ def _entry(model: ModelBuildReport, options_hash: str) -> dict[str, Any]:
         "engine": model.engine.to_dict(),
         "warmup": model.warmup,
     }
-
-
-def _up_to_date(
-    entry: dict[str, Any] | None, source_hash: str, options_hash: str, compiled: Path
-) -> bool:
-    if entry is None or entry.get("options_hash") != options_hash:
-        return False
-    if not compiled.is_dir():
-        return False
-    current = hash_tree(compiled)
-    if current != entry.get("output_hash"):
-        return False
-    return source_hash in (entry.get("source_hash"), entry.get("output_hash"))
 
 
 def _from_lock(name: str, entry: dict[str, Any]) -> ModelBuildReport:
@@ -139,8 +131,10 @@ def build_repository(
     engine_runner: Callable[[EngineLoaders], None] = run_loaders,
     trt_runner_factory: Callable[[Path, int], Any] | None = None,
     progress: Progress | None = None,
+    warmup_runner: WarmupRunner = check_warmup,
 ) -> BuildReport:
-    """Compile ``source`` into ``output`` (or check it); BuildUsageError for bad input."""
+    """Compile ``source`` into ``output`` (or check it); BuildUsageError for bad input.
+    ``warmup_runner`` runs a model's written warmup samples (the server's way, by default)."""
     source, output = _check_paths(source, output, options)
     notify = progress or (lambda _model, _stage: None)
     sample_document = None
@@ -179,19 +173,30 @@ def build_repository(
         timing_cache=output / TIMING_CACHE_FILE,
         engine_runner=engine_runner,
         trt_runner_factory=trt_runner_factory,
+        warmup_runner=warmup_runner,
     )
     entries: dict[str, Any] = dict(old_models) if options.models else {}
+    old_options = old_lock["options"] if old_lock else {}
+    option_diff = option_changes(old_options, fingerprint) if old_lock else []
+    tool_diff = tool_changes(old_lock["tools"], tool_versions(status.version)) if old_lock else []
     if not options.check:
         output.mkdir(parents=True, exist_ok=True)
     for model in _selected(validation, options):
         notify(model.name, "checking")
         source_hash = hash_tree(model.directory)
+        sources = file_hashes(model.directory)
         compiled = output / model.name
         previous = old_models.get(model.name)
+        own_options = option_diff
+        if previous is not None and previous.get("options_hash") != options_hash:
+            own_options = option_diff or ["the options of an earlier build"]
+        why_stale = out_of_date_reason(
+            previous, source_hash, sources, compiled, own_options, tool_diff
+        )
         if not model.ok:
             errors = [d for d in model.diagnostics if d.is_error]
             failed = ModelBuildReport(model.name, "failed", diagnostics=errors)
-            failed.reason = f"{len(errors)} validation error(s): {errors[0].message}"
+            failed.reason = f"does not pass validation ({len(errors)} error(s))"
             report.models.append(failed)
             entries.pop(model.name, None)
             if options.check:
@@ -201,7 +206,7 @@ def build_repository(
                 failed.notes.append("its previous compiled copy was removed from the output")
             notify(model.name, "failed")
             continue
-        if _up_to_date(previous, source_hash, options_hash, compiled):
+        if why_stale is None:
             assert previous is not None
             report.models.append(_from_lock(model.name, previous))
             entries[model.name] = previous
@@ -209,15 +214,17 @@ def build_repository(
             continue
         if options.check:
             report.out_of_date.append(model.name)
-            report.models.append(ModelBuildReport(model.name, "out-of-date"))
+            report.models.append(ModelBuildReport(model.name, "out-of-date", reason=why_stale))
             notify(model.name, "out-of-date")
             continue
         notify(model.name, "building")
         built = _build_one(model, compiled, env, output)
         built.source_hash = source_hash
+        if previous is not None and built.ok and not built.reason:
+            built.reason = f"rebuilt: {why_stale}"
         report.models.append(built)
         if built.ok:
-            entries[model.name] = _entry(built, options_hash)
+            entries[model.name] = _entry(built, options_hash, sources)
         else:
             entries.pop(model.name, None)
         notify(model.name, built.status)

@@ -49,6 +49,16 @@ def hash_tree(root: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def file_hashes(root: Path) -> dict[str, str]:
+    """sha256 of every file below ``root`` by its relative path."""
+    out: dict[str, str] = {}
+    for directory, _subdirs, names in os.walk(root):
+        for name in names:
+            path = Path(directory) / name
+            out[path.relative_to(root).as_posix()] = hash_file(path)
+    return dict(sorted(out.items()))
+
+
 def hash_json(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()

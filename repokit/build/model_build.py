@@ -39,8 +39,9 @@ from repokit.build.profiles import (
     profiles_document,
 )
 from repokit.build.report import BuildOptions, ModelBuildReport
-from repokit.build.sample_data import SampleDataError, sample_shapes
+from repokit.build.sample_data import SampleDataError, first_request_values, sample_shapes
 from repokit.build.warmup import plan_warmup, write_warmup
+from repokit.build.warmup_check import WarmupRunner, check_warmup
 from repokit.config.diagnostics import Diagnostic, Severity
 from repokit.config.onnx_io import (
     OnnxModelError,
@@ -68,6 +69,7 @@ class BuildEnvironment:
     timing_cache: Path
     engine_runner: Callable[[EngineLoaders], None]
     trt_runner_factory: Callable[[Path, int], Any] | None = None
+    warmup_runner: WarmupRunner = check_warmup
 
 
 class ModelBuildFailed(Exception):
@@ -190,15 +192,44 @@ def _add_warmup(
     if config.HasField("sequence_batching"):
         report.notes.append("no warmup generated for a sequence model (needs control inputs)")
         return
+    given = first_request_values(env.sample_document) if env.sample_document else None
     try:
         plans = plan_warmup(profiles, inputs, config.max_batch_size)
         files = write_warmup(
-            config, directory, plans, inputs, env.options.warmup_data, env.options.seed
+            config, directory, plans, inputs, env.options.warmup_data, env.options.seed, given
         )
     except ValueError as exc:
         report.notes.append(f"no warmup generated: {exc}")
         return
     report.warmup = [f.to_dict() for f in files]
+
+
+def _run_warmup(
+    config: mc.ModelConfig,
+    model: ModelReport,
+    directory: Path,
+    env: BuildEnvironment,
+    report: ModelBuildReport,
+) -> None:
+    """Every sample written must run through the model, or the model fails here (the server
+    would refuse to load it)."""
+    if not report.warmup:
+        return
+    if (config.backend or "") == "tensorrt" and not env.tensorrt.available:
+        report.notes.append(
+            "the warmup samples were not run: TensorRT is not available "
+            f"({env.tensorrt.reason or 'not installed'})"
+        )
+        return
+    failure = env.warmup_runner(config, directory, model.versions)
+    if failure is None:
+        return
+    hint = (
+        "give inputs the model accepts with --sample-data FILE (perf_analyzer input-data JSON)"
+        if env.sample_document is None
+        else f"the values from {env.sample_source} do not run either"
+    )
+    raise ModelBuildFailed("warmup-failed", f"a warmup sample does not run: {failure}; {hint}")
 
 
 def _to_tensorrt(
@@ -325,6 +356,9 @@ def _compile(
     config = _written_config(model, directory)
     report.backend = config.backend or config.platform
     report.target = report.backend
+    if config.backend == "python" and env.options.profile:
+        _compile_python(config, model, directory, env, report)
+        return
     if config.platform == "ensemble" or config.backend not in ("onnxruntime", "tensorrt"):
         report.status = "copied"
         report.reason = (
@@ -366,6 +400,31 @@ def _compile(
         _list_profiles(config, profiles)
     _add_warmup(config, directory, profiles, inputs, env, report)
     _write_config(config, directory)
+    _run_warmup(config, model, directory, env, report)
+
+
+def _compile_python(
+    config: mc.ModelConfig,
+    model: ModelReport,
+    directory: Path,
+    env: BuildEnvironment,
+    report: ModelBuildReport,
+) -> None:
+    """A python model gets warmup samples shaped by its config (no profiles: there is no
+    engine), run in its instance process."""
+    try:
+        inputs, profiles = _derive(config, None, env, _preferred(config))
+    except ModelBuildFailed as exc:
+        report.status = "copied"
+        report.reason = f"copied unchanged; no warmup samples: {exc.message}"
+        return
+    _add_warmup(config, directory, profiles, inputs, env, report)
+    if not report.warmup:
+        report.status = "copied"
+        report.reason = "copied unchanged"
+        return
+    _write_config(config, directory)
+    _run_warmup(config, model, directory, env, report)
 
 
 def _write_config(config: mc.ModelConfig, directory: Path) -> None:

@@ -161,3 +161,28 @@ def sample_shapes(
                     )
                 out.shapes[name].append(shape)
     return out
+
+
+def first_request_values(document: dict[str, Any]) -> dict[str, Any]:
+    """Per input of the document's first request: its values as a flat list, or the raw bytes
+    of ``b64`` content (what warmup files are written from)."""
+    steps = document["data"]
+    if not steps:
+        return {}
+    first = steps[0][0] if isinstance(steps[0], list) and steps[0] else steps[0]
+    if not isinstance(first, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for name, value in first.items():
+        content = value.get("content", value) if isinstance(value, dict) else value
+        b64 = content.get("b64") if isinstance(content, dict) else None
+        if b64 is None and isinstance(value, dict):
+            b64 = value.get("b64")
+        if b64 is not None:
+            try:
+                out[name] = base64.b64decode(b64, validate=True)
+            except binascii.Error:
+                continue  # sample_shapes reports it where the shapes are needed
+        elif not isinstance(content, dict):
+            out[name] = _flatten(content)
+    return out

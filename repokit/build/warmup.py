@@ -4,8 +4,14 @@ One sample per optimization profile at its opt shape (Triton keeps one execution
 profile, and a request at a profile's opt selects that profile), plus batch 1 and
 max_batch_size, without duplicates. Each sample feeds every input from a file under
 ``<model>/warmup/`` holding exactly one batch-1 request (Triton reads that many bytes per
-request): zeros, or seeded random values (floats in [-1, 1), integers in [0, 4), random bools).
-BYTES elements are 4-byte little-endian lengths followed by the bytes. Shape-tensor inputs hold
+request): zeros, or seeded random values (floats in [-1, 1), integers in [0, 4), random bools),
+or, with ``--sample-data``, the first request's values for every input whose element count fits.
+BYTES elements are 4-byte little-endian lengths followed by the bytes. Triton's own ``zero_data``
+for TYPE_STRING is empty strings, which a model that parses its text as numbers (Triton's
+``simple_string`` example) cannot cast; so zero data writes the string "0" and random data short
+digit strings ("0" to "3"), text every model that takes strings accepts or parses. The build
+runs every sample through the model (``repokit.build.warmup_check``) and points at
+``--sample-data`` when the model still rejects them. Shape-tensor inputs hold
 their values (the profile's opt values), because zeros are not a valid shape.
 
 Never for ensembles (Triton refuses model_warmup there).
@@ -30,7 +36,7 @@ from repokit.protocol.generated import model_config_pb2 as mc
 WARMUP_DIR = "warmup"
 WarmupData = Literal["zero", "random"]
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-_BYTES_ELEMENT = b"0"  # random BYTES elements are short digit strings
+_DIGITS = (b"0", b"1", b"2", b"3")  # random BYTES elements
 
 
 @dataclass(frozen=True)
@@ -94,11 +100,35 @@ def _file_name(sample: str, index: int, name: str) -> str:
     return f"{sample}__{index}_{_UNSAFE.sub('_', name)}.bin"
 
 
+def _length_prefixed(elements: Sequence[bytes]) -> bytes:
+    return b"".join(struct.pack("<I", len(e)) + e for e in elements)
+
+
+def _given_bytes(found: datatypes.DataType, given: Any, count: int) -> bytes | None:
+    """A ``--sample-data`` value as the file's bytes, or None when it does not fit the sample."""
+    if isinstance(given, bytes):  # b64 content: raw bytes of a fixed-size type
+        size = found.itemsize
+        return given if size and len(given) == count * size else None
+    if not isinstance(given, list) or len(given) != count:
+        return None
+    if found.protocol == "BYTES":
+        return _length_prefixed(
+            [v.encode() if isinstance(v, str) else str(v).encode() for v in given]
+        )
+    try:
+        if found.numpy is None:  # BF16 as its raw 16-bit words
+            return np.asarray(given, dtype="<u2").tobytes()
+        return np.asarray(given, dtype=found.numpy).tobytes()
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def _tensor_bytes(
     tensor: EngineInput,
     shape: tuple[int, ...],
     data: WarmupData,
     rng: np.random.Generator,
+    given: Any = None,
 ) -> bytes:
     found = datatypes.from_config(tensor.data_type)
     if found is None:
@@ -107,10 +137,14 @@ def _tensor_bytes(
         np_dtype = found.numpy if found.numpy is not None else np.dtype("<i8")
         return np.asarray(shape, dtype=np_dtype).tobytes()
     count = math.prod(shape)
+    if given is not None:
+        fitted = _given_bytes(found, given, count)
+        if fitted is not None:
+            return fitted
     if found.protocol == "BYTES":
-        element = _BYTES_ELEMENT if data == "random" else b""
-        one = struct.pack("<I", len(element)) + element
-        return one * count
+        if data == "zero":
+            return (struct.pack("<I", 1) + b"0") * count
+        return _length_prefixed([_DIGITS[i] for i in rng.integers(0, len(_DIGITS), size=count)])
     if found.numpy is None:  # BF16: raw 2-byte words
         if data == "zero":
             return bytes(2 * count)
@@ -132,9 +166,11 @@ def write_warmup(
     inputs: Sequence[EngineInput],
     data: WarmupData = "zero",
     seed: int = 0,
+    given: dict[str, Any] | None = None,
 ) -> list[WarmupFile]:
     """Replace ``config.model_warmup`` with ``plans`` and write their files (the warmup folder
-    is recreated); returns what was written."""
+    is recreated); returns what was written. ``given``: per input, ``--sample-data`` values
+    (a flat list, or raw bytes) used wherever their element count fits the sample."""
     if config.platform == "ensemble":
         raise ValueError(f"model_warmup can not be specified for ensemble '{config.name}'")
     folder = model_dir / WARMUP_DIR
@@ -158,7 +194,8 @@ def write_warmup(
                 entry.dims.extend([len(shape)])
             else:
                 entry.dims.extend(shape)
-            payload = _tensor_bytes(tensor, shape, data, rng)
+            value = given.get(tensor.name) if given else None
+            payload = _tensor_bytes(tensor, shape, data, rng, value)
             name = _file_name(plan.name, index, tensor.name)
             (folder / name).write_bytes(payload)
             entry.input_data_file = name

@@ -63,7 +63,8 @@ def render_text(report: Any, console: Console) -> None:
             f"[{style}]{model.status:>11}[/] [bold]{escape(model.name)}[/]{escape(target)}"
             + escape(tail)
         )
-        if model.reason and model.status != "up-to-date":
+        restated = any(d.message == model.reason for d in model.diagnostics)
+        if model.reason and model.status != "up-to-date" and not restated:
             console.print(f"             {escape(model.reason)}", soft_wrap=True)
         for d in model.diagnostics:
             where = f"{d.path}: " if d.path else ""
@@ -126,7 +127,11 @@ def build(
     ] = None,
     engine: Annotated[
         EngineMode,
-        typer.Option("--engine", help="auto: skip engines without TensorRT; require: fail."),
+        typer.Option(
+            "--engine",
+            help="auto: skip engines without TensorRT; require: fail without it "
+            "(implies --to tensorrt).",
+        ),
     ] = EngineMode.auto,
     verify: Annotated[
         bool, typer.Option("--verify", help="Compare TensorRT with ONNX Runtime after building.")
@@ -159,6 +164,10 @@ def build(
     from repokit.build.report import BuildOptions
 
     errors = Console(stderr=True, soft_wrap=True)
+    if engine is EngineMode.require and to is None:
+        # require is about the conversion: asking for it means asking for the conversion
+        errors.print("note: --engine require implies --to tensorrt")
+        to = Target.tensorrt
     if output is None and not in_place:
         errors.print("[red]error:[/] give the output repository with -o OUT (or use --in-place)")
         raise typer.Exit(2)

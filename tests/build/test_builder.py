@@ -58,6 +58,8 @@ def _build(source: Path, output: Path, **overrides: object) -> BuildReport:
     tensorrt = fields.pop("tensorrt", NO_TRT)
     runner = fields.pop("engine_runner", None)
     kwargs = {"engine_runner": runner} if runner is not None else {}
+    if "warmup_runner" in fields:
+        kwargs["warmup_runner"] = fields.pop("warmup_runner")
     return build_repository(
         source,
         output,
@@ -76,7 +78,7 @@ def test_full_build(source: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     report = _build(source, out)
     assert _status(report) == {
-        "add_sub": "copied",
+        "add_sub": "built",  # a python model: warmup samples, run in its instance process
         "add_sub_ensemble": "copied",
         "add_sub_onnx": "built",
         "broken": "failed",
@@ -137,6 +139,8 @@ def test_incremental_rebuild_and_check(source: Path, tmp_path: Path) -> None:
     config.write_text(config.read_text().replace("[ 2, 4 ]", "[ 2 ]"))
     check = _build(source, out, check=True)
     assert check.exit_code == 1 and check.out_of_date == ["seq"]
+    [stale] = [m for m in check.models if m.status == "out-of-date"]
+    assert stale.reason == "source files changed: modified config.pbtxt"
     rebuilt = _build(source, out)
     assert [n for n, s in _status(rebuilt).items() if s == "built"] == ["seq"]
     assert parse_file(out / "seq" / "config.pbtxt").model_warmup[0].batch_size == 2
@@ -207,11 +211,19 @@ def test_to_tensorrt_with_tensorrt_builds_plans_and_lists_profiles(
     original = builder._tensorrt
     builder._tensorrt = lambda options, status: (fake_trt, SimpleNamespace(  # type: ignore[assignment]
         MemoryPoolType=SimpleNamespace(WORKSPACE="WORKSPACE")))  # fmt: skip
+    warmed: list[tuple[str, list[int]]] = []
+
+    def engine_warmup(config: object, directory: Path, versions: object) -> None:
+        # no GPU here: the warmup the build runs goes to the TensorRT engine it wrote
+        warmed.append((config.platform, sorted(versions)))  # type: ignore[attr-defined, call-overload]
+
     try:
         report = _build(source, out, to="tensorrt", split_at_preferred=True, models=("seq",),
-                        engine_runner=gpu_step, workspace_mb=64)  # fmt: skip
+                        engine_runner=gpu_step, workspace_mb=64,
+                        warmup_runner=engine_warmup)  # fmt: skip
     finally:
         builder._tensorrt = original
+    assert warmed == [("tensorrt_plan", [1])]
     [seq] = report.models
     assert seq.status == "built" and seq.target == "tensorrt", seq.diagnostics
     assert seq.engine.built and seq.engine.plan_files == ["1/model.plan"]
@@ -251,7 +263,7 @@ def test_failed_rebuild_removes_the_stale_compiled_copy(source: Path, tmp_path: 
     )
     report = _build(source, out, models=("seq",))
     assert report.models[0].status == "failed" and not (out / "seq").exists()
-    assert "validation error" in report.models[0].reason
+    assert "does not pass validation" in report.models[0].reason
 
 
 def test_profile_problems_fail_tensorrt_targets_only(source: Path, tmp_path: Path) -> None:
@@ -367,7 +379,9 @@ def _with_fake_tensorrt(
     try:
         options = BuildOptions(profile=True, shapes=SHAPES, to="tensorrt", **overrides)  # type: ignore[arg-type]
         return build_repository(source, out, options, engine_runner=runner,  # type: ignore[arg-type]
-                                trt_runner_factory=factory)  # type: ignore[arg-type]  # fmt: skip
+                                trt_runner_factory=factory,  # type: ignore[arg-type]
+                                warmup_runner=lambda config, directory, versions: None,
+                                )  # fmt: skip
     finally:
         builder._tensorrt = original
 

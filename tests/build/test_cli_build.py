@@ -47,7 +47,7 @@ def test_text_report_then_up_to_date_then_check(
     code, stdout, _ = _run(app, str(source), "-o", str(out), "--profile", *shapes)
     assert code == 0, stdout
     assert "built seq -> onnxruntime (1 profile(s), 3 warmup sample(s))" in stdout
-    assert "copied add_sub -> python" in stdout
+    assert "built add_sub -> python (2 warmup sample(s))" in stdout
     code, stdout, _ = _run(app, str(source), "-o", str(out), "--profile", *shapes)
     assert code == 0 and "7 up-to-date" in stdout
     code, stdout, _ = _run(app, str(source), "-o", str(out), "--profile", "--check", *shapes)
@@ -84,12 +84,61 @@ def test_engine_require_without_tensorrt_exits_1_with_the_reason(
     assert "tensorrt" in stdout
 
 
-def test_failed_model_exits_1_and_says_why(app: typer.Typer, tmp_path: Path) -> None:
+def test_engine_require_alone_implies_the_conversion(
+    app: typer.Typer, source: Path, tmp_path: Path
+) -> None:
+    code, stdout, stderr = _run(
+        app, str(source), "-o", str(tmp_path / "out"), "--engine", "require", "--model", "fixed"
+    )
+    assert "note: --engine require implies --to tensorrt" in stderr
+    assert code == 1  # never a silent success: TensorRT is not installed here
+    assert "failed fixed" in stdout and "--engine require: engine build skipped:" in stdout
+
+
+def test_failed_model_exits_1_and_says_why_once(app: typer.Typer, tmp_path: Path) -> None:
     root = make_source(tmp_path / "src")
-    code, stdout, _ = _run(app, str(root), "-o", str(tmp_path / "out"), "--model", "broken")
+    code, stdout, stderr = _run(app, str(root), "-o", str(tmp_path / "out"), "--model", "broken")
     assert code == 1
     assert "onnx-input-data-type-mismatch" in stdout
-    assert "configuration expects datatype TYPE_INT32 for input 'INPUT0'" in stdout
+    finding = "configuration expects datatype TYPE_INT32 for input 'INPUT0'"
+    assert (stdout + stderr).count(finding) == 1, stdout
+
+
+def test_validation_failures_are_listed_once(
+    app: typer.Typer, source: Path, tmp_path: Path
+) -> None:
+    (source / "fixed" / "config.pbtxt").write_text('name: "fixed"\nmax_batch_size: -3\n')
+    code, stdout, _ = _run(app, str(source), "-o", str(tmp_path / "out"), "--model", "fixed")
+    assert code == 1
+    assert "does not pass validation (1 error(s))" in stdout
+    [line] = [line for line in stdout.splitlines() if "max_batch_size" in line]
+    assert "error" in line
+
+
+def test_check_says_what_changed(app: typer.Typer, source: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    base = [str(source), "-o", str(out), "--profile", "--model", "fixed", "--model", "strings"]
+    assert _run(app, *base)[0] == 0
+    code, stdout, _ = _run(app, *base, "--check", "--warmup-data", "random")
+    assert code == 1
+    assert "build options changed: --warmup-data zero -> random" in stdout
+
+    (source / "fixed" / "notes.txt").write_text("new file")
+    code, stdout, _ = _run(app, *base, "--check")
+    assert code == 1 and "source files changed: added notes.txt" in stdout
+    assert "out of date: fixed" in stdout
+    code, stdout, _ = _run(app, *base)
+    assert code == 0 and "rebuilt: source files changed: added notes.txt" in stdout
+
+    lock_path = out / "repokit.lock.json"
+    lock = json.loads(lock_path.read_text())
+    current = lock["tools"]["onnxruntime"]
+    lock["tools"]["onnxruntime"] = "0.1.0"
+    lock_path.write_text(json.dumps(lock))
+    code, stdout, _ = _run(app, *base, "--check")
+    assert code == 1
+    assert f"tool versions changed: onnxruntime 0.1.0 -> {current}" in stdout
+    assert "out of date: fixed, strings" in stdout
 
 
 @pytest.mark.parametrize(
