@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn
 
+from repokit.cli.output import examples, make_console, print_data
+
 _STATUS_STYLE = {
     "built": "green",
     "up-to-date": "dim",
@@ -163,7 +165,7 @@ def build(
     from repokit.build.profiles import ProfileError, parse_shape_option
     from repokit.build.report import BuildOptions
 
-    errors = Console(stderr=True, soft_wrap=True)
+    errors = make_console(stderr=True)
     if engine is EngineMode.require and to is None:
         # require is about the conversion: asking for it means asking for the conversion
         errors.print("note: --engine require implies --to tensorrt")
@@ -195,8 +197,8 @@ def build(
         fp16=fp16,
         warmup_data=warmup_data.value,
     )
-    console = Console(soft_wrap=True)
-    show_progress = output_format is OutputFormat.text
+    console = make_console()
+    show_progress = output_format is OutputFormat.text and errors.is_terminal
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -225,11 +227,19 @@ def build(
             errors.print(f"[red]error:[/] {escape(exc.strerror or str(exc))}{escape(where)}")
             raise typer.Exit(1) from None
     if output_format is OutputFormat.json:
-        console.print_json(json.dumps(report.to_dict()))
+        print_data(console, json.dumps(report.to_dict(), indent=2))
     else:
         render_text(report, console)
     raise typer.Exit(report.exit_code)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("build")(build)
+    app.command(
+        "build",
+        epilog=examples(
+            "repokit build ./models -o ./compiled --profile",
+            "repokit build ./models -o ./compiled --check",
+            "repokit build ./models -o ./compiled --profile --sample-data inputs.json",
+            "repokit build ./models -o ./compiled --to tensorrt --engine require",
+        ),
+    )(build)

@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
+from repokit.cli.output import examples, make_console, print_data, print_error
 from repokit.config.diagnostics import Severity
 from repokit.config.report import RepositoryReport
 
@@ -60,16 +60,14 @@ def render(report: RepositoryReport, output: OutputFormat, console: Console) -> 
     if output is OutputFormat.text:
         render_text(report, console)
     elif output is OutputFormat.json:
-        console.out(json.dumps(report.to_dict(), indent=2), highlight=False)
+        print_data(console, json.dumps(report.to_dict(), indent=2))
     else:
         from repokit.config.ensemble_rules import ENSEMBLE_RULES
         from repokit.config.rules.catalog import RULES
 
         rules = {rule_id: info.summary for rule_id, info in RULES.items()}
         rules |= ENSEMBLE_RULES | LINT_RULES
-        console.out(
-            json.dumps(to_sarif(report.all_diagnostics(), rules), indent=2), highlight=False
-        )
+        print_data(console, json.dumps(to_sarif(report.all_diagnostics(), rules), indent=2))
 
 
 def lint(
@@ -95,14 +93,14 @@ def lint(
     from repokit.config.report import ValidateOptions
     from repokit.paths import default_sample_repository
 
-    console = Console(soft_wrap=True)
-    errors = Console(stderr=True, soft_wrap=True)
+    console = make_console()
+    errors = make_console(stderr=True)
     root = path if path is not None else default_sample_repository()
     if not root.exists():
-        errors.print(f"[red]error:[/] repository '{escape(str(root))}' does not exist")
+        print_error(errors, f"repository '{root}' does not exist")
         raise typer.Exit(2)
     if not root.is_dir():
-        errors.print(f"[red]error:[/] repository '{escape(str(root))}' is not a directory")
+        print_error(errors, f"repository '{root}' is not a directory")
         raise typer.Exit(2)
     report = lint_repository(root, ValidateOptions(strict=strict), LintOptions(cores=cores))
     render(report, output, console)
@@ -110,4 +108,11 @@ def lint(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("lint")(lint)
+    app.command(
+        "lint",
+        epilog=examples(
+            "repokit lint ./models",
+            "repokit lint ./models --fail-on warning --format sarif > lint.sarif",
+            "repokit lint ./models --cores 8 --fail-on never",
+        ),
+    )(lint)

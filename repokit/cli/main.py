@@ -1,31 +1,84 @@
 """The ``repokit`` command line: one module per command under ``repokit.cli``.
 
-Each command module exposes ``register(app)``; heavy imports happen inside the commands.
+Each command module exposes ``register(app)``; heavy imports happen inside the commands. Every
+command (and sub-command) gets the help and output behaviour of :mod:`repokit.cli.output`.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
+from importlib import metadata
+from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
+
+from repokit.cli.output import RepokitCommand, RepokitGroup, examples, make_console
 
 COMMAND_MODULES = ("validate", "lint", "serve", "build", "perf")
+HELP_OPTION_NAMES = ["-h", "--help"]
+
+
+def version_text() -> str:
+    try:
+        return f"repokit {metadata.version('repokit')}"
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "repokit (not installed)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        make_console().out(version_text(), highlight=False)
+        raise typer.Exit(0)
+
+
+def _apply_output_discipline(app: typer.Typer) -> None:
+    """Every command of ``app`` (and of its sub-apps) renders help as repokit.cli.output says."""
+    for command in app.registered_commands:
+        if command.cls in (None, TyperCommand):  # typer's default class
+            command.cls = RepokitCommand
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            _apply_output_discipline(group.typer_instance)
 
 
 def make_app() -> typer.Typer:
     app = typer.Typer(
         name="repokit",
+        cls=RepokitGroup,
         help="Validate, compile, serve and load-test Triton-style model repositories.",
+        epilog=examples(
+            "repokit validate ./models",
+            "repokit lint ./models --fail-on warning",
+            "repokit build ./models -o ./compiled --profile",
+            "repokit serve ./models",
+            "repokit perf -m simple -u localhost:8000 --concurrency-range 1:8",
+            "repokit validate --help   (each command's options and examples)",
+        ),
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,
         pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": HELP_OPTION_NAMES},
     )
+
+    @app.callback()
+    def root(
+        version: Annotated[
+            bool,
+            typer.Option(
+                "--version",
+                help="Print repokit's version and exit.",
+                callback=_show_version,
+                is_eager=True,
+            ),
+        ] = False,
+    ) -> None:
+        """Validate, compile, serve and load-test Triton-style model repositories."""
+
     for name in COMMAND_MODULES:
-        module_name = f"repokit.cli.{name}"
-        if importlib.util.find_spec(module_name) is None:
-            continue
-        importlib.import_module(module_name).register(app)
+        importlib.import_module(f"repokit.cli.{name}").register(app)
+    _apply_output_discipline(app)
     return app
 
 

@@ -17,8 +17,16 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
-from typer.core import TyperGroup
 
+from repokit.cli.output import (
+    Column,
+    RepokitGroup,
+    TableData,
+    examples,
+    make_console,
+    print_error,
+    print_table,
+)
 from repokit.perf.errors import GENERIC_ERROR, OPTION_ERROR, PerfError
 from repokit.perf.options import (
     PerfOptions,
@@ -32,7 +40,7 @@ from repokit.perf.report import LevelResult, PerfReport
 from repokit.perf.statistics import STABILITY_WINDOW, WindowSummary
 
 
-class _PerfGroup(TyperGroup):
+class _PerfGroup(RepokitGroup):
     """Option parsing errors exit 3 (perf_analyzer's OPTION_ERROR), not click's 2."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
@@ -64,6 +72,8 @@ class LiveView:
         self.live: Live | None = None
 
     def level_started(self, label: str) -> None:
+        if not self.console.is_terminal:  # piped: only the per-level lines and the table
+            return
         self.live = Live(
             Text(f"{label}: starting"), console=self.console, refresh_per_second=4, transient=True
         )
@@ -124,13 +134,11 @@ class LiveView:
 
 def render_report(report: PerfReport, console: Console) -> None:
     title = f"{report.model} v{report.version} over {report.protocol} ({report.url})"
-    table = Table(title=title)
     level_name = "Concurrency" if report.mode == "concurrency" else "Request rate"
     columns = [level_name, "infer/s", "avg us", "p50", "p90", "p95", "p99", "send", "recv"]
     if report.include_server_stats:
         columns += ["queue", "compute in", "infer", "compute out"]
-    for column in columns:
-        table.add_column(column, justify="right")
+    table = TableData([Column(c, justify="right") for c in columns], title=title)
     for result in report.results:
         s = result.summary
         level = str(int(result.value)) if report.mode == "concurrency" else f"{result.value:g}"
@@ -167,7 +175,7 @@ def render_report(report: PerfReport, console: Console) -> None:
                     _us(part.compute_infer_ns),
                     _us(part.compute_output_ns),
                 )
-    console.print(table)
+    print_table(console, table)
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     if report.message:
@@ -177,9 +185,10 @@ def render_report(report: PerfReport, console: Console) -> None:
 def render_compare(a: PerfReport, b: PerfReport, names: tuple[str, str], console: Console) -> None:
     from repokit.perf.export import compare_rows
 
-    table = Table(title=f"A = {names[0]}   B = {names[1]}")
-    for column in ("level", "A infer/s", "B infer/s", "B/A", "A p99 us", "B p99 us", "B/A p99"):
-        table.add_column(column, justify="right")
+    headers = ("level", "A infer/s", "B infer/s", "B/A", "A p99 us", "B p99 us", "B/A p99")
+    table = TableData(
+        [Column(c, justify="right") for c in headers], title=f"A = {names[0]}   B = {names[1]}"
+    )
 
     def num(value: Any, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
@@ -194,11 +203,11 @@ def render_compare(a: PerfReport, b: PerfReport, names: tuple[str, str], console
             num(row["b_p99_us"], ",.0f"),
             num(row.get("p99_ratio"), ".2f"),
         )
-    console.print(table)
+    print_table(console, table)
 
 
 def _fail(console: Console, error: PerfError) -> None:
-    console.print(f"[red]error:[/red] {error.message}", highlight=False)
+    print_error(console, error.message)
     raise typer.Exit(error.exit_code)
 
 
@@ -209,6 +218,13 @@ def register(app: typer.Typer) -> None:
         no_args_is_help=False,
         help="Load-test a model on any KServe v2 server (perf_analyzer "
         "options; `repokit perf compare A.json B.json`).",
+        rich_markup_mode=None,
+        epilog=examples(
+            "repokit perf -m simple -u localhost:8000 --concurrency-range 1:8:2",
+            "repokit perf -m simple -u localhost:8001 -i grpc --request-rate-range 100:400:100",
+            "repokit perf -m simple --profile-export-file after.json",
+            "repokit perf compare before.json after.json",
+        ),
     )
 
     @perf_app.callback()
@@ -266,7 +282,7 @@ def register(app: typer.Typer) -> None:
         """Measure throughput and latency until stable (perf_analyzer's method)."""
         if ctx.invoked_subcommand is not None:
             return
-        console = Console(stderr=False)
+        console = make_console()
         try:
             if not model:
                 raise PerfError("-m (model name) is required", OPTION_ERROR)
@@ -329,7 +345,7 @@ def register(app: typer.Typer) -> None:
         render_report(report, console)
         raise typer.Exit(report.exit_code)
 
-    @perf_app.command("compare")
+    @perf_app.command("compare", epilog=examples("repokit perf compare before.json after.json"))
     def compare(
         first: Annotated[Path, typer.Argument(help="profile export of run A")],
         second: Annotated[Path, typer.Argument(help="profile export of run B")],
@@ -337,7 +353,7 @@ def register(app: typer.Typer) -> None:
         """Show two runs (files from --profile-export-file) side by side."""
         from repokit.perf.export import load_report
 
-        console = Console()
+        console = make_console()
         try:
             a, b = load_report(first), load_report(second)
         except PerfError as error:

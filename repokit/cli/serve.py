@@ -13,8 +13,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from repokit.cli.output import (
+    Column,
+    TableData,
+    examples,
+    make_console,
+    print_error,
+    print_table,
+)
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -29,19 +36,18 @@ def parse_bool(value: str, flag: str) -> bool:
     raise typer.BadParameter(f"{flag} expects true or false, got '{value}'")
 
 
-def model_table(index: list[dict[str, Any]]) -> Table:
+def model_table(index: list[dict[str, Any]]) -> TableData:
     """tritonserver's startup table: one row per model version with its state."""
-    table = Table(title="Models", show_lines=False)
-    table.add_column("Model")
-    table.add_column("Version")
-    table.add_column("Status")
+    table = TableData([Column("Model"), Column("Version"), Column("Status")], title="Models")
     for entry in sorted(index, key=lambda e: (str(e.get("name")), str(e.get("version", "")))):
         state = str(entry.get("state", "UNKNOWN"))
         reason = entry.get("reason")
         status = f"{state}: {reason}" if reason else state
-        style = "green" if state == "READY" else "red"
         table.add_row(
-            str(entry.get("name", "")), str(entry.get("version", "")), f"[{style}]{status}[/]"
+            str(entry.get("name", "")),
+            str(entry.get("version", "")),
+            status,
+            style="green" if state == "READY" else "red",
         )
     return table
 
@@ -62,7 +68,12 @@ def serve(
     ] = None,
     model_repository: Annotated[
         list[Path] | None,
-        typer.Option("--model-repository", "--model-store", help="tritonserver's spelling."),
+        typer.Option(
+            "--model-repository",
+            "--model-store",
+            metavar="PATH",
+            help="tritonserver's spelling (repeatable).",
+        ),
     ] = None,
     http_port: Annotated[int, typer.Option(help="0 picks a free port.")] = 8000,
     grpc_port: Annotated[int, typer.Option(help="0 picks a free port.")] = 8001,
@@ -76,17 +87,19 @@ def serve(
     model_control_mode: Annotated[str, typer.Option(help="none | explicit | poll")] = "none",
     repository_poll_secs: float = 15.0,
     load_model: Annotated[
-        list[str] | None, typer.Option(help="Repeatable; '*' loads every model (explicit mode).")
+        list[str] | None,
+        typer.Option(metavar="NAME", help="Repeatable; '*' loads every model (explicit mode)."),
     ] = None,
     strict_readiness: Annotated[str, typer.Option(metavar="BOOL")] = "true",
     exit_on_error: Annotated[str, typer.Option(metavar="BOOL")] = "true",
     exit_timeout_secs: float = 30.0,
     http_max_input_size: int = 1 << 26,
     http_restricted_api: Annotated[
-        list[str] | None, typer.Option(help="<apis>:<key>=<value>, repeatable.")
+        list[str] | None, typer.Option(metavar="SPEC", help="<apis>:<key>=<value>, repeatable.")
     ] = None,
     grpc_restricted_protocol: Annotated[
-        list[str] | None, typer.Option(help="<protocols>:<key>=<value>, repeatable.")
+        list[str] | None,
+        typer.Option(metavar="SPEC", help="<protocols>:<key>=<value>, repeatable."),
     ] = None,
     reuse_grpc_port: Annotated[str, typer.Option(metavar="BOOL")] = "false",
     grpc_use_ssl: Annotated[str, typer.Option(metavar="BOOL")] = "false",
@@ -120,7 +133,8 @@ def serve(
     from repokit.frontends.runner import ServerHandle, ServeSettings, run_server
     from repokit.paths import default_sample_repository
 
-    console = Console()
+    console = make_console()
+    errors = make_console(stderr=True)
     repos = [*(repositories or []), *(model_repository or [])]
     if not repos:
         repos = [default_sample_repository()]
@@ -196,7 +210,7 @@ def serve(
 
     async def on_ready(handle: ServerHandle) -> None:
         index = handle.service.repository_index()
-        console.print(model_table(index))
+        print_table(console, model_table(index))
         # tritonserver --exit-on-error: any model (or version) that failed to load at startup
         failures = [
             e for e in index if e.get("state") == "UNAVAILABLE" and e.get("reason") != "unloaded"
@@ -218,14 +232,23 @@ def serve(
     except KeyboardInterrupt:
         pass
     except (OSError, ValueError) as exc:
-        console.print(f"[red]error: creating server: {exc}[/]", highlight=False)
+        print_error(errors, f"creating server: {exc}")
         raise typer.Exit(1) from None
     if failed:
-        console.print("[red]error: creating server: Internal - failed to load all models[/]")
+        print_error(errors, "creating server: Internal - failed to load all models")
         for line in failed:
-            console.print(f"  {line}", highlight=False)
+            errors.out(f"  {line}", highlight=False)
         raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve")(serve)
+    app.command(
+        "serve",
+        epilog=examples(
+            "repokit serve ./models",
+            "repokit serve --model-repository ./models --http-port 0 --grpc-port 0",
+            "repokit serve ./models --model-control-mode explicit --load-model simple",
+            "repokit serve ./models --grpc-use-ssl true --grpc-server-cert c.pem \\",
+            "    --grpc-server-key k.pem",
+        ),
+    )(serve)

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from repokit.cli.output import examples, make_console, print_data, print_error
 from repokit.cli.render import render_text, to_sarif
 from repokit.config.report import RepositoryReport, ValidateOptions
 from repokit.config.rules.catalog import RULES
@@ -90,20 +91,29 @@ def run_validate(
 
             deep_check(report)
     except RepokitError as exc:
-        (err_console or console).print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        print_error(err_console or console, exc.message)
         return 2
     if output is OutputFormat.json:
-        console.out(json.dumps(report.to_dict(), indent=2), highlight=False)
+        print_data(console, json.dumps(report.to_dict(), indent=2))
     elif output is OutputFormat.sarif:
         sarif = to_sarif(report.all_diagnostics(), rule_summaries())
-        console.out(json.dumps(sarif, indent=2), highlight=False)
+        print_data(console, json.dumps(sarif, indent=2))
     else:
         render_text(report, console)
     return 1 if report.error_count else 0
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("validate")
+    @app.command(
+        "validate",
+        epilog=examples(
+            "repokit validate ./models",
+            "repokit validate ./models/simple --format json",
+            "repokit validate ./models --format sarif > validate.sarif",
+            "repokit validate ./models --strict --target gpu",
+            "repokit validate override.json   (a load API config override, as JSON)",
+        ),
+    )
     def validate(
         path: Annotated[
             Path,
@@ -137,17 +147,14 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Report every reason Triton would refuse to load each model, without a server."""
-        console = Console(soft_wrap=True)
-        err_console = Console(stderr=True)
+        console = make_console()
+        err_console = make_console(stderr=True)
         if not path.exists():
-            err_console.print(f"[bold red]error:[/] path '{path}' does not exist", highlight=False)
+            print_error(err_console, f"path '{path}' does not exist")
             raise typer.Exit(2)
         is_json = path.is_file() and path.suffix == ".json"
         if not path.is_dir() and not is_json:
-            err_console.print(
-                f"[bold red]error:[/] path '{path}' is not a directory (or a JSON config)",
-                highlight=False,
-            )
+            print_error(err_console, f"path '{path}' is not a directory (or a JSON config)")
             raise typer.Exit(2)
         root, models = (path, ()) if is_json else resolve_target(path, list(model or []))
         options = ValidateOptions(
