@@ -34,7 +34,6 @@ import asyncio
 from time import monotonic as current_time
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from sanic.helpers import STATUS_CODES
 from sanic.http import Http, Stage
 from sanic.log import error_logger
@@ -43,6 +42,7 @@ from sanic.server.protocols.http_protocol import HttpProtocol
 
 from repokit.errors import RepokitError
 from repokit.frontends.http.compression import choose_response_encoding
+from repokit.frontends.http.responses import error_body
 from repokit.frontends.http.routing import Endpoint, Route
 from repokit.frontends.status import http_status
 
@@ -132,7 +132,7 @@ def response_head(
 
 def error_parts(status: int, message: str) -> list[bytes | memoryview]:
     """Triton's ``{"error": "<message>"}`` response."""
-    body = orjson.dumps({"error": message})
+    body = error_body(message)
     return [response_head(status, "application/json", len(body)) + body]
 
 

@@ -140,11 +140,34 @@ def parse_json_document(buffer: bytes | memoryview, max_size: int) -> Any:
         return orjson.loads(buffer)
     except orjson.JSONDecodeError as exc:
         # orjson rejects NaN/Infinity, which Triton's rapidjson flags accept: retry once with
-        # the standard library (error path only), then report orjson's position.
+        # the standard library (error path only), then report orjson's position. The standard
+        # library also takes lone surrogates ("\\ud800"), which orjson and Triton refuse.
         try:
-            return json.loads(bytes(buffer))
+            document = json.loads(bytes(buffer))
+            if not _valid_unicode(document):
+                raise ValueError("lone surrogate")
+            return document
         except (ValueError, RecursionError):
             raise invalid_arg(f"failed to parse the request JSON buffer: {exc}") from None
+
+
+def _valid_unicode(document: Any) -> bool:
+    """No string (key or value) in ``document`` holds a lone surrogate."""
+    pending = [document]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    return False
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return True
 
 
 def parse_model_version(version: str) -> str:

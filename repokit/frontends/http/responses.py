@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -10,9 +11,18 @@ from sanic import HTTPResponse
 JSON = "application/json"
 
 
+def error_body(message: str) -> bytes:
+    """Triton's ``{"error": "<message>"}``; never fails: a message that is not valid Unicode
+    (a lone surrogate echoed from a request) is written with ``\\u`` escapes."""
+    try:
+        return orjson.dumps({"error": message})
+    except TypeError:
+        return json.dumps({"error": message}).encode()
+
+
 def error_response(status: int, message: str) -> HTTPResponse:
-    """Triton's ``{"error": "<message>"}`` body."""
-    return HTTPResponse(orjson.dumps({"error": message}), status=status, content_type=JSON)
+    """Triton's ``{"error": "<message>"}`` response."""
+    return HTTPResponse(error_body(message), status=status, content_type=JSON)
 
 
 def json_response(payload: Any, status: int = 200) -> HTTPResponse:
