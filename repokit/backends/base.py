@@ -67,6 +67,8 @@ class ModelContext:
     config: mc.ModelConfig  # normalised (instance groups filled in)
     config_json: str  # the config as Triton's /config JSON, as passed to python models
     server: ServerApi | None = None  # the serving core (BLS, model control, custom metrics)
+    # python models: an execute that takes longer kills and restarts its instance (0 = off)
+    execute_timeout_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,10 @@ class Backend(abc.ABC):
         # before execute() returns; the result execute() returns for it is then discarded.
         # Raises RepokitError when the request cannot be rescheduled.
         self.on_reschedule: Callable[[BackendRequest], None] | None = None
+        # set by the core once the version serves: a backend whose instances keep failing (and
+        # are no longer restarted) calls it with the reason; the core then marks the version
+        # UNAVAILABLE with that reason and unloads it.
+        self.on_failed: Callable[[str], None] | None = None
 
     @property
     @abc.abstractmethod
@@ -141,6 +147,11 @@ class Backend(abc.ABC):
     def health(self) -> bool:
         """False when an instance died; the model then reports not ready."""
         return True
+
+    def problem(self) -> str:
+        """Why the backend is not healthy right now ("" when it is), e.g. an instance that
+        is being restarted; the repository index shows it."""
+        return ""
 
     def describe(self) -> dict[str, Any]:
         return {"backend": type(self).__name__, "instances": self.instance_count}

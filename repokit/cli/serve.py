@@ -124,6 +124,9 @@ def serve(
     strict_model_config: Annotated[str, typer.Option(metavar="BOOL")] = "false",
     disable_auto_complete_config: bool = False,
     model_config_name: str = "",
+    python_execute_timeout_secs: Annotated[
+        float, typer.Option(help="Kill and restart a python instance whose execute runs longer.")
+    ] = 0.0,
     server_id: Annotated[str, typer.Option("--id")] = "triton",
     log_verbose: int = 0,
 ) -> None:
@@ -158,6 +161,7 @@ def serve(
             http_max_input_size=http_max_input_size,
             repository_poll_secs=repository_poll_secs,
             exit_on_error=parse_bool(exit_on_error, "--exit-on-error"),
+            python_execute_timeout_secs=python_execute_timeout_secs,
             server_id=server_id,
             log=LogSettings(log_verbose_level=log_verbose),
         )

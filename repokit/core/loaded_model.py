@@ -87,6 +87,10 @@ class LoadedVersion:
     def healthy(self) -> bool:
         return self.backend.health() if self.backend is not None else True
 
+    def problem(self) -> str:
+        """Why the version does not serve normally right now ("" when it does)."""
+        return self.backend.problem() if self.backend is not None else ""
+
     def begin(self) -> None:
         self.inflight += 1
         if self._idle is not None:

@@ -9,13 +9,18 @@ an explicitly unloaded version is UNAVAILABLE with reason ``unloaded``. A model 
 cannot be read or validated is not loaded and carries a model-level reason. A reload builds
 the new versions first and swaps them in only when they all loaded: a failed reload keeps the
 old versions serving. Unloading (and replacing) a version waits for its in-flight requests.
-One model failing never touches another.
+One model failing never touches another. A READY version whose backend is restarting an
+instance shows as LOADING with the reason in the index (and is not ready); one whose backend
+gives up (``Backend.on_failed``: a python model that keeps dying) becomes UNAVAILABLE with the
+reason and is unloaded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
 import os
 import re
@@ -139,7 +144,14 @@ class ModelManager:
         scheduler_factory: SchedulerFactory | None = None,
     ) -> None:
         self._settings = settings
-        self._backend_factory = backend_factory or _default_backend_factory
+        factory = backend_factory or _default_backend_factory
+        timeout = settings.python_execute_timeout_secs
+        self._backend_factory: BackendFactory = (
+            factory
+            if timeout <= 0
+            else lambda context: factory(dataclasses.replace(context, execute_timeout_s=timeout))
+        )
+        self._retiring: set[asyncio.Task[None]] = set()  # versions whose backend gave up
         self._scheduler_factory = scheduler_factory or default_scheduler_factory
         self._records: dict[str, ModelRecord] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -165,6 +177,8 @@ class ModelManager:
         await asyncio.gather(
             *(self._unload(name, dependents=False) for name in list(self._records))
         )
+        if self._retiring:
+            await asyncio.gather(*list(self._retiring), return_exceptions=True)
 
     def failed_models(self) -> dict[str, str]:
         """Models (or versions) that failed to load, with their reasons (for --exit-on-error)."""
@@ -256,6 +270,10 @@ class ModelManager:
                 entry["state"] = status.state
                 if status.reason:
                     entry["reason"] = status.reason
+                elif status.state == READY and status.loaded is not None:
+                    problem = status.loaded.problem()
+                    if problem:  # an instance restarts: not ready until it is back
+                        entry["state"], entry["reason"] = LOADING, problem
                 entries.append(entry)
         return entries
 
@@ -495,6 +513,11 @@ class ModelManager:
             for v in definition.versions
         }
         record.known, record.reason = True, ""
+        for number, loaded in fresh.items():
+            if number not in failures and loaded.backend is not None:
+                loaded.backend.on_failed = functools.partial(
+                    self._version_failed, name, number, loaded
+                )
         record.private_dir = private
         record.dependencies = dependencies
         retired = [s.loaded for s in old.values() if s.loaded is not None]
@@ -509,6 +532,18 @@ class ModelManager:
             shutil.rmtree(old_private.parent, ignore_errors=True)
         if failures:
             raise _load_failed(name, failures)
+
+    def _version_failed(self, name: str, number: int, loaded: LoadedVersion, reason: str) -> None:
+        """A serving version's backend gave up (its instances keep dying): UNAVAILABLE with
+        the reason, and unloaded."""
+        record = self._records.get(name)
+        status = record.versions.get(number) if record is not None else None
+        if status is None or status.loaded is not loaded:
+            return
+        status.state, status.reason, status.loaded = UNAVAILABLE, reason, None
+        task = asyncio.get_running_loop().create_task(loaded.stop())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     async def _unload(self, name: str, *, dependents: bool) -> None:
         record = self._records.get(name)

@@ -46,6 +46,9 @@ class ServerSettings:
     http_max_input_size: int = DEFAULT_HTTP_MAX_INPUT_SIZE
     repository_poll_secs: float = 15.0  # --repository-poll-secs
     exit_on_error: bool = True  # --exit-on-error (the CLI decides what to do with failures)
+    # --python-execute-timeout-secs: a python model instance whose execute takes longer is
+    # killed and restarted (0 = no limit, the default: models may legitimately take long)
+    python_execute_timeout_secs: float = 0.0
     server_id: str = SERVER_ID  # --id
     server_version: str = SERVER_VERSION
     log: LogSettings = field(default_factory=LogSettings)

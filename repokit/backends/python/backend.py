@@ -78,7 +78,13 @@ Failures
   request of the batch INTERNAL ``Failed to process the request(s) for model '<instance>',
   message: ...``; a response with ``error=TritonError(msg, code)`` gives that request ``msg``
   with ``code``; an instance process that dies gives INTERNAL ``Stub process '<instance>' is not
-  healthy.`` and marks the model unhealthy (``health()`` is False).
+  healthy.`` to the requests that were at it (and those queued for it).
+- a dead instance is reaped and restarted at once (``initialize`` runs again); meanwhile the
+  model is not healthy (not ready, and the index says why) and new requests for that instance
+  wait for the new process. An ``execute`` that takes longer than ``execute_timeout_s``
+  (``--python-execute-timeout-secs``, off by default) kills the process, which is then restarted
+  the same way. A model that keeps dying (:mod:`repokit.backends.python.restarts`) is no longer
+  restarted: ``on_failed`` tells the core, which marks the version UNAVAILABLE with the reason.
 """
 
 from __future__ import annotations
@@ -88,10 +94,12 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import logging
 import os
 import socket
 import subprocess
 import sys
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +117,13 @@ from repokit.backends.base import (
 )
 from repokit.backends.python import ipc
 from repokit.backends.python.channel import Channel
+from repokit.backends.python.restarts import (
+    UNHEALTHY_LOG,
+    RestartBudget,
+    exit_description,
+    hang_description,
+    not_healthy,
+)
 from repokit.backends.python.server_link import ServerLink
 from repokit.backends.registry import instance_count
 from repokit.backends.server_api import RequestControl
@@ -117,6 +132,7 @@ from repokit.errors import Code, RepokitError
 from repokit.protocol import datatypes
 from repokit.protocol.types import InferTensor, ParamValue
 
+log = logging.getLogger(__name__)
 _STUB_MODULE = "repokit.backends.python.stub"
 _PACKAGE_PARENT = str(Path(repokit.__file__).resolve().parent.parent)
 _NO_TIMING = (0, 0, 0)
@@ -159,6 +175,10 @@ class _Instance:
     link: ServerLink | None = None  # what the process asks of the server
     streams: dict[int, RequestControl] = field(default_factory=dict)  # decoupled requests
     wire_plan: WirePlan | None = None  # the plan the process has for wire requests
+    stopping: bool = False  # stopped on purpose (unload): not restarted
+    death: str = ""  # why the server killed it (a hung execute), for the error and the log
+    # hang timers of the execute messages at the process, in the order they were sent
+    timers: deque[asyncio.TimerHandle | None] = field(default_factory=deque)
 
     def alive(self) -> bool:
         return not self.dead and self.process.poll() is None
@@ -186,6 +206,8 @@ class PythonBackend(Backend):
         init_timeout_s: float = 600.0,
         finalize_timeout_s: float = 10.0,
         auto_complete: bool = True,
+        execute_timeout_s: float | None = None,
+        restart_budget: RestartBudget | None = None,
     ) -> None:
         super().__init__(context)
         self._names = instance_names(context)
@@ -201,13 +223,38 @@ class PythonBackend(Backend):
         self._decoupled = context.config.model_transaction_policy.decoupled
         self._keys = itertools.count(1)  # request keys (cancellation, decoupled responses)
         self._loop: asyncio.AbstractEventLoop | None = None  # the server's (set on first use)
+        self._execute_timeout_s = (
+            context.execute_timeout_s if execute_timeout_s is None else execute_timeout_s
+        )
+        self._budget = restart_budget or RestartBudget()
+        self._restarts: dict[int, asyncio.Task[None]] = {}  # instance slot -> its restart
+        self._failure = ""  # set when the instances are no longer restarted
+        self._unloading = False
 
     @property
     def instance_count(self) -> int:
         return self._count
 
     def health(self) -> bool:
-        return bool(self._instances) and all(i.alive() for i in self._instances)
+        return bool(self._instances) and all(self._alive(i) for i in self._instances)
+
+    def _alive(self, instance: _Instance) -> bool:
+        """Whether the instance serves; a process found exited is handled as its socket
+        closing would be (its requests fail and it is restarted)."""
+        if instance.alive():
+            return True
+        if not instance.dead and instance.channel is not None:
+            instance.channel.close()
+        return False
+
+    def problem(self) -> str:
+        if self._failure:
+            return self._failure
+        for instance in self._instances:
+            if not self._alive(instance):
+                why = instance.death or "its process died"
+                return f"instance '{instance.name}' is restarting: {why}"
+        return ""
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -343,6 +390,69 @@ class PythonBackend(Backend):
                 control.sink(BackendResult(error=error), True)
         if instance.link is not None:
             instance.link.close()
+        for timer in instance.timers:
+            if timer is not None:
+                timer.cancel()
+        instance.timers.clear()
+        if instance.stopping or self._unloading or instance not in self._instances:
+            return
+        slot = self._instances.index(instance)
+        if slot not in self._restarts:
+            task = asyncio.get_running_loop().create_task(self._restart(slot, instance))
+            self._restarts[slot] = task
+
+    # --- restarts ------------------------------------------------------------------------
+    async def _restart(self, slot: int, old: _Instance) -> None:
+        """Reap a dead instance process and start a new one in its place (``initialize``
+        runs again), unless the model keeps dying."""
+        try:
+            await self._stop(old, graceful=False)  # reaps it (kills it first if it hangs)
+            why = old.death or exit_description(old.process.returncode)
+            old.death = why
+            if not self._budget.allow():
+                self._fail(self._budget.exhausted_reason(old.name, why))
+                return
+            log.error(UNHEALTHY_LOG, old.name, why)
+            new = self._spawn(old.name)
+            try:
+                await self._exchange(new, "init", "initialize")
+            except RepokitError as exc:
+                self._fail(f"restarting model instance '{old.name}' failed: {exc.message}")
+                return
+            if self._unloading or self._failure:
+                await self._stop(new, graceful=False)
+                return
+            self._instances[slot] = new
+        finally:
+            self._restarts.pop(slot, None)
+
+    def _fail(self, reason: str) -> None:
+        """The instances are not restarted again: the core marks the version UNAVAILABLE."""
+        if self._failure:
+            return
+        self._failure = reason
+        log.error("python model '%s' is unavailable: %s", self.context.name, reason)
+        if self.on_failed is not None:
+            self.on_failed(reason)
+
+    async def _usable(self, slot: int) -> _Instance | None:
+        """The instance at ``slot``, after its restart when one runs; None when it is gone."""
+        restart = self._restarts.get(slot)
+        if restart is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(restart)
+        if not self._instances or self._failure:
+            return None
+        target = self._instances[slot % len(self._instances)]
+        return None if target.dead else target
+
+    def _hung(self, instance: _Instance) -> None:
+        """An execute message got no reply within the limit: kill the process (its requests
+        fail, and it is restarted)."""
+        if instance.dead or instance.process.poll() is not None:
+            return
+        instance.death = hang_description(self._execute_timeout_s)
+        instance.process.kill()
 
     # --- the message queue of an instance ------------------------------------------------
     def _call(
@@ -390,6 +500,12 @@ class PythonBackend(Backend):
         channel = instance.channel
         assert channel is not None
         instance.in_flight += 1
+        if self._execute_timeout_s > 0:
+            timer = None
+            if message[0] == "execute":
+                loop = self._loop or asyncio.get_running_loop()
+                timer = loop.call_later(self._execute_timeout_s, self._hung, instance)
+            instance.timers.append(timer)
         try:
             channel.request(message, lambda reply: self._delivered(instance, sent, reply))
         except ipc.ChannelClosed as exc:
@@ -400,6 +516,10 @@ class PythonBackend(Backend):
 
     def _delivered(self, instance: _Instance, sent: list[_Queued], reply: Any) -> None:
         instance.in_flight -= 1
+        if instance.timers:
+            timer = instance.timers.popleft()
+            if timer is not None:
+                timer.cancel()
         if isinstance(reply, ipc.ChannelClosed):
             instance.dead = True
             failed = sent + instance.queue
@@ -429,9 +549,13 @@ class PythonBackend(Backend):
         if not self._instances:
             error = RepokitError(Code.UNAVAILABLE, f"model '{self.context.name}' is not loaded")
             return [BackendResult(error=error) for _ in requests], Timing()
-        target = self._instances[instance % len(self._instances)]
+        slot = instance % len(self._instances)
+        target = self._instances[slot]
         if target.dead:
-            return self._dead(target, requests), Timing()
+            usable = await self._usable(slot)
+            if usable is None:
+                return self._gone(target, requests), Timing()
+            target = usable
         batch = [self._request_tuple(target, r) for r in requests]
         size = sum(t.data.nbytes for r in requests for t in r.inputs.values())
         try:
@@ -462,7 +586,7 @@ class PythonBackend(Backend):
             return WireOutcome()  # the full path gives the error
         target = self._instances[instance % len(self._instances)]
         if target.dead:
-            return WireOutcome()
+            return WireOutcome()  # the full path waits for the restart or gives the error
         key = next(self._keys)
         # the plan goes along until a reply shows the process has it (a message cancelled
         # before it was sent never reached the process)
@@ -578,16 +702,35 @@ class PythonBackend(Backend):
 
     @staticmethod
     def _dead(target: _Instance, requests: list[Any]) -> list[BackendResult]:
+        """The results of requests that were at (or queued for) a process that died."""
         target.dead = True
-        error = RepokitError(Code.INTERNAL, f"Stub process '{target.name}' is not healthy.")
+        message = not_healthy(target.name)
+        if target.death:
+            message = f"{message} {target.death[:1].upper()}{target.death[1:]}."
+        error = RepokitError(Code.INTERNAL, message)
+        return [BackendResult(error=error) for _ in requests]
+
+    def _gone(self, target: _Instance, requests: list[Any]) -> list[BackendResult]:
+        """The results of requests for an instance that could not be restarted."""
+        if not self._failure:
+            return self._dead(target, requests)
+        error = RepokitError(
+            Code.UNAVAILABLE, f"model '{self.context.name}' is unavailable: {self._failure}"
+        )
         return [BackendResult(error=error) for _ in requests]
 
     # --- unload --------------------------------------------------------------------------
     async def unload(self) -> None:
+        self._unloading = True
+        restarts = list(self._restarts.values())
+        for restart in restarts:
+            restart.cancel()
+        await asyncio.gather(*restarts, return_exceptions=True)
         instances, self._instances = self._instances, []
         await asyncio.gather(*(self._stop(i, graceful=True) for i in instances))
 
     async def _stop(self, instance: _Instance, *, graceful: bool) -> None:
+        instance.stopping = True
         if graceful and instance.alive():
             with contextlib.suppress(ipc.ChannelClosed, TimeoutError):
                 await asyncio.wait_for(
