@@ -56,11 +56,14 @@ async def stream_responses(
     task.add_done_callback(lambda _: queue.put_nowait(_EXECUTED))
     finished = False
     scheduled = None
+    refused = False  # the scheduler refused it: submit counted it already
     try:
         while True:
             item = await queue.get()
             if item is _EXECUTED:
+                refused = True
                 scheduled, _ = task.result()  # a scheduler refusal raises here
+                refused = False
                 if scheduled.result.error is not None:
                     raise scheduled.result.error
                 if finished:
@@ -78,7 +81,8 @@ async def stream_responses(
                 if scheduled is not None:
                     break
     except RepokitError:
-        loaded.stats.record_failure(time.perf_counter_ns() - started, "BACKEND")
+        if not refused:
+            loaded.stats.record_failure(time.perf_counter_ns() - started, "BACKEND")
         raise
     finally:
         if not finished:

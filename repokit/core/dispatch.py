@@ -4,9 +4,11 @@ Used by the service for client requests and by the ensemble step runner for comp
 requests, so both go through the same scheduler and the same statistics:
 
 * the request's priority and timeout go to the scheduler (the dynamic batcher uses them);
-* a scheduler error raised at enqueue (queue full, a sequence rule) reaches the client and is
-  not counted, as Triton 2.51 does; a queued request rejected by its timeout counts as a
-  failure with reason REJECTED;
+* a request the scheduler rejects counts as a failure with reason REJECTED: one rejected by its
+  queue timeout (as Triton) and one refused because the queue is full (``Exceeds maximum queue
+  size``: Triton 2.51 counts these nowhere, neither in the statistics nor in the metrics, so a
+  server refusing most of its load looked healthy; counting them is deliberate). Other
+  scheduler errors raised at enqueue (a sequence rule) reach the client uncounted, as Triton;
 * a request that ran is counted by the caller (``record_success``) once its outputs are final;
   executions (and batch sizes) are counted by the scheduler's ``on_execution`` hook.
 """
@@ -24,7 +26,7 @@ from repokit.core.request_checks import SEQUENCE_END, SEQUENCE_START, prepare
 from repokit.errors import RepokitError, internal, unavailable
 from repokit.protocol.types import InferRequest, InputSpec, RequestedOutput, SharedMemoryRef
 from repokit.scheduler.base import ScheduledResult
-from repokit.scheduler.queue_policy import TIMEOUT_MESSAGE
+from repokit.scheduler.queue_policy import QUEUE_FULL_MESSAGE, TIMEOUT_MESSAGE
 
 
 async def submit(
@@ -44,7 +46,7 @@ async def submit(
             request, batch_size, priority=request.priority, timeout_us=request.timeout_us
         )
     except RepokitError as exc:
-        if exc.message == TIMEOUT_MESSAGE:
+        if exc.message == TIMEOUT_MESSAGE or exc.message.endswith(QUEUE_FULL_MESSAGE):
             loaded.stats.record_failure(time.perf_counter_ns() - started, "REJECTED")
         raise
     finally:

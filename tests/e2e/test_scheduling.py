@@ -230,6 +230,11 @@ def test_full_queue_is_refused_at_once(
     assert server.handle is not None and server.handle.metrics_port is not None
     metrics = f"http://127.0.0.1:{server.handle.metrics_port}/metrics"
     fails_before = _count(connect().stats("qfull"), "fail")
+    found = re.search(
+        r'nv_inference_request_failure\{model="qfull",reason="REJECTED",version="1"\} (\d+)',
+        requests.get(metrics, timeout=10).text,
+    )
+    rejected_before = int(found.group(1)) if found else 0
     with ThreadPoolExecutor(2) as pool, held(server, repo, "qfull", connect()):
         queued = [pool.submit(connect().infer, "qfull", inputs=row(i)) for i in range(2)]
         until(
@@ -244,7 +249,13 @@ def test_full_queue_is_refused_at_once(
     assert refused.value.message() == "[request id: third] Exceeds maximum queue size"
     # the two queued requests then ran together in one batch
     assert [int(f.result()["BATCH_SIZE"][0, 0]) for f in queued] == [2, 2]
-    assert _count(connect().stats("qfull"), "fail") == fails_before  # not counted (as Triton)
+    # counted as a REJECTED failure (Triton 2.51 counts it nowhere: a deliberate difference)
+    assert _count(connect().stats("qfull"), "fail") == fails_before + 1
+    text = requests.get(metrics, timeout=10).text
+    rejected = re.search(
+        r'nv_inference_request_failure\{model="qfull",reason="REJECTED",version="1"\} (\d+)', text
+    )
+    assert rejected is not None and int(rejected.group(1)) == rejected_before + 1
 
 
 def test_queue_timeout_rejects(
