@@ -8,6 +8,8 @@ The generated ``add_*Servicer_to_server`` functions register every method of the
 when a call comes) and keeps as registered methods only the ones named: the hot path
 (ModelInfer). With every method of GRPCInferenceService, Health and the v1 service
 registered, unary ModelInfer ran about a quarter slower (benchmarks/grpc_vs_triton.py).
+Every generated handler parses its own request (:mod:`.parsing`), so bytes that are no valid
+message get Triton's answer instead of grpc.aio's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
+
+from repokit.frontends.grpc.parsing import parsing_handler
 
 
 class _HandlerCapture:
@@ -48,7 +52,8 @@ def add_service(
     add_to_server(servicer, capture)
     if not capture.service:
         raise RuntimeError(f"{add_to_server.__name__} registered no service")
-    handlers = {**capture.handlers, **(replace or {})}
+    handlers = {name: parsing_handler(h) for name, h in capture.handlers.items()}
+    handlers.update(replace or {})
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(capture.service, handlers),)
     )

@@ -21,6 +21,7 @@ from repokit.core.wire_lane import WIRE_LANE_MAX_BYTES
 from repokit.errors import Code, RepokitError, unsupported
 from repokit.frontends.grpc import messages
 from repokit.frontends.grpc.codec import decode_infer_request, encode_infer_response
+from repokit.frontends.grpc.parsing import UNPARSABLE_REQUEST, Unparsable
 from repokit.frontends.grpc.stream import StreamSession
 from repokit.frontends.status import grpc_status_name
 from repokit.protocol.generated import grpc_service_pb2 as pb
@@ -32,7 +33,6 @@ Context = Any  # grpc.aio.ServicerContext (grpc ships no type information)
 _log = logging.getLogger(__name__)
 
 # Triton's answer to bytes that are not a ModelInferRequest (status INTERNAL)
-UNPARSABLE_REQUEST = "Unable to parse request"
 DECOUPLED_UNARY_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 
 
@@ -190,7 +190,9 @@ class InferenceServicer:
         return encode_infer_response(answer)
 
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+        self,
+        request_iterator: AsyncIterator[pb.ModelInferRequest | Unparsable],
+        context: Context,
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         # grpc.aio needs an async generator function here, not one returning a generator
         async for response in StreamSession(self._service, request_iterator).responses():

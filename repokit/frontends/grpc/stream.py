@@ -4,8 +4,10 @@ Each request becomes a task, so independent requests complete concurrently and t
 are written in completion order; requests of one sequence (same model and ``sequence_id``) are
 chained so the core sees them in arrival order. Failures go in-band in ``error_message`` with
 the request's id (Triton 2.51 sets no model name or version there), and the stream stays
-open (Triton's ``stream_infer_handler.cc``). Every response carries the
-``triton_final_response`` parameter.
+open (Triton's ``stream_infer_handler.cc``). A message that is not a valid request
+(:class:`~repokit.frontends.grpc.parsing.Unparsable`) is answered the same way, with no id, and
+the stream goes on (Triton 2.51 ends the stream there, status OK, the rest unanswered). Every
+response carries the ``triton_final_response`` parameter.
 
 Decoupled models: ``InferenceService.infer_stream(request)`` yields the responses as the model
 sends them; each is sent with ``triton_final_response`` false, except one the model flagged
@@ -25,6 +27,7 @@ from repokit.core.service import InferenceService
 from repokit.errors import RepokitError
 from repokit.frontends.grpc.codec import DecodedRequest, decode_infer_request, encode_infer_response
 from repokit.frontends.grpc.messages import parse_model_version
+from repokit.frontends.grpc.parsing import Unparsable
 from repokit.protocol.generated import grpc_service_pb2 as pb
 
 FINAL_RESPONSE_PARAM = "triton_final_response"
@@ -75,7 +78,9 @@ class StreamSession:
     """The state of one ModelStreamInfer call."""
 
     def __init__(
-        self, service: InferenceService, requests: AsyncIterator[pb.ModelInferRequest]
+        self,
+        service: InferenceService,
+        requests: AsyncIterator[pb.ModelInferRequest | Unparsable],
     ) -> None:
         self._service = service
         self._requests = requests
@@ -99,6 +104,9 @@ class StreamSession:
         last_of_sequence: dict[Hashable, asyncio.Task[None]] = {}
         try:
             async for msg in self._requests:
+                if isinstance(msg, Unparsable):
+                    await out.put(error_response(pb.ModelInferRequest(), msg.message))
+                    continue
                 key = _sequence_key(msg)
                 previous = last_of_sequence.get(key) if key is not None else None
                 task = asyncio.create_task(self._handle(msg, previous, out))

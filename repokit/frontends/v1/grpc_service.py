@@ -16,6 +16,7 @@ from typing import Any
 
 from repokit.core.service import InferenceService
 from repokit.errors import Code, RepokitError, invalid_arg
+from repokit.frontends.grpc.parsing import Unparsable
 from repokit.frontends.grpc.registration import add_service
 from repokit.frontends.v1 import request_status as rstatus
 from repokit.frontends.v1.infer_codec import Buffer
@@ -111,6 +112,10 @@ class V1Servicer:
         self, request_iterator: AsyncIterator[Any], context: Context
     ) -> AsyncIterator[Any]:
         async for request in request_iterator:
+            if isinstance(request, Unparsable):  # answered in its place; the stream goes on
+                error = invalid_arg(request.message)
+                yield pb.InferResponse(request_status=rstatus.failure(self._ids.next(), error))
+                continue
             yield await self._infer(request)
 
     async def ModelControl(self, request: Any, context: Context) -> Any:
