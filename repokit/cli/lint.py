@@ -87,6 +87,13 @@ def lint(
     strict: Annotated[
         bool, typer.Option(help="Triton's --disable-auto-complete-config semantics.")
     ] = False,
+    deep: Annotated[
+        bool,
+        typer.Option(
+            "--deep/--no-deep",
+            help="Read the model files and check the config against them (as validate does).",
+        ),
+    ] = True,
 ) -> None:
     """Validate a repository, then give advice beyond what Triton checks."""
     from repokit.config.lint import LintOptions, lint_repository
@@ -102,7 +109,9 @@ def lint(
     if not root.is_dir():
         print_error(errors, f"repository '{root}' is not a directory")
         raise typer.Exit(2)
-    report = lint_repository(root, ValidateOptions(strict=strict), LintOptions(cores=cores))
+    report = lint_repository(
+        root, ValidateOptions(strict=strict, deep=deep), LintOptions(cores=cores)
+    )
     render(report, output, console)
     raise typer.Exit(exit_code(report, fail_on))
 

@@ -86,10 +86,6 @@ def run_validate(
             report = validate_json_config(path, options)
         else:
             report = validate_repository(path, options)
-        if options.deep:
-            from repokit.build.deep_check import deep_check
-
-            deep_check(report)
     except RepokitError as exc:
         print_error(err_console or console, exc.message)
         return 2
@@ -140,11 +136,12 @@ def register(app: typer.Typer) -> None:
         deep: Annotated[
             bool,
             typer.Option(
-                "--deep",
-                help="Also check configs against the model files (ONNX: names, "
-                "dtypes, ranks, dims), as `repokit build` does.",
+                "--deep/--no-deep",
+                help="Read the model files and check the config against them, as the backend "
+                "does at load time (ONNX and TensorFlow graphdef: names, datatypes, shapes). "
+                "--no-deep checks the configs and the layout only.",
             ),
-        ] = False,
+        ] = True,
     ) -> None:
         """Report every reason Triton would refuse to load each model, without a server."""
         console = make_console()

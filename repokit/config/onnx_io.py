@@ -20,12 +20,13 @@ Offline equivalents of what Triton's onnxruntime backend does at load time:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from repokit.config.diagnostics import Diagnostic, Severity
+from repokit.config.suggest import did_you_mean
 from repokit.protocol.generated import model_config_pb2 as mc
 
 DEFAULT_MAX_BATCH_SIZE = 4  # tritonserver --backend-config=default-max-batch-size default
@@ -70,6 +71,7 @@ class OnnxTensor:
     data_type: int  # mc.TYPE_*; mc.TYPE_INVALID when Triton has no equivalent
     dims: tuple[int, ...]  # -1 for dynamic (symbolic or unknown) dimensions
     shape_operand: bool = False  # an int input used as a shape (a TensorRT shape tensor)
+    rank_known: bool = True  # False: the model file does not record the shape at all
 
     @property
     def type_name(self) -> str:
@@ -200,14 +202,18 @@ def _shape_text(dims: tuple[int, ...] | list[int]) -> str:
     return "[" + ",".join(str(d) for d in dims) + "]"
 
 
-class _Checker:
-    def __init__(self, config: mc.ModelConfig, model: str, file: str) -> None:
+class TensorChecker:
+    """Config tensors against a model's; rule ids start with ``prefix`` ("onnx", ...)."""
+
+    def __init__(self, config: mc.ModelConfig, model: str, file: str, prefix: str = "onnx") -> None:
         self.config = config
         self.model = model or config.name
         self.file = file
+        self.prefix = prefix
         self.found: list[Diagnostic] = []
 
     def error(self, rule: str, message: str, path: str = "") -> None:
+        rule = f"{self.prefix}-{rule.removeprefix('onnx-')}"
         self.found.append(Diagnostic(rule, Severity.ERROR, self.model, message, self.file, path))
 
     def check_side(
@@ -217,26 +223,41 @@ class _Checker:
         actual: tuple[OnnxTensor, ...],
     ) -> None:
         by_name = {t.name: t for t in actual}
+        self.check_tensors(side, declared, by_name.get, sorted(by_name), list_names=True)
+
+    def check_tensors(
+        self,
+        side: str,
+        declared: Sequence[Any],
+        lookup: Callable[[str], OnnxTensor | None],
+        names: Sequence[str],
+        list_names: bool,
+    ) -> None:
+        """Each config tensor of ``side``: present in the model (``lookup``), same datatype,
+        compatible shape; ``names`` are the model's names, for suggestions."""
         batching = self.config.max_batch_size > 0
         for index, io in enumerate(declared):
             path = f"{side}[{index}]"
-            tensor = by_name.get(io.name)
+            tensor = lookup(io.name)
             if tensor is None:
-                allowed = ", ".join(sorted(by_name)) or "(none)"
+                hint = did_you_mean(io.name, names)
+                allowed = ", ".join(names) or "(none)"
+                tail = f"; the model's {side}s are: {allowed}" if list_names else ""
                 self.error(
                     f"onnx-{side}-unknown",
-                    f"{side} '{io.name}' does not exist in the model; the model's {side}s are: "
-                    f"{allowed}",
+                    f"{side} '{io.name}' does not exist in the model{hint}{tail}",
                     f"{path}.name",
                 )
                 continue
-            if io.data_type != tensor.data_type:
+            if io.data_type != tensor.data_type and tensor.data_type != mc.TYPE_INVALID:
                 self.error(
                     f"onnx-{side}-data-type-mismatch",
                     f"configuration expects datatype {mc.DataType.Name(io.data_type)} for "
                     f"{side} '{io.name}', model provides {tensor.type_name}",
                     f"{path}.data_type",
                 )
+            if not tensor.rank_known:
+                continue
             dims = tuple(io.reshape.shape) if io.HasField("reshape") else tuple(io.dims)
             self.check_dims(side, io.name, path, dims, tensor.dims, batching)
 
@@ -295,24 +316,39 @@ class _Checker:
         return any(t.name == name and t.HasField("reshape") for t in tensors)
 
     def check_unfed_inputs(self, signature: OnnxSignature) -> None:
+        """Every model input must be fed: Triton refuses a model whose config leaves one out
+        ("unable to load model '...', configuration expects N inputs, model provides M")."""
         fed = {i.name for i in self.config.input} | _fed_inputs(self.config)
+        model_names = {t.name for t in signature.inputs}
+        strangers = [i.name for i in self.config.input if i.name not in model_names]
         for tensor in signature.inputs:
-            if tensor.name not in fed:
-                self.error(
-                    "onnx-input-missing",
-                    f"the model has input '{tensor.name}' ({tensor.type_name} "
-                    f"{_shape_text(tensor.dims)}) that the config does not list; Triton refuses "
-                    f"to load a model whose config expects {len(self.config.input)} inputs while "
-                    f"the model provides {len(signature.inputs)}",
-                    "input",
+            if tensor.name in fed:
+                continue
+            meant = [s for s in strangers if did_you_mean(s, [tensor.name])]
+            if meant:
+                instead = f"; the config lists '{meant[0]}' instead, which the model does not have"
+            elif strangers:
+                listed = ", ".join(f"'{s}'" for s in strangers)
+                instead = f"; the config lists {listed}, which the model does not have"
+            else:
+                instead = (
+                    f"; the config lists {len(self.config.input)} input(s) and the model has "
+                    f"{len(signature.inputs)}"
                 )
+            self.error(
+                "onnx-input-missing",
+                f"the model has input '{tensor.name}' ({tensor.type_name} "
+                f"{_shape_text(tensor.dims)}) that the config does not feed (not an input, a "
+                f"sequence control, a state or a batch input){instead}",
+                "input",
+            )
 
 
 def check_config_against_signature(
     config: mc.ModelConfig, signature: OnnxSignature, model: str = "", file: str = ""
 ) -> list[Diagnostic]:
     """Contradictions between a complete config and the model's signature (errors)."""
-    checker = _Checker(config, model, file)
+    checker = TensorChecker(config, model, file)
     checker.check_side("input", config.input, signature.inputs)
     checker.check_side("output", config.output, signature.outputs)
     checker.check_unfed_inputs(signature)
@@ -325,10 +361,12 @@ def check_onnx_config(
     model: str = "",
     file: str = "",
     default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    autocomplete: bool = True,
 ) -> list[Diagnostic]:
-    """``repokit validate --deep`` for onnxruntime models: autocomplete a copy of ``config`` as
-    Triton would, then report what contradicts the model at ``model_path`` (a model.onnx file
-    or a directory holding one). ``config`` itself is not modified."""
+    """``repokit validate`` (unless --no-deep) for onnxruntime models: autocomplete a copy of
+    ``config`` as Triton would (unless ``autocomplete`` is False: --strict), then report what
+    contradicts the model at ``model_path`` (a model.onnx file or a directory holding one).
+    ``config`` itself is not modified."""
     name = model or config.name
     try:
         signature = read_onnx_signature(model_path)
@@ -336,7 +374,9 @@ def check_onnx_config(
         return [Diagnostic("onnx-model-unreadable", Severity.ERROR, name, str(exc), file)]
     completed = mc.ModelConfig()
     completed.CopyFrom(config)
-    _filled, failure = autocomplete_onnx_config(completed, signature, default_max_batch_size)
+    failure = ""
+    if autocomplete:
+        _filled, failure = autocomplete_onnx_config(completed, signature, default_max_batch_size)
     if failure:
         return [
             Diagnostic(

@@ -15,7 +15,7 @@ class ValidateOptions:
     strict: bool = False  # Triton's --disable-auto-complete-config / --strict-model-config
     target: Literal["cpu", "gpu"] = "cpu"  # the server the repository is validated for
     models: tuple[str, ...] = ()  # only these models (and what their ensembles need); () = all
-    deep: bool = False  # also check configs against the model files (onnx), see `build`
+    deep: bool = False  # also read the model files (config.deep); the CLI turns it on
     model_config_name: str = ""  # Triton's --model-config-name
 
 

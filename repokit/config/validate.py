@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 from pathlib import Path
 
+from repokit.config.deep import deep_check_model
 from repokit.config.diagnostics import Diagnostic, Severity
 from repokit.config.normalize import normalize_instance_groups, normalize_model_config
 from repokit.config.parse import ConfigParseError, parse_text
@@ -190,6 +191,8 @@ def validate_model(
     check_batch_strategy(ctx)
     check_sequence_state(ctx)
     check_warmup(ctx)
+    if options.deep and not _has_errors(ctx):
+        deep_check_model(ctx)
     gpus = _GPU_TARGET_GPUS if options.target == "gpu" else _CPU_TARGET_GPUS
     normalize_instance_groups(config, gpus)
     return report

@@ -1,4 +1,4 @@
-"""`repokit validate` on a JSON config (the load API's override form) and with --deep."""
+"""`repokit validate` on a JSON config (the load API's override form) and reading model files."""
 
 from __future__ import annotations
 
@@ -90,12 +90,13 @@ def test_deep_finds_config_contradicting_the_onnx_model(tmp_path: Path) -> None:
         'input [ { name: "X" data_type: TYPE_INT32 dims: [ 4 ] } ]\n'
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
     )
-    code, out = _invoke("validate", str(tmp_path / "repo"))
-    assert code == 0, out  # without --deep the model files are not read
-    code, out = _invoke("validate", str(tmp_path / "repo"), "--deep", "--format", "json")
-    assert code == 1
-    rules = [d["rule"] for d in json.loads(out)["models"]["ident"]["diagnostics"]]
-    assert rules == ["onnx-input-data-type-mismatch"]
+    code, out = _invoke("validate", str(tmp_path / "repo"), "--no-deep")
+    assert code == 0, out  # with --no-deep the model files are not read
+    for deep in ([], ["--deep"]):  # read by default
+        code, out = _invoke("validate", str(tmp_path / "repo"), *deep, "--format", "json")
+        assert code == 1
+        rules = [d["rule"] for d in json.loads(out)["models"]["ident"]["diagnostics"]]
+        assert rules == ["onnx-input-data-type-mismatch"]
 
 
 def test_deep_is_clean_on_the_sample_repository() -> None:
