@@ -21,7 +21,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     session.install("ruff>=0.6")
-    session.run("ruff", "check", "repokit", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "repokit", "tests", "benchmarks", "tools", "noxfile.py")
 
 
 @nox.session(python=PYTHON)

@@ -1,6 +1,6 @@
 """What the side-by-side benchmarks share: real Triton 2.51 (started through
-``tests.differential.triton_reference``: free ports, a private symlinked venv so the run has its
-own log, stopped with its python stubs), a ``repokit serve`` process, and the wrk / h2load runs
+``tests.differential.triton_reference`` over ``tools/triton_reference.py``: free ports, its own
+log, stopped with its python stubs), a ``repokit serve`` process, and the wrk / h2load runs
 with their output parsed. Imported by the scripts in this folder (run by hand, not tests)."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Load generator: wrk (Debian package) with Lua scripts that POST
     backend, so its column shows the python add_sub's figure for reference),
   * identity with a 1 MB FP32 binary tensor at concurrency 4.
 Prints requests/s per server and the ratios repokit/Triton and repokit/bare-Sanic. Triton runs
-from a private symlink farm over the shared Triton venv, so its log file is this run's own.
+from tools/triton_reference.py with this run's own log file.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Run by hand:  .venv/bin/python benchmarks/perf_vs_wrk.py [--concurrency 1 8] [--seconds 5]
 
-Starts Triton 2.51 (/work/shared/tools/triton-reference.sh through benchmarks/_common.py, with
-a private symlinked copy of /tmp/triton-reference-venv so the log is ours) on a copy of the
+Starts Triton 2.51 (tools/triton_reference.py through benchmarks/_common.py, with its own log)
+on a copy of the
 python model ``add_sub``, then at each concurrency measures back to back on the same server
 (reference, ours, reference again, because the 2-core machine is shared and noisy):
 - wrk -t1 -c N posting the binary-tensor request repokit perf sends (same JSON header + bytes),

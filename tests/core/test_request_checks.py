@@ -1,8 +1,7 @@
 """Request checks through InferenceService.infer: codes and messages as Triton 2.51 answers.
 
-Every quoted message was recorded from real Triton 2.51 (tritonserver via
-/work/shared/tools/triton-reference.sh) serving the same models, except where a comment says
-otherwise.
+Every quoted message was recorded from real Triton 2.51 (tritonserver started with
+tools/triton_reference.py) serving the same models, except where a comment says otherwise.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ is never sent.
 Measured on this machine (2 cores shared with other work, Python 3.11, numpy 2; noisy):
 - add_sub (FP32[1,16] x 2 in and out) through ``PythonBackend.execute``: ~41-47 us per
   sequential round trip (was ~75-90 us), ~30-35 us per request with many in flight;
-  ``InferenceService.infer`` in-process (``/tmp/prof_core.py``; earlier, quieter run): ~14-16k
+  ``InferenceService.infer`` in-process (a script run by hand; earlier, quieter run): ~14-16k
   req/s at concurrency 1 and ~24-26k at concurrency 8 (was ~8.6k at both);
 - re-measured with cancellation and BLS-parent tracking in place, CPU time from /proc (the
   server process, which here also builds the requests, and the instance process), 8000

@@ -1,0 +1,1 @@
+"""Tools for developing repokit (not part of the installed package)."""
