@@ -26,6 +26,13 @@ the fast lane when Sanic is idle again with nothing buffered. A client that disc
 the running request (the model sees ``is_cancelled()``), and Sanic's timeouts still apply: a
 request in the fast lane counts as a request in progress, not as an idle keep-alive
 connection.
+
+Backpressure: requests pipelined behind the running one wait in the connection's buffer; once
+:data:`PIPELINED_BYTES_LIMIT` bytes wait there, the connection stops reading (the client's
+sends block in its kernel buffers) until the lane has taken requests out of it again. The lane
+writes the next response only once the client has read the previous ones (below the transport's
+write high-water mark), so a client that sends without reading holds at most this much plus
+one response in the server. Sanic's own lane stops at ``REQUEST_BUFFER_SIZE``.
 """
 
 from __future__ import annotations
@@ -52,6 +59,9 @@ if TYPE_CHECKING:
 _END_OF_HEAD = b"\r\n\r\n"
 # bodies at least this large are received chunk by chunk and joined once
 COLLECT_BODY_BYTES = 1 << 16
+# a connection stops reading while this many bytes of pipelined requests wait behind the
+# running one (a single request's large body is collected apart, up to the input size limit)
+PIPELINED_BYTES_LIMIT = 1 << 20
 # header names that send a request to Sanic (it implements what they ask for)
 _SANIC_HEADERS = frozenset(
     {b"transfer-encoding", b"content-encoding", b"expect", b"upgrade", b"connection"}
@@ -147,6 +157,7 @@ class FastInferProtocol(HttpProtocol):
         "_fast_since",
         "_fast_task",
         "_frontend",
+        "_reading_paused",
         "_sanic_owned",
     )
 
@@ -165,6 +176,7 @@ class FastInferProtocol(HttpProtocol):
         self._body_request: FastInfer | None = None
         self._fast_task: asyncio.Task[None] | None = None
         self._sanic_owned = frontend is None
+        self._reading_paused = False  # by the lane's backpressure (Sanic pauses on its own)
 
     # --- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -209,12 +221,21 @@ class FastInferProtocol(HttpProtocol):
         buffer += data
         if self._fast_task is None:
             self._next_request()
+        if len(buffer) >= PIPELINED_BYTES_LIMIT and not self._reading_paused:
+            transport = self.transport
+            if transport is not None and not self._sanic_owned:
+                self._reading_paused = True
+                transport.pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         task = self._fast_task
         self._fast_task = None
         if task is not None:
             task.cancel()
+        # what the connection buffered goes now, not when the protocol object is collected
+        self._fast_buffer = bytearray()
+        self._body_parts = None
+        self._body_request = None
         super().connection_lost(exc)  # type: ignore[no-untyped-call]
 
     # --- Sanic's connection management --------------------------------------------------------
@@ -315,10 +336,21 @@ class FastInferProtocol(HttpProtocol):
         assert frontend is not None
         self._fast_task = self.loop.create_task(self._serve(frontend, parsed, body))
 
+    def _resume_reading(self) -> None:
+        """Read again once the pipelined requests waiting fell below the limit."""
+        if self._reading_paused and len(self._fast_buffer) < PIPELINED_BYTES_LIMIT:
+            self._reading_paused = False
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.resume_reading()
+
     def _hand_to_sanic(self) -> None:
         data = bytes(self._fast_buffer)
         self._fast_buffer.clear()
         self._sanic_owned = True
+        if self._reading_paused:  # Sanic reads (and pauses) as it needs from here on
+            self._reading_paused = False
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.resume_reading()
         if self._task is None and self.transport is not None:
             self._task = self.loop.create_task(self.connection_task())  # type: ignore[no-untyped-call]
         super().data_received(data)
@@ -337,6 +369,7 @@ class FastInferProtocol(HttpProtocol):
                 await self._can_write.wait()
             if self._fast_task is None and self.transport is not None:
                 self._next_request()
+                self._resume_reading()
 
     @staticmethod
     async def _answer(
