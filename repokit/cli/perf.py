@@ -37,7 +37,9 @@ from repokit.perf.options import (
     parse_shape,
 )
 from repokit.perf.report import LevelResult, PerfReport
+from repokit.perf.server_stats import ServerBreakdown
 from repokit.perf.statistics import STABILITY_WINDOW, WindowSummary
+from repokit.perf.transports.tls import TlsOptions
 
 
 class _PerfGroup(RepokitGroup):
@@ -66,9 +68,10 @@ def _spread(values: list[float]) -> str:
 class LiveView:
     """Observer rendering the current window with rich.Live (cli is the only rich user)."""
 
-    def __init__(self, console: Console, stability_percentage: float) -> None:
+    def __init__(self, console: Console, stability_percentage: float, verbose: int = 0) -> None:
         self.console = console
         self.threshold = stability_percentage
+        self.verbose = verbose  # -v: every window's figures and each level's server figures
         self.live: Live | None = None
 
     def level_started(self, label: str) -> None:
@@ -108,13 +111,26 @@ class LiveView:
             f"{_spread([float(w.stabilizing_latency_ns) for w in windows])} "
             f"(need <= {self.threshold:g}%)"
         )
-        return Group(head, ProgressBar(total=1.0, completed=fraction, width=50), table, stability)
+        # the bar sits in a one-row grid so that it ends its own line (a bare ProgressBar does
+        # not, and the window table's header then ran on after it)
+        bar = Table.grid(padding=(0, 1))
+        bar.add_row(ProgressBar(total=1.0, completed=fraction, width=50), f"{fraction:4.0%}")
+        return Group(head, bar, table, stability)
 
     def window_progress(self, progress: Any) -> None:
         if self.live is not None:
             self.live.update(self._render(progress))
 
     def window_done(self, progress: Any, summary: WindowSummary) -> None:
+        if self.verbose:  # printed above the live view on a terminal, as lines when piped
+            self.console.print(
+                f"  {progress.level_label} window {progress.trial}: "
+                f"{summary.throughput:,.1f} infer/s, {summary.request_count} requests, latency "
+                f"avg {_us(summary.avg_latency_ns)} us, p99 "
+                f"{_us(summary.percentiles_ns.get(99, 0))} us",
+                markup=False,
+                highlight=False,
+            )
         self.window_progress(progress)
 
     def level_done(self, result: LevelResult) -> None:
@@ -128,8 +144,30 @@ class LiveView:
             f"us, p99 {_us(s.percentiles_ns.get(99, 0))} us ({state}, {len(result.windows)} "
             "windows)"
         )
+        if self.verbose and result.server is not None:
+            b = result.server
+            self.console.print(
+                f"  server: {b.inference_count} inferences in {b.execution_count} executions "
+                f"(avg batch {b.avg_batch_size:.2f}), request {_us(b.avg_request_ns)} us, queue "
+                f"{_us(b.queue_ns)} us, compute input {_us(b.compute_input_ns)} us, infer "
+                f"{_us(b.compute_infer_ns)} us, output {_us(b.compute_output_ns)} us",
+                markup=False,
+                highlight=False,
+            )
         for warning in result.warnings:
             self.console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def _server_cells(b: ServerBreakdown) -> list[str]:
+    """queue, compute in/infer/out (us), average batch size and execution count."""
+    return [
+        _us(b.queue_ns),
+        _us(b.compute_input_ns),
+        _us(b.compute_infer_ns),
+        _us(b.compute_output_ns),
+        f"{b.avg_batch_size:.2f}" if b.execution_count else "-",
+        str(b.execution_count),
+    ]
 
 
 def render_report(report: PerfReport, console: Console) -> None:
@@ -137,7 +175,7 @@ def render_report(report: PerfReport, console: Console) -> None:
     level_name = "Concurrency" if report.mode == "concurrency" else "Request rate"
     columns = [level_name, "infer/s", "avg us", "p50", "p90", "p95", "p99", "send", "recv"]
     if report.include_server_stats:
-        columns += ["queue", "compute in", "infer", "compute out"]
+        columns += ["queue", "compute in", "infer", "compute out", "batch", "execs"]
     table = TableData([Column(c, justify="right") for c in columns], title=title)
     for result in report.results:
         s = result.summary
@@ -147,34 +185,13 @@ def render_report(report: PerfReport, console: Console) -> None:
         row += [_us(s.avg_send_ns), _us(s.avg_recv_ns)]
         if report.include_server_stats:
             b = result.server
-            row += (
-                [
-                    _us(b.queue_ns),
-                    _us(b.compute_input_ns),
-                    _us(b.compute_infer_ns),
-                    _us(b.compute_output_ns),
-                ]
-                if b
-                else ["-"] * 4
-            )
+            row += _server_cells(b) if b else ["-"] * 6
         table.add_row(*row)
         if b := result.server:
             for name, part in b.composing.items():
-                table.add_row(
-                    f"  {name}",
-                    "",
-                    _us(part.avg_request_ns),
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    _us(part.queue_ns),
-                    _us(part.compute_input_ns),
-                    _us(part.compute_infer_ns),
-                    _us(part.compute_output_ns),
-                )
+                blank = [""] * 6
+                table.add_row(f"  {name}", "", _us(part.avg_request_ns), *blank,
+                              *_server_cells(part))  # fmt: skip
     print_table(console, table)
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
@@ -223,6 +240,10 @@ def register(app: typer.Typer) -> None:
             "repokit perf -m simple -u localhost:8000 --concurrency-range 1:8:2",
             "repokit perf -m simple -u localhost:8001 -i grpc --request-rate-range 100:400:100",
             "repokit perf -m simple --profile-export-file after.json",
+            "repokit perf -m simple --concurrency-range 1:64:1 --binary-search -l 20",
+            "repokit perf -m simple --concurrency-range 1:16:2 --plot sweep.svg",
+            "repokit perf -m simple -i grpc -u localhost:8001 --ssl-grpc-use-ssl \\",
+            "    --ssl-grpc-root-certifications-file ca.pem",
             "repokit perf compare before.json after.json",
         ),
     )
@@ -240,7 +261,12 @@ def register(app: typer.Typer) -> None:
         request_distribution: Annotated[str, typer.Option("--request-distribution")] = "constant",
         request_intervals: Annotated[Path | None, typer.Option("--request-intervals")] = None,
         latency_threshold: Annotated[
-            float, typer.Option("-l", "--latency-threshold", help="ms")
+            float,
+            typer.Option(
+                "-l",
+                "--latency-threshold",
+                help="Latency limit in ms: a sweep stops at the first level over it.",
+            ),
         ] = 0.0,
         max_threads: Annotated[int, typer.Option("--max-threads")] = 16,
         async_mode: Annotated[bool, typer.Option("-a", "--async")] = False,
@@ -277,7 +303,78 @@ def register(app: typer.Typer) -> None:
         collect_metrics: Annotated[bool, typer.Option("--collect-metrics")] = False,
         metrics_url: Annotated[str, typer.Option("--metrics-url")] = "",
         metrics_interval: Annotated[float, typer.Option("--metrics-interval", help="ms")] = 1000,
-        plot: Annotated[Path | None, typer.Option("--plot", help="write a PNG")] = None,
+        plot: Annotated[
+            Path | None,
+            typer.Option(
+                "--plot",
+                help="Draw p50/p90/p99 latency against throughput per level into FILE (.png, "
+                ".svg or .pdf; needs matplotlib: pip install 'repokit[plot]').",
+            ),
+        ] = None,
+        binary_search: Annotated[
+            bool,
+            typer.Option(
+                "--binary-search",
+                help="Bisect the concurrency or request-rate range for the highest level within "
+                "-l (the range's step is the precision).",
+            ),
+        ] = False,
+        verbose: Annotated[
+            int,
+            typer.Option(
+                "-v",
+                "--verbose",
+                count=True,
+                help="Print every window and each level's server figures.",
+            ),
+        ] = 0,
+        ssl_grpc_use_ssl: Annotated[
+            bool, typer.Option("--ssl-grpc-use-ssl", help="gRPC over TLS.")
+        ] = False,
+        ssl_grpc_root_certifications_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--ssl-grpc-root-certifications-file", help="PEM root certificates (gRPC)."
+            ),
+        ] = None,
+        ssl_grpc_private_key_file: Annotated[
+            Path | None,
+            typer.Option("--ssl-grpc-private-key-file", help="PEM client private key (gRPC)."),
+        ] = None,
+        ssl_grpc_certificate_chain_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--ssl-grpc-certificate-chain-file", help="PEM client certificate chain (gRPC)."
+            ),
+        ] = None,
+        ssl_https_verify_peer: Annotated[
+            int,
+            typer.Option("--ssl-https-verify-peer", help="0: accept any server certificate."),
+        ] = 1,
+        ssl_https_verify_host: Annotated[
+            int,
+            typer.Option(
+                "--ssl-https-verify-host", help="0: accept a certificate for another name."
+            ),
+        ] = 2,
+        ssl_https_ca_certificates_file: Annotated[
+            Path | None,
+            typer.Option("--ssl-https-ca-certificates-file", help="CA bundle (HTTPS)."),
+        ] = None,
+        ssl_https_client_certificate_file: Annotated[
+            Path | None,
+            typer.Option("--ssl-https-client-certificate-file", help="Client certificate."),
+        ] = None,
+        ssl_https_client_certificate_type: Annotated[
+            str, typer.Option("--ssl-https-client-certificate-type", help="PEM or DER.")
+        ] = "PEM",
+        ssl_https_private_key_file: Annotated[
+            Path | None,
+            typer.Option("--ssl-https-private-key-file", help="Client private key (HTTPS)."),
+        ] = None,
+        ssl_https_private_key_type: Annotated[
+            str, typer.Option("--ssl-https-private-key-type", help="PEM (DER is refused).")
+        ] = "PEM",
     ) -> None:
         """Measure throughput and latency until stable (perf_analyzer's method)."""
         if ctx.invoked_subcommand is not None:
@@ -332,10 +429,25 @@ def register(app: typer.Typer) -> None:
                 metrics_url=metrics_url,
                 metrics_interval_ms=metrics_interval,
                 plot_file=plot,
+                binary_search=binary_search,
+                verbose=verbose,
+                tls=TlsOptions(
+                    grpc_use_ssl=ssl_grpc_use_ssl,
+                    grpc_root_certifications_file=ssl_grpc_root_certifications_file,
+                    grpc_private_key_file=ssl_grpc_private_key_file,
+                    grpc_certificate_chain_file=ssl_grpc_certificate_chain_file,
+                    https_verify_peer=ssl_https_verify_peer,
+                    https_verify_host=ssl_https_verify_host,
+                    https_ca_certificates_file=ssl_https_ca_certificates_file,
+                    https_client_certificate_file=ssl_https_client_certificate_file,
+                    https_client_certificate_type=ssl_https_client_certificate_type.upper(),
+                    https_private_key_file=ssl_https_private_key_file,
+                    https_private_key_type=ssl_https_private_key_type.upper(),
+                ),
             )
             from repokit.perf.profiler import run_perf_blocking
 
-            report = run_perf_blocking(options, LiveView(console, stability_percentage))
+            report = run_perf_blocking(options, LiveView(console, stability_percentage, verbose))
         except PerfError as error:
             _fail(console, error)
             return

@@ -108,17 +108,6 @@ def _poll_failure(name: str, reason: str = "") -> RepokitError:
     return internal(f"failed to load '{name}', failed to poll from model repository{tail}")
 
 
-def check_file_keys(files: dict[str, bytes]) -> None:
-    """A NUL byte in a ``file:`` key is the client's mistake (400); Triton 2.51 answers 500,
-    its JSON reader stopping at the NUL."""
-    for key in files:
-        if "\0" in key:
-            shown = key.replace("\0", "\\0")
-            raise invalid_arg(
-                f"Invalid file parameter '{shown}': a file path must not contain a NUL byte"
-            )
-
-
 def write_private_files(name: str, files: dict[str, bytes]) -> Path:
     """A temp model directory holding only the ``file:<path>`` parameters (as Triton)."""
     root = Path(tempfile.mkdtemp(prefix="repokit-load-"))
@@ -307,7 +296,6 @@ class ModelManager:
                 raise _poll_failure(name, f"Invalid config override: {exc.message}") from exc
         private: Path | None = None
         if files:
-            check_file_keys(files)
             try:
                 private = write_private_files(name, files)
             except RepokitError as exc:

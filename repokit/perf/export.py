@@ -2,8 +2,10 @@
 side-by-side comparison of two exports (``repokit perf compare``).
 
 CSV: perf_analyzer's columns and order (``report_writer.cc``), rows sorted by throughput
-ascending, times in integer microseconds, doubles printed like C++ streams (6 significant
-digits); ensembles add one CSV per composing model named ``<model>_v<version>.<file name>``
+ascending; ``--verbose-csv`` adds repokit's "Avg Batch Size" and "Execution Count" (from the
+server's statistics) after perf_analyzer's columns; times in integer microseconds, doubles
+printed like C++ streams (6 significant digits); ensembles add one CSV per composing model
+named ``<model>_v<version>.<file name>``
 beside it. Profile export: ``{experiments: [{experiment, requests, window_boundaries}],
 version, service_kind, endpoint}`` with per-request timestamps of the merged windows; repokit
 adds each experiment's summary (``summary``) and the whole report (``repokit_report``), which
@@ -71,6 +73,8 @@ def csv_text(report: PerfReport, verbose: bool = False) -> str:
                 "Max GPU Memory Usage",
                 "Total GPU Memory",
             ]
+        if report.include_server_stats:  # repokit's own columns, after perf_analyzer's
+            head += ["Avg Batch Size", "Execution Count"]
     lines = [",".join(head)]
     for result in sorted(report.results, key=lambda r: r.summary.throughput):
         s = result.summary
@@ -101,6 +105,9 @@ def csv_text(report: PerfReport, verbose: bool = False) -> str:
             row += [str(send_us + recv_us), str(int(s.avg_latency_ns) // 1000 - send_us - recv_us)]
             if metrics:
                 row += _gpu_cells(result.metrics)
+            if report.include_server_stats:
+                b = server or ServerBreakdown(0, 0, 0, 0, 0, 0, 0, 0)
+                row += [_g(b.avg_batch_size), str(b.execution_count)]
         lines.append(",".join(row))
     return "\n".join(lines) + "\n"
 

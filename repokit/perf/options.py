@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repokit.perf.errors import option_error
+from repokit.perf.transports.tls import TlsOptions, validate_tls
 
 DEFAULT_HTTP_URL = "localhost:8000"
 DEFAULT_GRPC_URL = "localhost:8001"
@@ -93,6 +94,9 @@ class PerfOptions:
     metrics_url: str = ""
     metrics_interval_ms: float = 1000.0
     plot_file: Path | None = None
+    binary_search: bool = False  # bisect the range for the highest level within -l
+    verbose: int = 0  # -v: every window's figures and each level's server figures
+    tls: TlsOptions = field(default_factory=TlsOptions)
     workers: int = 1
     seed: int = 0
 
@@ -186,6 +190,20 @@ def _check_choice(value: str, choices: tuple[str, ...], option: str) -> None:
         raise option_error(f"{option} must be one of {', '.join(choices)}; got '{value}'")
 
 
+def _check_binary_search(o: PerfOptions) -> None:
+    """perf_analyzer's rules: a range with an explicit end, and a latency threshold."""
+    if o.request_intervals is not None:
+        raise option_error("--binary-search does not apply to --request-intervals")
+    if o.latency_threshold_ms <= 0:
+        raise option_error("--binary-search needs -l/--latency-threshold (the latency to stay in)")
+    ends = [r.end for r in (o.concurrency_range, o.request_rate_range) if r is not None]
+    if not ends or ends[0] == 0:
+        raise option_error(
+            "--binary-search needs the range's start and end, e.g. --concurrency-range 1:64:1 "
+            "(the step is the precision)"
+        )
+
+
 def validate_options(o: PerfOptions) -> None:
     """Raise ``PerfError(exit 3)`` for the first invalid option or combination."""
     if not o.model:
@@ -229,6 +247,9 @@ def validate_options(o: PerfOptions) -> None:
             raise option_error(f"--request-rate-range end {r.end:g} is below start {r.start:g}")
         if r.end == 0 and o.latency_threshold_ms <= 0:
             raise option_error("--request-rate-range with end 0 needs --latency-threshold")
+    if o.binary_search:
+        _check_binary_search(o)
+    validate_tls(o.tls, o.protocol)
     if o.request_intervals is not None and not o.request_intervals.is_file():
         raise option_error(f"--request-intervals file '{o.request_intervals}' does not exist")
     if o.streaming and o.protocol != "grpc":

@@ -33,6 +33,7 @@ from repokit.perf.load import (
 from repokit.perf.metrics import MetricsScraper
 from repokit.perf.options import PerfOptions, validate_options
 from repokit.perf.report import LevelResult, PerfReport
+from repokit.perf.search import BinarySearch, LinearSearch
 from repokit.perf.server_stats import ServerCounters, parse_statistics, window_breakdown
 from repokit.perf.setup import Session, prepare_session
 from repokit.perf.statistics import (
@@ -342,19 +343,28 @@ def _rate_intervals(rate: float, poisson: bool, seed: int) -> Iterator[int]:
     return poisson_intervals(rate, seed) if poisson else constant_intervals(rate)
 
 
-def _levels(o: PerfOptions) -> list[tuple[str, float, Callable[[], Iterator[int]] | None]]:
-    if o.mode == "request_intervals":
-        values = read_intervals(o)
-        rate = 1e6 * len(values) / sum(values)
-        return [("request_intervals", rate, lambda: file_intervals(values))]
+Level = tuple[str, float, "Callable[[], Iterator[int]] | None"]
+
+
+def _level(o: PerfOptions, value: float) -> Level:
+    """(mode, value, interval source) of one level of the sweep."""
+    if o.mode == "request_rate":
+        poisson = o.request_distribution == "poisson"
+        return ("request_rate", value, functools.partial(_rate_intervals, value, poisson, o.seed))
+    return ("concurrency", value, None)
+
+
+def _search(o: PerfOptions) -> LinearSearch | BinarySearch:
+    if o.binary_search:
+        if o.request_rate_range is not None:
+            r = o.request_rate_range
+            return BinarySearch(r.start, r.end, r.step, integer=False)
+        c = o.effective_concurrency()
+        return BinarySearch(c.start, c.end, c.step, integer=True)
     if o.mode == "request_rate":
         assert o.request_rate_range is not None
-        poisson = o.request_distribution == "poisson"
-        return [
-            ("request_rate", rate, functools.partial(_rate_intervals, rate, poisson, o.seed))
-            for rate in o.request_rate_range.levels()
-        ]
-    return [("concurrency", float(c), None) for c in o.effective_concurrency().levels()]
+        return LinearSearch(o.request_rate_range.levels())
+    return LinearSearch([float(c) for c in o.effective_concurrency().levels()])
 
 
 async def run_perf(
@@ -367,7 +377,15 @@ async def run_perf(
 ) -> PerfReport:
     """Run the whole measurement; raises PerfError for option (3) and generic (99) errors."""
     validate_options(options)
-    levels = _levels(options)
+    if options.plot_file is not None:  # a missing matplotlib fails before measuring
+        from repokit.perf.plot import check_plot_available
+
+        check_plot_available(options.plot_file)
+    intervals_level: Level | None = None
+    if options.mode == "request_intervals":
+        values = read_intervals(options)
+        rate = 1e6 * len(values) / sum(values)
+        intervals_level = ("request_intervals", rate, lambda: file_intervals(values))
     owned = transport is None
     if transport is None:
         transport = create_transport(
@@ -378,6 +396,7 @@ async def run_perf(
                 options.input_tensor_format,
                 options.output_tensor_format,
                 options.streaming,
+                options.tls,
             ),
             clock,
         )
@@ -410,7 +429,10 @@ async def run_perf(
             options, transport, session, observer or NullObserver(), clock, cpu_clock
         )
         await profiler.warmup()
-        for mode, value, make_intervals in levels:
+        search = _search(options)
+        next_value = intervals_level[1] if intervals_level else search.first()
+        while next_value is not None:
+            mode, value, make_intervals = intervals_level or _level(options, next_value)
             result = await profiler.measure_level(
                 mode, value, make_intervals() if make_intervals else None
             )
@@ -423,18 +445,38 @@ async def run_perf(
                     "--measurement-interval."
                 )
                 break
-            if exceeds_latency_threshold(result.windows, options.latency_threshold_ms):
+            over = exceeds_latency_threshold(result.windows, options.latency_threshold_ms)
+            if intervals_level is not None:
+                break
+            if over and not options.binary_search:
                 report.warnings.append(
                     f"stopped at {result.label}: latency reached --latency-threshold "
                     f"{options.latency_threshold_ms:g} ms"
                 )
-                break
+            next_value = search.after(value, not over)
+        if options.binary_search:
+            report.results.sort(key=lambda r: r.value)
+            report.warnings.append(_search_outcome(report, options))
     finally:
         if session is not None and session.shm is not None:
             await session.shm.close()
         if owned:
             await transport.close()
     return report
+
+
+def _search_outcome(report: PerfReport, o: PerfOptions) -> str:
+    limit = o.latency_threshold_ms
+    within = [r for r in report.results if not exceeds_latency_threshold(r.windows, limit)]
+    if not within:
+        return (
+            f"binary search: even {report.results[0].label} exceeds --latency-threshold "
+            f"{o.latency_threshold_ms:g} ms"
+        )
+    return (
+        f"binary search: {within[-1].label} is the highest level within --latency-threshold "
+        f"{o.latency_threshold_ms:g} ms ({len(report.results)} levels measured)"
+    )
 
 
 def run_perf_blocking(options: PerfOptions, observer: Observer | None = None) -> PerfReport:

@@ -98,15 +98,24 @@ class ServerBreakdown:
     def compute_ns(self) -> int:
         return self.compute_input_ns + self.compute_infer_ns + self.compute_output_ns
 
+    @property
+    def avg_batch_size(self) -> float:
+        """Inferences per model execution: how well the server batched (0 without executions)."""
+        return self.inference_count / self.execution_count if self.execution_count else 0.0
+
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "composing"}
+        out: dict[str, Any] = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name != "composing"
+        }
+        out["avg_batch_size"] = round(self.avg_batch_size, 3)
         out["composing"] = {k: v.to_dict() for k, v in self.composing.items()}
         return out
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> ServerBreakdown:
         composing = {k: ServerBreakdown.from_dict(v) for k, v in data.get("composing", {}).items()}
-        values = {k: int(v) for k, v in data.items() if k != "composing"}
+        derived = ("composing", "avg_batch_size")
+        values = {k: int(v) for k, v in data.items() if k not in derived}
         return ServerBreakdown(**values, composing=composing)
 
 

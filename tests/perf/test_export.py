@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import struct
-import zlib
+import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ from repokit.perf.export import (
     write_csv,
     write_profile_export,
 )
-from repokit.perf.plot import png_bytes, render_plot
+from repokit.perf.plot import check_plot_available, plot_series, write_plot
 from repokit.perf.report import LevelResult, PerfReport
 from repokit.perf.server_stats import ServerBreakdown
 from repokit.perf.statistics import RecordBatch, WindowSummary
@@ -141,6 +141,10 @@ def test_profile_export_matches_golden_and_round_trips(tmp_path: Path) -> None:
     assert [r.summary.throughput for r in again.results] == [3002.5, 1407.84]
     assert again.results[1].server is not None
     assert again.results[1].server.composing["add_sub"].compute_infer_ns == 250 * US
+    high = golden["repokit_report"]["results"][0]["server"]
+    assert (high["avg_batch_size"], high["execution_count"]) == (1.501, 30000)
+    assert again.results[0].server is not None
+    assert again.results[0].server.avg_batch_size == pytest.approx(45037 / 30000)
 
 
 def test_compare_rows_pair_levels() -> None:
@@ -164,15 +168,62 @@ def test_compare_rejects_files_that_are_not_repokit_exports(tmp_path: Path) -> N
         load_report(tmp_path / "missing.json")
 
 
-def test_plot_is_a_valid_png_with_the_sweep_drawn() -> None:
-    canvas = render_plot(make_report())
-    data = png_bytes(canvas)
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    assert (width, height) == (canvas.shape[1], canvas.shape[0])
-    idat_len = struct.unpack(">I", data[33:37])[0]
-    raw = zlib.decompress(data[41 : 41 + idat_len])
-    rows = np.frombuffer(raw, dtype=np.uint8).reshape(height, width * 3 + 1)
-    assert np.array_equal(rows[:, 1:].reshape(height, width, 3), canvas)
-    # the line colour (31, 119, 180) is present: the sweep was drawn
-    assert np.any(np.all(canvas == (31, 119, 180), axis=-1))
+def _sweep(mode: str = "concurrency") -> PerfReport:
+    """Throughput falls at the highest level, so throughput order is not level order."""
+    report = PerfReport("add_sub", "1", "http", "localhost:8000", mode)
+    figures = [
+        (1, 500.0, (1900, 2100, 2200, 2500)),
+        (2, 900.0, (2100, 2500, 2700, 3100)),
+        (4, 1200.0, (3200, 3900, 4100, 4800)),
+        (8, 1000.0, (7000, 8900, 9300, 12000)),
+    ]
+    for level, throughput, p in reversed(figures):  # stored out of order on purpose
+        report.results.append(LevelResult(mode, float(level), True, _summary(throughput, p[0], p)))
+    return report
+
+
+def test_plot_series_in_level_order_with_every_percentile() -> None:
+    series = plot_series(_sweep())
+    assert series.levels == ["1", "2", "4", "8"]
+    assert series.throughput == [500.0, 900.0, 1200.0, 1000.0]
+    assert list(series.latency_ms) == [50, 90, 99]
+    assert series.latency_ms[50] == [1.9, 2.1, 3.2, 7.0]
+    report = _sweep("request_rate")
+    report.percentile = 95
+    assert list(plot_series(report).latency_ms) == [50, 90, 95, 99]
+
+
+def test_plot_svg_has_title_axes_legend_and_level_labels(tmp_path: Path) -> None:
+    path = tmp_path / "sweep.svg"
+    write_plot(_sweep(), path)
+    text = path.read_text()
+    assert text.startswith("<?xml") and "<svg" in text
+    assert "add_sub v1 over http: latency against throughput" in text
+    assert "throughput (infer/s)" in text and "latency (ms)" in text
+    for label in ("p50", "p90", "p99"):
+        assert f">{label}<" in text
+    labels = re.findall(r">(\d+)</text>", text)
+    assert [v for v in labels if v in {"1", "2", "4", "8"}][-4:] == ["1", "2", "4", "8"]
+
+
+def test_plot_png_is_a_picture(tmp_path: Path) -> None:
+    from PIL import Image
+
+    path = tmp_path / "sweep.png"
+    write_plot(_sweep(), path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(path) as image:
+        assert image.size == (990, 616)
+        pixels = np.asarray(image.convert("RGB"))
+    # matplotlib's first line colour (p50) is drawn
+    assert np.any(np.all(pixels == (31, 119, 180), axis=-1))
+
+
+def test_plot_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(PerfError) as info:
+        check_plot_available(tmp_path / "sweep.jpg")
+    assert info.value.exit_code == 3 and ".png, .svg, .pdf" in info.value.message
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    with pytest.raises(PerfError) as info:
+        check_plot_available(tmp_path / "sweep.png")
+    assert "pip install 'repokit[plot]'" in info.value.message

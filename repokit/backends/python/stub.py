@@ -282,12 +282,7 @@ class Instance:
             self._wire_plan = plan
         plan = self._wire_plan
         codec = _WIRE_CODECS.get(protocol)
-        try:
-            decoded = (
-                None if plan is None or codec is None else codec.decode_request(raw, plan, limit)
-            )
-        except Exception:  # bytes the lane's decoder cannot take: the full path answers them
-            decoded = None
+        decoded = None if plan is None or codec is None else codec.decode_request(raw, plan, limit)
         if plan is None or codec is None or decoded is None:
             return "fallback", None, (0, 0, 0)
         arrays, requested, request_id, batch_size = decoded

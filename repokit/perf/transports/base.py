@@ -18,6 +18,8 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy.typing as npt
 
+from repokit.perf.transports.tls import TlsOptions
+
 
 @dataclass(frozen=True)
 class TransportOptions:
@@ -27,6 +29,7 @@ class TransportOptions:
     input_format: str = "binary"  # HTTP only
     output_format: str = "binary"  # HTTP only
     streaming: bool = False  # gRPC only
+    tls: TlsOptions = field(default_factory=TlsOptions)  # --ssl-grpc-* / --ssl-https-*
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from repokit.perf.errors import PerfError
 from repokit.perf.transports.base import InferTiming, SequenceFlags, ShmBinding, TransportOptions
 from repokit.perf.transports.grpc_wire import WireConnection, WireError, header_block
 from repokit.perf.transports.http import split_url
+from repokit.perf.transports.tls import grpc_credentials_bytes, grpc_wire_context
 from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.tensor_codec import array_from_bytes, array_to_bytes
 
@@ -245,6 +246,12 @@ class GrpcTransport:
         self.target = f"{self.host}:{self.port}"
         self.metadata = tuple((k.lower(), v) for k, v in options.headers.items()) or None
         self.wire_problem: str | None = None  # why the own HTTP/2 client is not used
+        tls = options.tls
+        self.secure = tls.grpc_use_ssl
+        self._credentials = (
+            grpc.ssl_channel_credentials(*grpc_credentials_bytes(tls)) if self.secure else None
+        )
+        self._wire_tls = grpc_wire_context(tls) if self.secure else None
         self._wire_probed = False
         self._channels: list[grpc.aio.Channel] = []
         self._sync_channels: list[grpc.Channel] = []
@@ -262,19 +269,22 @@ class GrpcTransport:
             await asyncio.wait_for(self._channels[0].channel_ready(), timeout=10)
         except asyncio.TimeoutError:
             await self.close()
-            raise PerfError(f"cannot connect to {self.target} over gRPC") from None
+            secure = " with TLS" if self.secure else ""
+            raise PerfError(f"cannot connect to {self.target} over gRPC{secure}") from None
         if not self._wire_probed:
             self._wire_probed = True
             self.wire_problem = await asyncio.to_thread(self._probe_wire)
 
     def header_block(self, method: str) -> bytes:
-        return header_block(SERVICE + method, self.target, dict(self.metadata or ()))
+        return header_block(
+            SERVICE + method, self.target, dict(self.metadata or ()), secure=self.secure
+        )
 
     def _probe_wire(self) -> str | None:
         """One ServerLive call on :mod:`grpc_wire`; the reason it cannot be used, or None."""
         try:
-            wire = WireConnection.open(self.host, self.port, timeout=10)
-        except OSError as exc:
+            wire = WireConnection.open(self.host, self.port, timeout=10, tls=self._wire_tls)
+        except (OSError, WireError) as exc:
             return f"cannot connect: {exc}"
         try:
             _, error = wire.unary(self.header_block("ServerLive"), b"")
@@ -300,19 +310,28 @@ class GrpcTransport:
         """A worker thread's own HTTP/2 connection, or (fallback) a synchronous grpc channel."""
         if self.wire_problem is None:
             try:
-                return WireGrpcConnection(self, WireConnection.open(self.host, self.port))
-            except OSError as exc:
+                wire = WireConnection.open(self.host, self.port, tls=self._wire_tls)
+                return WireGrpcConnection(self, wire)
+            except (OSError, WireError) as exc:
                 raise PerfError(f"cannot connect to {self.target} over gRPC: {exc}") from None
         if not self._sync_channels:
             for i in range(CHANNELS):
                 options = [*_CHANNEL_OPTIONS, ("repokit.perf.sync_channel", i)]
-                self._sync_channels.append(grpc.insecure_channel(self.target, options=options))
+                self._sync_channels.append(
+                    grpc.secure_channel(self.target, self._credentials, options=options)
+                    if self._credentials is not None
+                    else grpc.insecure_channel(self.target, options=options)
+                )
         channel = self._sync_channels[next(self._next) % len(self._sync_channels)]
         return BlockingGrpcConnection(self, channel)
 
     def _add_channel(self) -> None:
         options = [*_CHANNEL_OPTIONS, ("repokit.perf.channel", len(self._channels))]
-        self._channels.append(grpc.aio.insecure_channel(self.target, options=options))
+        self._channels.append(
+            grpc.aio.secure_channel(self.target, self._credentials, options=options)
+            if self._credentials is not None
+            else grpc.aio.insecure_channel(self.target, options=options)
+        )
 
     async def connect(self) -> GrpcConnection:
         """An asyncio connection (async and rate modes); the workers share up to CHANNELS

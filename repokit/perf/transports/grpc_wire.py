@@ -21,6 +21,7 @@ transport then falls back to the grpc library).
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from urllib.parse import unquote
 
@@ -64,10 +65,12 @@ def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     )
 
 
-def header_block(path: str, authority: str, metadata: dict[str, str]) -> bytes:
+def header_block(
+    path: str, authority: str, metadata: dict[str, str], secure: bool = False
+) -> bytes:
     """The request's HPACK block: static-table method and scheme, plain-string literals that
     do not touch the server's dynamic table (so the same bytes serve every request)."""
-    block = b"\x83\x86"  # :method POST, :scheme http
+    block = b"\x83\x87" if secure else b"\x83\x86"  # :method POST, :scheme https / http
     block += literal_indexed_name(4, path.encode())  # :path
     block += literal_indexed_name(1, authority.encode())  # :authority
     block += literal_indexed_name(31, b"application/grpc")  # content-type
@@ -124,9 +127,21 @@ class WireConnection:
         self._head = self._middle = self._tail = b""
 
     @classmethod
-    def open(cls, host: str, port: int, timeout: float = 60.0) -> WireConnection:
+    def open(
+        cls, host: str, port: int, timeout: float = 60.0, tls: ssl.SSLContext | None = None
+    ) -> WireConnection:
+        """Connect (over TLS with ALPN h2 when ``tls`` is given) and send the preface."""
         sock = socket.create_connection((host, port), timeout=timeout)
         blocking_with_timeouts(sock, timeout)
+        if tls is not None:
+            try:
+                sock = tls.wrap_socket(sock, server_hostname=host)
+            except (OSError, ssl.SSLError):
+                sock.close()
+                raise
+            if sock.selected_alpn_protocol() != "h2":
+                sock.close()
+                raise WireError("the server did not agree to HTTP/2 over TLS (ALPN h2)")
         settings = (
             (2).to_bytes(2, "big") + (0).to_bytes(4, "big")  # no server push
             + (4).to_bytes(2, "big") + MAX_WINDOW.to_bytes(4, "big")  # initial stream window

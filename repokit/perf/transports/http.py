@@ -29,6 +29,7 @@ from repokit.perf.transports.base import (
     TransportOptions,
     blocking_with_timeouts,
 )
+from repokit.perf.transports.tls import https_context
 from repokit.protocol.json_codec import array_to_json
 from repokit.protocol.tensor_codec import array_from_bytes, array_to_bytes
 
@@ -274,6 +275,9 @@ class HttpTransport:
         self.options = options
         self.clock = clock
         self.host, self.port = split_url(options.url, 8000)
+        secure = options.url.lower().startswith("https://") or options.tls.https_files
+        self.tls = https_context(options.tls) if secure else None
+        self.scheme = "HTTPS" if secure else "HTTP"
         extra = "".join(f"{k}: {v}\r\n" for k, v in options.headers.items())
         self._extra_headers = extra.encode()
         self._control: HttpConnection | None = None
@@ -289,21 +293,31 @@ class HttpTransport:
     async def connect(self) -> HttpConnection:
         loop = asyncio.get_running_loop()
         try:
-            _, proto = await loop.create_connection(_ClientProtocol, self.host, self.port)
-        except OSError as exc:
+            _, proto = await loop.create_connection(
+                _ClientProtocol,
+                self.host,
+                self.port,
+                ssl=self.tls,
+                server_hostname=self.host if self.tls is not None else None,
+            )
+        except OSError as exc:  # ssl.SSLError included
             raise PerfError(
-                f"cannot connect to {self.host}:{self.port} over HTTP: {exc.strerror or exc}"
+                f"cannot connect to {self.host}:{self.port} over {self.scheme}: "
+                f"{exc.strerror or exc}"
             ) from None
         return HttpConnection(self, proto)
 
     def connect_blocking(self) -> BlockingHttpConnection:
         try:
             sock = socket.create_connection((self.host, self.port), timeout=60)
-        except OSError as exc:
+            blocking_with_timeouts(sock, 60)
+            if self.tls is not None:
+                sock = self.tls.wrap_socket(sock, server_hostname=self.host)
+        except OSError as exc:  # ssl.SSLError included
             raise PerfError(
-                f"cannot connect to {self.host}:{self.port} over HTTP: {exc.strerror or exc}"
+                f"cannot connect to {self.host}:{self.port} over {self.scheme}: "
+                f"{exc.strerror or exc}"
             ) from None
-        blocking_with_timeouts(sock, 60)
         return BlockingHttpConnection(self, sock)
 
     def _head(self, method: str, path: bytes, length: int, extra: bytes = b"") -> bytes:
