@@ -117,6 +117,9 @@ class Backend(abc.ABC):
         # are no longer restarted) calls it with the reason; the core then marks the version
         # UNAVAILABLE with that reason and unloads it.
         self.on_failed: Callable[[str], None] | None = None
+        # set by the core before unload() at shutdown: the time.monotonic() by which unload()
+        # must be done (--exit-timeout-secs); a backend cuts its waits (finalize) short then
+        self.unload_deadline: float | None = None
 
     @property
     @abc.abstractmethod
@@ -143,6 +146,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def unload(self) -> None:
         """Release every instance (python models get finalize())."""
+
+    def configure(self, settings: dict[str, str]) -> None:
+        """The server's ``--backend-config`` settings for this backend (before load();
+        raises ValueError for a value it cannot use). Backends without settings ignore them."""
+        return
 
     def health(self) -> bool:
         """False when an instance died; the model then reports not ready."""

@@ -14,14 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from repokit.cli.output import (
-    Column,
-    TableData,
-    examples,
-    make_console,
-    print_error,
-    print_table,
-)
+from repokit.cli.output import examples, make_console, print_error
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -36,29 +29,22 @@ def parse_bool(value: str, flag: str) -> bool:
     raise typer.BadParameter(f"{flag} expects true or false, got '{value}'")
 
 
-def model_table(index: list[dict[str, Any]]) -> TableData:
-    """tritonserver's startup table: one row per model version with its state."""
-    table = TableData([Column("Model"), Column("Version"), Column("Status")], title="Models")
-    for entry in sorted(index, key=lambda e: (str(e.get("name")), str(e.get("version", "")))):
-        state = str(entry.get("state", "UNKNOWN"))
-        reason = entry.get("reason")
-        status = f"{state}: {reason}" if reason else state
-        table.add_row(
-            str(entry.get("name", "")),
-            str(entry.get("version", "")),
-            status,
-            style="green" if state == "READY" else "red",
-        )
-    return table
+_INERT_PANEL = "tritonserver flags without effect here"
+_Inert = Annotated[
+    str | None, typer.Option(metavar="VALUE", rich_help_panel=_INERT_PANEL, show_default=False)
+]
+_InertList = Annotated[
+    list[str] | None,
+    typer.Option(metavar="VALUE", rich_help_panel=_INERT_PANEL, show_default=False),
+]
 
 
-def _run(coro: Any) -> None:
+def _run(coro: Any) -> Any:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - sanic depends on uvloop on Linux
-        asyncio.run(coro)
-        return
-    uvloop.run(coro)
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def serve(
@@ -128,16 +114,82 @@ def serve(
         float, typer.Option(help="Kill and restart a python instance whose execute runs longer.")
     ] = 0.0,
     server_id: Annotated[str, typer.Option("--id")] = "triton",
-    log_verbose: int = 0,
+    log_verbose: Annotated[
+        int, typer.Option(metavar="N", help="1: requests, batches, errors with their cause.")
+    ] = 0,
+    log_info: Annotated[str, typer.Option(metavar="BOOL")] = "true",
+    log_warning: Annotated[str, typer.Option(metavar="BOOL")] = "true",
+    log_error: Annotated[str, typer.Option(metavar="BOOL")] = "true",
+    log_format: Annotated[
+        str, typer.Option(metavar="FORMAT", help="default | ISO8601")
+    ] = "default",
+    log_file: Annotated[
+        str, typer.Option(metavar="PATH", help="Log to this file (default: stderr).")
+    ] = "",
+    model_load_thread_count: Annotated[
+        int, typer.Option(metavar="N", help="Model versions loading at once.")
+    ] = 4,
+    model_load_retry_count: Annotated[
+        int, typer.Option(metavar="N", help="Retries of a failed load.")
+    ] = 0,
+    backend_config: Annotated[
+        list[str] | None,
+        typer.Option(metavar="SETTING", help="<backend>,<setting>=<value>, repeatable."),
+    ] = None,
+    reuse_http_port: Annotated[str, typer.Option(metavar="BOOL")] = "false",
+    # tritonserver flags without effect here (each given one is logged once; serve_flags.py)
+    model_namespacing: _Inert = None,
+    enable_peer_access: _Inert = None,
+    http_header_forward_pattern: _Inert = None,
+    http_thread_count: _Inert = None,
+    grpc_header_forward_pattern: _Inert = None,
+    grpc_infer_allocation_pool_size: _Inert = None,
+    allow_sagemaker: _Inert = None,
+    sagemaker_port: _Inert = None,
+    sagemaker_safe_port_range: _Inert = None,
+    sagemaker_thread_count: _Inert = None,
+    allow_vertex_ai: _Inert = None,
+    vertex_ai_port: _Inert = None,
+    vertex_ai_thread_count: _Inert = None,
+    vertex_ai_default_model: _Inert = None,
+    allow_gpu_metrics: _Inert = None,
+    allow_cpu_metrics: _Inert = None,
+    metrics_interval_ms: _Inert = None,
+    metrics_config: _InertList = None,
+    trace_config: _InertList = None,
+    trace_file: _Inert = None,
+    trace_level: _InertList = None,
+    trace_rate: _Inert = None,
+    trace_count: _Inert = None,
+    trace_log_frequency: _Inert = None,
+    backend_directory: _Inert = None,
+    repoagent_directory: _Inert = None,
+    cache_config: _InertList = None,
+    cache_directory: _Inert = None,
+    response_cache_byte_size: _Inert = None,
+    rate_limit: _Inert = None,
+    rate_limit_resource: _InertList = None,
+    pinned_memory_pool_byte_size: _Inert = None,
+    cuda_memory_pool_byte_size: _InertList = None,
+    cuda_virtual_address_size: _InertList = None,
+    min_supported_compute_capability: _Inert = None,
+    buffer_manager_thread_count: _Inert = None,
+    host_policy: _InertList = None,
+    model_load_gpu_limit: _InertList = None,
 ) -> None:
     """Serve model repositories like tritonserver (KServe v2 HTTP + gRPC + metrics)."""
+    from repokit.cli.serve_flags import (
+        backend_config_notes,
+        inert_flag_notes,
+        parse_backend_config,
+    )
+    from repokit.core import server_log
     from repokit.core.settings import LogSettings, ServerSettings
     from repokit.frontends.http.restricted import parse_restricted_apis
-    from repokit.frontends.runner import ServerHandle, ServeSettings, run_server
+    from repokit.frontends.runner import ServeSettings
     from repokit.paths import default_sample_repository
 
-    console = make_console()
-    errors = make_console(stderr=True)
+    given = {f"--{name.replace('_', '-')}": value for name, value in locals().items()}
     repos = [*(repositories or []), *(model_repository or [])]
     if not repos:
         repos = [default_sample_repository()]
@@ -146,8 +198,21 @@ def serve(
             raise typer.BadParameter(f"model repository '{repo}' is not a directory")
     if http_max_input_size <= 0:
         raise typer.BadParameter("--http-max-input-size must be greater than 0")
+    if log_format not in ("default", "ISO8601"):
+        raise typer.BadParameter(f"invalid argument for --log-format, got: {log_format}")
+    if log_verbose < 0:
+        raise typer.BadParameter("--log-verbose must not be negative")
     try:
         parse_restricted_apis(http_restricted_api or [])
+        backends = parse_backend_config(backend_config or [])
+        log = LogSettings(
+            log_file=log_file,
+            log_info=parse_bool(log_info, "--log-info"),
+            log_warning=parse_bool(log_warning, "--log-warning"),
+            log_error=parse_bool(log_error, "--log-error"),
+            log_verbose_level=log_verbose,
+            log_format=log_format,  # type: ignore[arg-type]
+        )
         core = ServerSettings(
             repositories=repos,
             model_control_mode=model_control_mode,  # type: ignore[arg-type]
@@ -163,7 +228,10 @@ def serve(
             exit_on_error=parse_bool(exit_on_error, "--exit-on-error"),
             python_execute_timeout_secs=python_execute_timeout_secs,
             server_id=server_id,
-            log=LogSettings(log_verbose_level=log_verbose),
+            log=log,
+            model_load_thread_count=model_load_thread_count,
+            model_load_retry_count=model_load_retry_count,
+            backend_config=backends,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -180,7 +248,8 @@ def serve(
         allow_metrics=parse_bool(allow_metrics, "--allow-metrics"),
         http_restricted_api=list(http_restricted_api or []),
         grpc_restricted_protocol=list(grpc_restricted_protocol or []),
-        access_log=log_verbose > 0,
+        access_log=False,  # requests are logged at --log-verbose 1 (repokit.core.service)
+        reuse_http_port=parse_bool(reuse_http_port, "--reuse-http-port"),
         reuse_grpc_port=parse_bool(reuse_grpc_port, "--reuse-grpc-port"),
         grpc_use_ssl=parse_bool(grpc_use_ssl, "--grpc-use-ssl"),
         grpc_use_ssl_mutual=parse_bool(grpc_use_ssl_mutual, "--grpc-use-ssl-mutual"),
@@ -210,11 +279,38 @@ def serve(
         grpc_server_cert and grpc_server_key
     ):
         raise typer.BadParameter("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
+    try:
+        handler = server_log.install(log)
+    except OSError as exc:
+        raise typer.BadParameter(f"--log-file: cannot open '{log_file}': {exc}") from None
+    try:
+        code = _serve(settings, [*inert_flag_notes(given), *backend_config_notes(backends)])
+    finally:
+        server_log.uninstall(handler)
+    if code:
+        raise typer.Exit(code)
+
+
+def _serve(settings: Any, notes: list[str]) -> int:
+    """Run the server until a signal; the exit code (1: it could not start)."""
+    import logging
+
+    from repokit.cli.serve_tables import models_table, options_table
+    from repokit.core.server_log import RAW
+    from repokit.frontends.runner import ServerHandle, run_server
+
+    log = logging.getLogger("repokit.cli.serve")
+    errors = make_console(stderr=True)
+    for note in notes:
+        log.info(note)
+    core = settings.core
     failed: list[str] = []
 
     async def on_ready(handle: ServerHandle) -> None:
         index = handle.service.repository_index()
-        print_table(console, model_table(index))
+        log.info(models_table(index), extra={RAW: True})
+        extensions = list(handle.service.server_metadata()["extensions"])
+        log.info(options_table(core, extensions), extra={RAW: True})
         # tritonserver --exit-on-error: any model (or version) that failed to load at startup
         failures = [
             e for e in index if e.get("state") == "UNAVAILABLE" and e.get("reason") != "unloaded"
@@ -229,20 +325,22 @@ def serve(
             "Metrics": "Metrics Service",
         }
         for kind, address in handle.addresses():
-            console.print(f"Started {names[kind]} at {address}", highlight=False, soft_wrap=True)
+            log.info("Started %s at %s", names[kind], address)
 
+    clean = True
     try:
-        _run(run_server(settings, ready_callback=on_ready))
+        clean = _run(run_server(settings, ready_callback=on_ready))
     except KeyboardInterrupt:
         pass
     except (OSError, ValueError) as exc:
         print_error(errors, f"creating server: {exc}")
-        raise typer.Exit(1) from None
+        return 1
     if failed:
         print_error(errors, "creating server: Internal - failed to load all models")
         for line in failed:
             errors.out(f"  {line}", highlight=False)
-        raise typer.Exit(1)
+        return 1
+    return 0 if clean else 1  # tritonserver exits with 1 when the exit timeout expired
 
 
 def register(app: typer.Typer) -> None:
@@ -254,5 +352,6 @@ def register(app: typer.Typer) -> None:
             "repokit serve ./models --model-control-mode explicit --load-model simple",
             "repokit serve ./models --grpc-use-ssl true --grpc-server-cert c.pem \\",
             "    --grpc-server-key k.pem",
+            "repokit serve --model-repository=/models --log-verbose=1 --log-format=ISO8601",
         ),
     )(serve)

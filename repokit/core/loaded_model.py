@@ -184,11 +184,31 @@ class LoadedVersion:
             config_json=json.dumps(self.config_json),
         )
 
-    async def stop(self) -> None:
-        """Drain in-flight requests, stop the scheduler, unload the backend."""
-        await self.drain()
+    async def stop(self, deadline: float | None = None) -> None:
+        """Drain in-flight requests, stop the scheduler, unload the backend. With a
+        ``deadline`` (time.monotonic(), shutdown) the drain and the backend's finalize end
+        then: requests still running (a hung model) fail when its instances are stopped."""
+        drained = True
+        if deadline is None:
+            await self.drain()
+        else:
+            try:
+                await asyncio.wait_for(self.drain(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                drained = False
+            if self.backend is not None:
+                self.backend.unload_deadline = deadline
+        if drained:
+            await self._stop_scheduler()
+            await self._unload_backend()
+        else:  # the scheduler's workers wait for executions that end when the backend stops
+            await asyncio.gather(self._stop_scheduler(), self._unload_backend())
+
+    async def _stop_scheduler(self) -> None:
         if self.scheduler is not None:
             await self.scheduler.stop()
+
+    async def _unload_backend(self) -> None:
         if self.backend is not None:
             try:
                 await self.backend.unload()

@@ -2,8 +2,8 @@
 
 Keys: log_file (read-only here), log_info, log_warning, log_error, log_verbose_level,
 log_format ("default" | "ISO8601"). Unknown keys are ignored, ``None`` leaves a setting as it
-is. Every value is checked before any is applied. The levels are applied to the ``repokit``
-logger.
+is. Every value is checked before any is applied. The ``repokit`` logger's level follows
+them; :mod:`repokit.core.server_log` writes the records they enable.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
+from repokit.core.server_log import ROOT_LOGGER, logging_level
 from repokit.core.settings import LogSettings
 from repokit.errors import internal, unavailable, unsupported
 
@@ -57,15 +58,4 @@ class LogSettingsStore:
         return self.get()
 
     def _apply(self) -> None:
-        settings = self._settings
-        if settings.log_verbose_level > 0:
-            level = logging.DEBUG
-        elif settings.log_info:
-            level = logging.INFO
-        elif settings.log_warning:
-            level = logging.WARNING
-        elif settings.log_error:
-            level = logging.ERROR
-        else:
-            level = logging.CRITICAL + 1
-        logging.getLogger("repokit").setLevel(level)
+        logging.getLogger(ROOT_LOGGER).setLevel(logging_level(self._settings))

@@ -88,10 +88,22 @@ class ModelRecord:
         return [s for s in self.versions.values() if s.state == READY and s.loaded is not None]
 
 
-def _default_backend_factory(context: ModelContext) -> Backend:
-    from repokit.backends.registry import create_backend
+def _configured_backend_factory(config: dict[str, dict[str, str]]) -> BackendFactory:
+    """Backends from the registry, each given its ``--backend-config`` settings."""
 
-    return create_backend(context)
+    def create(context: ModelContext) -> Backend:
+        from repokit.backends.registry import backend_name, create_backend
+
+        backend = create_backend(context)
+        settings = {**config.get("", {}), **config.get(backend_name(context.config), {})}
+        if settings:
+            try:
+                backend.configure(settings)
+            except ValueError as exc:
+                raise invalid_arg(f"--backend-config: {exc}") from exc
+        return backend
+
+    return create
 
 
 def check_model_name(name: str) -> None:
@@ -144,7 +156,7 @@ class ModelManager:
         scheduler_factory: SchedulerFactory | None = None,
     ) -> None:
         self._settings = settings
-        factory = backend_factory or _default_backend_factory
+        factory = backend_factory or _configured_backend_factory(settings.backend_config)
         timeout = settings.python_execute_timeout_secs
         self._backend_factory: BackendFactory = (
             factory
@@ -156,6 +168,7 @@ class ModelManager:
         self._records: dict[str, ModelRecord] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._poll_task: asyncio.Task[None] | None = None
+        self._load_slots: asyncio.Semaphore | None = None  # created in the running loop
         self.server: ServerApi | None = None  # handed to backends (set by the service)
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -168,14 +181,19 @@ class ModelManager:
         if mode == "poll" and self._settings.repository_poll_secs > 0:
             self._poll_task = asyncio.create_task(self._poll_forever())
 
-    async def stop(self) -> None:
+    async def stop(self, deadline: float | None = None) -> None:
+        """Unload every model (shutdown); ``deadline`` (time.monotonic()) bounds the wait for
+        in-flight requests and finalize (see LoadedVersion.stop)."""
         if self._poll_task is not None:
             self._poll_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poll_task
             self._poll_task = None
         await asyncio.gather(
-            *(self._unload(name, dependents=False) for name in list(self._records))
+            *(
+                self._unload(name, dependents=False, deadline=deadline)
+                for name in list(self._records)
+            )
         )
         if self._retiring:
             await asyncio.gather(*list(self._retiring), return_exceptions=True)
@@ -349,7 +367,7 @@ class ModelManager:
         try:
             await self._load(name, force=force)
         except RepokitError as exc:
-            log.warning("failed to load '%s': %s", name, exc.message)
+            log.error("failed to load '%s': %s", name, exc.message)
 
     def _resolve(
         self, name: str, override: mc.ModelConfig | None, private: Path | None
@@ -463,7 +481,28 @@ class ModelManager:
         )
 
     async def _start_version(self, loaded: LoadedVersion, dependency_error: str) -> str:
-        """Load one version; the failure reason, or "" when it is READY."""
+        """Load one version; the failure reason, or "" when it is READY (logged as Triton)."""
+        if self._load_slots is None:  # --model-load-thread-count versions load at once
+            self._load_slots = asyncio.Semaphore(self._settings.model_load_thread_count)
+        async with self._load_slots:
+            log.info("loading: %s:%d", loaded.name, loaded.version)
+            reason = await self._try_start(loaded, dependency_error)
+            retries = 0 if dependency_error else self._settings.model_load_retry_count
+            for attempt in range(1, retries + 1):
+                if not reason:
+                    break
+                log.warning(
+                    "failed to load '%s' version %d: %s; retrying (%d of %d)",
+                    loaded.name, loaded.version, reason, attempt, retries,
+                )  # fmt: skip
+                reason = await self._try_start(loaded, dependency_error)
+        if reason:
+            log.error("failed to load '%s' version %d: %s", loaded.name, loaded.version, reason)
+        else:
+            log.info("successfully loaded '%s'", loaded.name)
+        return reason
+
+    async def _try_start(self, loaded: LoadedVersion, dependency_error: str) -> str:
         if dependency_error:
             return dependency_error
         try:
@@ -524,7 +563,7 @@ class ModelManager:
         for number in old:
             if number not in record.versions:
                 record.versions[number] = VersionStatus(number, UNLOADING)
-        await asyncio.gather(*(loaded.stop() for loaded in retired))
+        await asyncio.gather(*(_stop_version(loaded, None) for loaded in retired))
         for number in old:
             if record.versions[number].state == UNLOADING:
                 record.versions[number] = VersionStatus(number, UNAVAILABLE, UNLOADED_REASON)
@@ -545,7 +584,7 @@ class ModelManager:
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
-    async def _unload(self, name: str, *, dependents: bool) -> None:
+    async def _unload(self, name: str, *, dependents: bool, deadline: float | None = None) -> None:
         record = self._records.get(name)
         if record is None:
             return
@@ -553,7 +592,9 @@ class ModelManager:
             active = [s for s in record.versions.values() if s.loaded is not None]
             for status in active:
                 status.state = UNLOADING
-            await asyncio.gather(*(s.loaded.stop() for s in active if s.loaded is not None))
+            await asyncio.gather(
+                *(_stop_version(s.loaded, deadline) for s in active if s.loaded is not None)
+            )
             for status in record.versions.values():
                 status.state, status.reason, status.loaded = UNAVAILABLE, UNLOADED_REASON, None
             if not record.versions:  # a model that never loaded: forget its failure
@@ -568,6 +609,11 @@ class ModelManager:
 
     def records(self) -> Iterator[ModelRecord]:
         return iter(list(self._records.values()))
+
+
+async def _stop_version(loaded: LoadedVersion, deadline: float | None) -> None:
+    await loaded.stop(deadline)
+    log.info("successfully unloaded '%s' version %d", loaded.name, loaded.version)
 
 
 def _load_failed(name: str, failures: dict[int, str]) -> RepokitError:

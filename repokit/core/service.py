@@ -7,7 +7,7 @@ the code to their status in one table. Build it with ``repokit.core.compose.buil
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -24,6 +24,7 @@ from repokit.core.model_manager import ModelManager
 from repokit.core.outputs import finish_outputs
 from repokit.core.request_checks import PreparedRequest, prepare
 from repokit.core.request_fast_path import prepare_plain
+from repokit.core.server_log import VERBOSE
 from repokit.core.settings import ServerSettings
 from repokit.core.shared_memory import SystemSharedMemory
 from repokit.core.wire_lane import WireLane
@@ -32,6 +33,10 @@ from repokit.protocol import datatypes
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferRequest, InferResponse
 from repokit.scheduler.base import ScheduledResult
+
+log = logging.getLogger(__name__)
+_EXIT_TIMEOUT = "Exit timeout expired. Exiting immediately."
+_DRAIN_POLL_S = 0.02  # shutdown: how often the in-flight count is looked at
 
 # the result record of a request whose response the instance encoded (statistics only)
 _NO_RESULT = BackendResult()
@@ -51,6 +56,10 @@ EXTENSIONS = (
     "statistics",
     "logging",
 )
+
+
+def _request_tag(request: InferRequest) -> str:
+    return f"[request id: {request.id or '<id_unknown>'}]"
 
 
 def _tensor_metadata(items: Any, batching: bool) -> list[dict[str, Any]]:
@@ -82,18 +91,43 @@ class InferenceService:
         await self.manager.start()
         self._live = True
 
-    async def stop(self) -> None:
-        """Refuse new requests, wait for in-flight ones (exit_timeout_secs), unload models."""
+    async def stop(self, deadline: float | None = None) -> bool:
+        """Refuse new requests (UNAVAILABLE "Server exiting"), wait for in-flight ones and open
+        streams until ``deadline`` (time.monotonic(); default: exit_timeout_secs from now),
+        unload every model (finalize runs), logging each step as tritonserver does. Requests
+        still running at the deadline fail when their instances are stopped: then False."""
         self._exiting = True
-        deadline = time.monotonic() + max(0.0, self.settings.exit_timeout_secs)
-        drains = [v.drain() for v in self.manager.all_ready()]
-        if drains:
-            remaining = max(0.0, deadline - time.monotonic())
-            with contextlib.suppress(TimeoutError):  # exit timeout reached: unload anyway
-                await asyncio.wait_for(asyncio.gather(*drains), timeout=remaining)
-        await self.manager.stop()
+        if deadline is None:
+            deadline = time.monotonic() + max(0.0, self.settings.exit_timeout_secs)
+        log.info("Waiting for in-flight requests to complete.")
+        drained = await self._drain(deadline)
+        if not drained:
+            log.error("failed to stop server: Internal - %s", _EXIT_TIMEOUT)
+        log.info("All models are stopped, unloading models")
+        await self.manager.stop(deadline)
         self.shared_memory.close()
         self._live = False
+        return drained
+
+    async def _drain(self, deadline: float) -> bool:
+        """Wait until no request is in flight (True) or the deadline passes (False), saying
+        once a second how many model versions still have requests in flight."""
+        said = -1
+        while True:
+            remaining = deadline - time.monotonic()
+            if int(remaining) != said or self._inflight == 0:
+                said = int(remaining)
+                busy = sum(1 for v in self.manager.all_ready() if v.inflight > 0)
+                log.info(
+                    "Timeout %d: Found %d model versions that have in-flight inferences",
+                    max(0, said),
+                    busy,
+                )
+            if self._inflight == 0:
+                return True
+            if remaining <= 0:
+                return False
+            await asyncio.sleep(min(_DRAIN_POLL_S, remaining))
 
     @property
     def inflight_requests(self) -> int:
@@ -161,7 +195,29 @@ class InferenceService:
         return await self.run_admitted(loaded, request, prepared)
 
     def admit(self, request: InferRequest) -> tuple[LoadedVersion, PreparedRequest]:
-        """The version a request runs on and the request checked against it (raises)."""
+        """The version a request runs on and the request checked against it (raises; at
+        --log-verbose 1 the request and why it failed are logged)."""
+        try:
+            loaded, prepared = self._admit(request)
+        except RepokitError as exc:
+            if log.isEnabledFor(VERBOSE):
+                log.debug("%s Infer failed: %s", _request_tag(request), exc.message)
+            raise
+        if log.isEnabledFor(VERBOSE):
+            log.debug(
+                "%s prepared: model: %s, requested version: %s, actual version: %d, "
+                "batch size: %d, inputs: %s, requested outputs: %s",
+                _request_tag(request),
+                loaded.name,
+                request.model_version or "-1",
+                loaded.version,
+                prepared.batch_size,
+                ", ".join(f"{i.name} {i.datatype}{list(i.shape)}" for i in request.inputs),
+                ", ".join(o.name for o in request.outputs) or "(all)",
+            )
+        return loaded, prepared
+
+    def _admit(self, request: InferRequest) -> tuple[LoadedVersion, PreparedRequest]:
         if self._exiting:
             raise unavailable("Server exiting")
         loaded = self.manager.get(request.model_name, request.model_version)
@@ -188,10 +244,30 @@ class InferenceService:
             scheduled, elapsed = await submit(loaded, backend_request, batch)
         except asyncio.CancelledError:
             control.cancel()
+            if log.isEnabledFor(VERBOSE):
+                log.debug("%s cancelled: the client went away", _request_tag(request))
+            raise
+        except RepokitError as exc:
+            if log.isEnabledFor(VERBOSE):
+                log.debug("%s Infer failed: %s", _request_tag(request), exc.message)
             raise
         finally:
             self._inflight -= 1
-        return self._respond(loaded, request, batch, scheduled, elapsed)
+        if not log.isEnabledFor(VERBOSE):
+            return self._respond(loaded, request, batch, scheduled, elapsed)
+        try:
+            response = self._respond(loaded, request, batch, scheduled, elapsed)
+        except RepokitError as exc:
+            log.debug("%s Infer failed: %s", _request_tag(request), exc.message)
+            raise
+        log.debug(
+            "%s completed: model %s version %d, %.3f ms",
+            _request_tag(request),
+            loaded.name,
+            loaded.version,
+            elapsed / 1e6,
+        )
+        return response
 
     def wire_lane(self, name: str, version: str = "") -> WireLane | None:
         """The wire lane of the version a request names (:mod:`repokit.core.wire_lane`), or
@@ -227,6 +303,18 @@ class InferenceService:
             self._inflight -= 1
         body, result = outcome.body, outcome.result
         elapsed = time.perf_counter_ns() - started
+        if log.isEnabledFor(VERBOSE) and (body is not None or result is not None):
+            if result is not None and result.error is not None:
+                log.debug("[request id: <id_unknown>] Infer failed: %s", result.error.message)
+            else:
+                log.debug(
+                    "[request id: <id_unknown>] completed: model %s version %d, %.3f ms (%s, "
+                    "decoded by the instance)",
+                    loaded.name,
+                    loaded.version,
+                    elapsed / 1e6,
+                    protocol,
+                )
         if body is not None:
             scheduled = ScheduledResult(_NO_RESULT, queue_ns, outcome.timing)
             record_ran(loaded, outcome.batch_size, elapsed, scheduled)

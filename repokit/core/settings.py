@@ -52,6 +52,10 @@ class ServerSettings:
     server_id: str = SERVER_ID  # --id
     server_version: str = SERVER_VERSION
     log: LogSettings = field(default_factory=LogSettings)
+    model_load_thread_count: int = 4  # --model-load-thread-count: models loading at once
+    model_load_retry_count: int = 0  # --model-load-retry-count: attempts after a failed load
+    # --backend-config <backend>,<setting>=<value> ("" = every backend)
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.repositories = [Path(p) for p in self.repositories]
@@ -60,6 +64,10 @@ class ServerSettings:
                 f"unexpected model control mode '{self.model_control_mode}', "
                 "expected one of none, explicit, poll"
             )
+        if self.model_load_thread_count < 1:
+            raise ValueError("--model-load-thread-count must be at least 1")
+        if self.model_load_retry_count < 0:
+            raise ValueError("--model-load-retry-count must not be negative")
         if "*" in self.load_models and len(self.load_models) > 1:
             raise ValueError(
                 "Wildcard model name '*' must be the ONLY startup model if specified at all."

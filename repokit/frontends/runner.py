@@ -17,6 +17,8 @@ import importlib.util
 import inspect
 import signal
 import socket
+import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +53,7 @@ class ServeSettings:
     http_restricted_api: list[str] = field(default_factory=list)
     grpc_restricted_protocol: list[str] = field(default_factory=list)
     access_log: bool = False
+    reuse_http_port: bool = False  # SO_REUSEPORT on the HTTP socket (--reuse-http-port)
     # gRPC options read by repokit.frontends.grpc.options (tritonserver's flags and defaults)
     reuse_grpc_port: bool = False
     grpc_use_ssl: bool = False
@@ -103,7 +106,9 @@ class ServerHandle:
     grpc_port: int | None = None
     _sanic: list[_SanicServer] = field(default_factory=list)
     _grpc: Any = None
+    _metrics: _SanicServer | None = None
     _stopped: bool = False
+    exit_timeout_expired: bool = False  # stop() had to abort requests still running
     _stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
 
     def request_stop(self) -> None:
@@ -126,18 +131,24 @@ class ServerHandle:
         return out
 
     async def stop(self) -> None:
-        """Graceful shutdown: stop accepting, drain in-flight requests, close connections."""
+        """Graceful shutdown within ``exit_timeout_secs`` as tritonserver: the HTTP and gRPC
+        ports stop accepting, the service refuses new requests and waits for in-flight ones
+        and open streams, unloads the models (finalize runs), then idle connections close and
+        what is left at the deadline is aborted. Metrics answer until the end."""
         if self._stopped:
             return
         self._stopped = True
-        timeout = float(self.settings.exit_timeout_secs)
+        timeout = max(0.0, float(self.settings.exit_timeout_secs))
+        deadline = time.monotonic() + timeout
         for entry in self._sanic:
-            entry.server.server.close()
+            if entry is not self._metrics:
+                entry.server.server.close()
         grpc_stop = None
         if self._grpc is not None:
             grpc_stop = asyncio.ensure_future(self._grpc.stop(timeout))
-        await _maybe_await(_service_call(self.service, "stop"))  # drains (exit_timeout_secs)
-        await _close_connections(self._sanic, timeout)
+        drained = await _maybe_await(_service_call(self.service, "stop", deadline))
+        self.exit_timeout_expired = drained is False
+        await _close_connections(self._sanic, deadline)
         if grpc_stop is not None:
             await grpc_stop
         for entry in self._sanic:
@@ -162,15 +173,14 @@ def _service_call(service: InferenceService, name: str, *args: Any) -> Any:
     return method(*args)
 
 
-async def _close_connections(servers: list[_SanicServer], timeout: float) -> None:
-    """Close idle keep-alive connections until none is left, then abort the rest."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+async def _close_connections(servers: list[_SanicServer], deadline: float) -> None:
+    """Close idle keep-alive connections until none is left or the deadline
+    (time.monotonic()) passes, then abort the rest."""
     while True:
         open_connections = [c for s in servers for c in s.server.connections]
         for connection in open_connections:
             connection.close_if_idle()
-        if not open_connections or loop.time() >= deadline:
+        if not open_connections or time.monotonic() >= deadline:
             break
         await asyncio.sleep(0.05)
     for s in servers:
@@ -179,13 +189,19 @@ async def _close_connections(servers: list[_SanicServer], timeout: float) -> Non
 
 
 async def _start_sanic(
-    app: Sanic[Any, Any], host: str, port: int, protocol: type[HttpProtocol] | None = None
+    app: Sanic[Any, Any],
+    host: str,
+    port: int,
+    protocol: type[HttpProtocol] | None = None,
+    reuse_port: bool = False,
 ) -> _SanicServer:
     # Bind the socket ourselves: Sanic treats port 0 as "unset" and would pick 8000.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(1024)
         sock.setblocking(False)
@@ -248,7 +264,11 @@ async def start_server(
         if settings.allow_http:
             app = create_http_app(service, settings, access_log=settings.access_log)
             entry = await _start_sanic(
-                app, settings.http_address, settings.http_port, FastInferProtocol
+                app,
+                settings.http_address,
+                settings.http_port,
+                FastInferProtocol,
+                reuse_port=settings.reuse_http_port,
             )
             handle._sanic.append(entry)
             handle.http_port = entry.port
@@ -257,6 +277,7 @@ async def start_server(
             host = settings.metrics_address or settings.http_address
             entry = await _start_sanic(metrics_app, host, settings.metrics_port)
             handle._sanic.append(entry)
+            handle._metrics = entry
             handle.metrics_port = entry.port
         # --- gRPC hook: the gRPC frontend (repokit/frontends/grpc/) shares this loop --------
         if settings.allow_grpc:
@@ -289,15 +310,17 @@ async def run_server(
     settings: ServeSettings,
     ready_callback: Callable[[ServerHandle], Awaitable[None] | None] | None = None,
     service_factory: ServiceFactory | None = None,
-) -> None:
+) -> bool:
     """Serve until SIGINT/SIGTERM (or ``handle.request_stop()``), then shut down gracefully.
     Signal handlers are installed before the models load, so an early SIGTERM still exits
-    cleanly once startup is done."""
+    cleanly once startup is done. False when the exit timeout expired with requests still
+    running (tritonserver then exits with 1)."""
     loop = asyncio.get_running_loop()
     early_stop = asyncio.Event()
     target: list[ServerHandle] = []
 
-    def on_signal() -> None:
+    def on_signal(number: int) -> None:
+        print(f"Signal ({number}) received.", file=sys.stderr, flush=True)  # as tritonserver
         early_stop.set()
         for handle in target:
             handle.request_stop()
@@ -305,7 +328,7 @@ async def run_server(
     installed: list[signal.Signals] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            loop.add_signal_handler(sig, on_signal)
+            loop.add_signal_handler(sig, on_signal, int(sig))
             installed.append(sig)
         except (NotImplementedError, RuntimeError):  # pragma: no cover - non-main thread
             pass
@@ -314,13 +337,13 @@ async def run_server(
         target.append(handle)
         freeze_startup_objects()
         try:
-            if early_stop.is_set():
-                return
-            if ready_callback is not None:
-                await _maybe_await(ready_callback(handle))
-            await handle.wait_stop_requested()
+            if not early_stop.is_set():
+                if ready_callback is not None:
+                    await _maybe_await(ready_callback(handle))
+                await handle.wait_stop_requested()
         finally:
             await handle.stop()
+        return not handle.exit_timeout_expired
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)

@@ -7,6 +7,7 @@ Everything that decides *what* runs lives in the pure planners; these helpers on
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -15,6 +16,8 @@ from typing import Generic, TypeVar
 from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing
 from repokit.errors import RepokitError, internal
 from repokit.scheduler.precise_timer import PreciseTimer
+
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]  # now in nanoseconds (monotonic)
 BatchHook = Callable[[int, Timing], None]  # (batch size, timing) once per execution
@@ -127,6 +130,13 @@ async def execute_batch(
     backend: Backend, instance: int, requests: list[BackendRequest]
 ) -> tuple[list[BackendResult], Timing]:
     """Run one batch; a backend that raises or miscounts yields INTERNAL errors per request."""
+    if log.isEnabledFor(logging.DEBUG):  # --log-verbose 1: the scheduler's batches
+        log.debug(
+            "model %s, instance %d, executing %d requests",
+            backend.context.name,
+            instance,
+            len(requests),
+        )
     try:
         results, timing = await backend.execute(instance, requests)
     except RepokitError as exc:

@@ -26,7 +26,7 @@ from repokit.cli.output import (
     table_text,
 )
 from repokit.cli.perf import render_compare, render_report
-from repokit.cli.serve import model_table
+from repokit.cli.serve_tables import models_table
 from repokit.perf.report import LevelResult, PerfReport
 from repokit.perf.server_stats import ServerBreakdown
 from repokit.perf.statistics import WindowSummary
@@ -199,16 +199,20 @@ def test_perf_table_on_a_terminal_is_rich() -> None:
 
 
 def test_serve_model_table_piped_keeps_the_whole_reason() -> None:
-    out = io.StringIO()
     index = [
         {"name": "add_sub", "version": "1", "state": "UNAVAILABLE", "reason": LONG_REASON},
         {"name": "simple", "version": "1", "state": "READY"},
     ]
-    print_table(plain_console(file=out), model_table(index))
-    lines = out.getvalue().splitlines()
-    assert lines[0] == "Models"
-    assert lines[2].split(None, 2) == ["add_sub", "1", f"UNAVAILABLE: {LONG_REASON}"]
-    assert lines[3].split() == ["simple", "1", "READY"]
+    # tritonserver's table, logged as plain text whatever the output (repokit.core.server_log)
+    lines = models_table(index).splitlines()
+    rows = [[cell.strip() for cell in line.split("|")[1:4]] for line in lines[1::2][:3]]
+    assert rows[0] == ["Model", "Version", "Status"]
+    assert [cell.strip() for cell in lines[3].split("|")[1:4]] == [
+        "add_sub",
+        "1",
+        f"UNAVAILABLE: {LONG_REASON}",
+    ]
+    assert [cell.strip() for cell in lines[4].split("|")[1:4]] == ["simple", "1", "READY"]
 
 
 # --- help, version, completion ---------------------------------------------------------------

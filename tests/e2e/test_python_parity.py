@@ -298,12 +298,13 @@ def test_model_logs_reach_the_server_log(
         while "parity info L1" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.02)
     records = [r for r in caplog.records if r.name == "repokit.model"]
-    levels = {r.getMessage().split("] ", 1)[1]: r.levelno for r in records}
+    levels = {r.getMessage(): r.levelno for r in records}
     assert levels["parity info L1"] == logging.INFO
     assert levels["parity warning"] == logging.WARNING
     assert levels["parity error"] == logging.ERROR
     assert "parity verbose" not in levels  # log_verbose_level is 0
-    assert records[0].getMessage().startswith("model.py:")
+    assert records[0].triton_file == "model.py"  # the model's file and line, as Triton
+    assert records[0].triton_line > 0
 
 
 def test_finalize_errors_are_logged_and_unload_succeeds(

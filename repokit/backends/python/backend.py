@@ -99,6 +99,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +135,13 @@ from repokit.protocol.types import InferTensor, ParamValue
 
 log = logging.getLogger(__name__)
 _STUB_MODULE = "repokit.backends.python.stub"
+# The instance process ignores SIGINT from its first statement, as Triton's stub does: Ctrl-C
+# in a terminal reaches the whole process group, and the server (not each instance) decides
+# how to shut down: it lets requests finish, then has every instance run finalize.
+_STUB_BOOT = (
+    "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import runpy; "
+    f"runpy.run_module({_STUB_MODULE!r}, run_name='__main__', alter_sys=True)"
+)
 _PACKAGE_PARENT = str(Path(repokit.__file__).resolve().parent.parent)
 _NO_TIMING = (0, 0, 0)
 NOT_ITERATIVE = (
@@ -317,6 +325,20 @@ class PythonBackend(Backend):
                 raise first
             raise RepokitError(Code.INTERNAL, f"failed to start python model instance: {first}")
 
+    def configure(self, settings: dict[str, str]) -> None:
+        """``--backend-config python,stub-timeout-seconds=N``: the time an instance process
+        gets to answer finalize when its model unloads (Triton's stub timeout). The
+        shared-memory sizes mean nothing here: tensors travel over a socket."""
+        text = settings.get("stub-timeout-seconds")
+        if text is not None:
+            try:
+                seconds = float(text)
+            except ValueError:
+                seconds = -1.0
+            if seconds <= 0:
+                raise ValueError(f"stub-timeout-seconds must be a positive number, got '{text}'")
+            self._finalize_timeout_s = seconds
+
     def _adopt_context(self) -> None:
         config = self.context.config
         self._all_outputs = tuple(o.name for o in config.output)
@@ -332,7 +354,7 @@ class PythonBackend(Backend):
         )
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", _STUB_MODULE, str(child_sock.fileno())],
+                [sys.executable, "-c", _STUB_BOOT, str(child_sock.fileno())],
                 pass_fds=(child_sock.fileno(),),
                 stdin=subprocess.DEVNULL,
                 env=env,
@@ -731,11 +753,13 @@ class PythonBackend(Backend):
 
     async def _stop(self, instance: _Instance, *, graceful: bool) -> None:
         instance.stopping = True
+        limit = self._finalize_timeout_s
+        if self.unload_deadline is not None:  # shutdown: finalize within the exit timeout
+            limit = min(limit, self.unload_deadline - time.monotonic())
+            graceful = graceful and limit > 0
         if graceful and instance.alive():
             with contextlib.suppress(ipc.ChannelClosed, TimeoutError):
-                await asyncio.wait_for(
-                    self._call(instance, "finalize", None), self._finalize_timeout_s
-                )
+                await asyncio.wait_for(self._call(instance, "finalize", None), limit)
         process = instance.process
         if process.poll() is None:
             try:

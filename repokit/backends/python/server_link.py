@@ -41,6 +41,7 @@ from repokit.protocol.types import (
     RequestedOutput,
 )
 
+# pb_utils.Logger levels INFO, WARNING, ERROR, VERBOSE (logged at --log-verbose 1 and more)
 _LOG_LEVELS = (logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG)
 PARENT_CANCELLED = "BLS request cancelled: the request it was made for was cancelled"
 _NO_SERVER = "this model runs outside a server: BLS, model control and metrics are unavailable"
@@ -194,10 +195,10 @@ class ServerLink:
     def _log(self, level: int, message: str, filename: str, line: int) -> None:
         server = self._server
         logger = server.model_log if server is not None else logging.getLogger("repokit.model")
-        if level == 3 and (server is None or server.log_verbose_level() < 1):
-            return
         python_level = _LOG_LEVELS[level] if 0 <= level < len(_LOG_LEVELS) else logging.INFO
-        logger.log(python_level, "%s:%d] %s", filename, line, message)
+        # the server log names the model's file and line (repokit.core.server_log)
+        extra = {"triton_file": filename, "triton_line": line}
+        logger.log(python_level, "%s", message, extra=extra)
 
     # --- metrics --------------------------------------------------------------------------------
     def _metric_update(self, handle: int, op: str, value: float) -> None:

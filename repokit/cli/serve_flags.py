@@ -1,0 +1,106 @@
+"""tritonserver 2.51 flags that ``repokit serve`` accepts but that mean nothing on this server
+(GPU memory, tracing, caches, other frontends, ...), and the startup tables tritonserver logs.
+
+A launch line written for tritonserver must run unchanged: each flag below is accepted with
+its tritonserver value syntax, and each one given is logged once with why it has no effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+# flag -> why it has no effect here (the README's table says the same)
+INERT_FLAGS: dict[str, str] = {
+    "--model-namespacing": "model names are global on this server",
+    "--enable-peer-access": "no GPUs are used",
+    "--reuse-http-port": "",  # honoured: SO_REUSEPORT on the HTTP socket (not inert)
+    "--http-header-forward-pattern": "headers are not forwarded as request parameters",
+    "--http-thread-count": "HTTP requests are served on the server's event loop",
+    "--grpc-header-forward-pattern": "headers are not forwarded as request parameters",
+    "--grpc-infer-allocation-pool-size": "gRPC messages are not pooled",
+    "--allow-sagemaker": "there is no SageMaker endpoint",
+    "--sagemaker-port": "there is no SageMaker endpoint",
+    "--sagemaker-safe-port-range": "there is no SageMaker endpoint",
+    "--sagemaker-thread-count": "there is no SageMaker endpoint",
+    "--allow-vertex-ai": "there is no Vertex AI endpoint",
+    "--vertex-ai-port": "there is no Vertex AI endpoint",
+    "--vertex-ai-thread-count": "there is no Vertex AI endpoint",
+    "--vertex-ai-default-model": "there is no Vertex AI endpoint",
+    "--allow-gpu-metrics": "no GPUs are used",
+    "--allow-cpu-metrics": "CPU metrics are not collected",
+    "--metrics-interval-ms": "metrics are computed when /metrics is read",
+    "--metrics-config": "metrics have no settings",
+    "--trace-config": "tracing is not implemented",
+    "--trace-file": "tracing is not implemented",
+    "--trace-level": "tracing is not implemented",
+    "--trace-rate": "tracing is not implemented",
+    "--trace-count": "tracing is not implemented",
+    "--trace-log-frequency": "tracing is not implemented",
+    "--backend-directory": "backends are built in",
+    "--repoagent-directory": "repository agents are not supported",
+    "--cache-config": "there is no response cache",
+    "--cache-directory": "there is no response cache",
+    "--response-cache-byte-size": "there is no response cache",
+    "--rate-limit": "there is no rate limiter: instances run requests as they are free",
+    "--rate-limit-resource": "there is no rate limiter",
+    "--pinned-memory-pool-byte-size": "no GPUs are used",
+    "--cuda-memory-pool-byte-size": "no GPUs are used",
+    "--cuda-virtual-address-size": "no GPUs are used",
+    "--min-supported-compute-capability": "no GPUs are used",
+    "--buffer-manager-thread-count": "tensors are not copied between devices",
+    "--host-policy": "instances are not pinned to NUMA nodes or cores",
+    "--model-load-gpu-limit": "no GPUs are used",
+}
+
+# python backend settings of --backend-config python,<setting>=<value> that mean nothing here
+INERT_PYTHON_SETTINGS: dict[str, str] = {
+    "shm-default-byte-size": "tensors travel over a socket, not a shared-memory region",
+    "shm-growth-byte-size": "tensors travel over a socket, not a shared-memory region",
+    "shm-region-prefix-name": "tensors travel over a socket, not a shared-memory region",
+    "stub-timeout-seconds": "",  # honoured (see repokit.backends.python.backend)
+}
+
+
+def inert_flag_notes(given: dict[str, Any]) -> list[str]:
+    """One line per inert flag given (value not None), in the order of the table."""
+    notes = []
+    for flag, why in INERT_FLAGS.items():
+        value = given.get(flag)
+        if why and value is not None and value != []:
+            notes.append(f"{flag} has no effect on this server: {why}")
+    return notes
+
+
+def parse_backend_config(specs: Iterable[str]) -> dict[str, dict[str, str]]:
+    """``--backend-config <backend>,<setting>=<value>`` (or ``<setting>=<value>`` for every
+    backend, kept under ""), as tritonserver parses it."""
+    parsed: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        head, sep, value = spec.partition("=")
+        if not sep:
+            raise ValueError(
+                f"--backend-config option format is '<backend name>,<setting>=<value>'. Got {spec}"
+            )
+        backend, comma, setting = head.partition(",")
+        if not comma:
+            backend, setting = "", head
+        if not setting:
+            raise ValueError(f"--backend-config setting name is empty in '{spec}'")
+        parsed.setdefault(backend, {})[setting] = value
+    return parsed
+
+
+def backend_config_notes(config: dict[str, dict[str, str]]) -> list[str]:
+    notes = []
+    for setting in config.get("python", {}):
+        why = INERT_PYTHON_SETTINGS.get(setting)
+        if why:
+            notes.append(f"--backend-config python,{setting} has no effect on this server: {why}")
+    for backend, settings in config.items():
+        if backend == "python":
+            continue
+        for setting in settings:
+            where = f"{backend},{setting}" if backend else setting
+            notes.append(f"--backend-config {where} has no effect on this server")
+    return notes

@@ -1,0 +1,40 @@
+"""The tables tritonserver logs at startup (models, server options), drawn as it draws them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from repokit.core.server_log import table
+from repokit.core.settings import ServerSettings
+
+_MODES = {"none": "MODE_NONE", "explicit": "MODE_EXPLICIT", "poll": "MODE_POLL"}
+
+
+def models_table(index: list[dict[str, Any]]) -> str:
+    """One row per model version: READY, or UNAVAILABLE with the reason."""
+    rows = []
+    for entry in sorted(index, key=lambda e: (str(e.get("name")), str(e.get("version", "")))):
+        state = str(entry.get("state", "UNKNOWN"))
+        reason = entry.get("reason")
+        status = f"{state}: {reason}" if reason else state
+        rows.append((entry.get("name", ""), entry.get("version", ""), status))
+    return table(("Model", "Version", "Status"), rows)
+
+
+def options_table(settings: ServerSettings, extensions: list[str]) -> str:
+    rows: list[tuple[str, Any]] = [
+        ("server_id", settings.server_id),
+        ("server_version", settings.server_version),
+        ("server_extensions", " ".join(extensions)),
+    ]
+    rows += [(f"model_repository_path[{i}]", p) for i, p in enumerate(settings.repositories)]
+    rows += [
+        ("model_control_mode", _MODES[settings.model_control_mode]),
+        ("strict_model_config", int(settings.strict_model_config)),
+        ("model_config_name", settings.model_config_name),
+        ("rate_limit", "OFF"),
+        ("strict_readiness", int(settings.strict_readiness)),
+        ("exit_timeout", f"{settings.exit_timeout_secs:g}"),
+        ("cache_enabled", 0),
+    ]
+    return table(("Option", "Value"), rows)

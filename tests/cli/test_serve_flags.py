@@ -1,0 +1,211 @@
+"""tritonserver's flags on `repokit serve`: a launch line written for tritonserver runs
+unchanged, the log flags shape the log as Triton's do, and bad values are refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.cli.serve_process import PORT_FLAGS, ServeProcess, write_model
+
+ISO_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ [IWE] \d+ [\w.]+:\d+\] ")
+LOGGING_MODEL = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.say("Initialize")
+
+    def say(self, when):
+        logger = pb_utils.Logger
+        logger.log(f"{when}-Specific Msg!", logger.INFO)
+        logger.log(f"{when}-Default Msg!")
+        logger.log_info(f"{when}-Info Msg!")
+        logger.log_warn(f"{when}-Warning Msg!")
+        logger.log_error(f"{when}-Error Msg!")
+        logger.log_verbose(f"{when}-Verbose Msg!")
+
+    def execute(self, requests):
+        self.say("Execute")
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+        return responses
+
+    def finalize(self):
+        self.say("Finalize")
+"""
+INFER_BODY = '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[2],"data":[1,2]}]}'
+
+
+def _logging_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "models"
+    write_model(repo, "logs", "y = x", count=1)
+    (repo / "logs" / "1" / "model.py").write_text(LOGGING_MODEL)
+    return repo
+
+
+def _post(address: str, path: str, body: str) -> tuple[int, str]:
+    request = urllib.request.Request(f"http://{address}{path}", data=body.encode())
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _run_once(server: ServeProcess, before: str = "") -> str:
+    """Infer once (after POSTing ``before`` to /v2/logging), stop, return the log."""
+    address = server.url("HTTPService")
+    try:
+        if before:
+            assert _post(address, "/v2/logging", before)[0] == 200
+        status, text = _post(address, "/v2/models/logs/infer", INFER_BODY)
+        assert status == 200, text
+        server.process.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+    finally:
+        server.kill()
+    return server.text
+
+
+def _count(log: str, message: str) -> int:
+    return sum(1 for line in log.splitlines() if f'] "{message}"' in line)
+
+
+def test_model_logs_at_default_settings_reach_the_server_log(tmp_path: Path) -> None:
+    """Triton's qa/L0_backend_python/logging: INFO (and log() at its default level),
+    WARNING and ERROR lines of initialize, execute and finalize; no verbose ones."""
+    log = _run_once(ServeProcess(str(_logging_repo(tmp_path)), *PORT_FLAGS))
+    for kind in ("Specific", "Default", "Info", "Warning", "Error"):
+        counts = [_count(log, f"{when}-{kind} Msg!") for when in ("Initialize", "Execute")]
+        assert [*counts, _count(log, f"Finalize-{kind} Msg!")] == [1, 1, 1], log
+    assert "Verbose Msg!" not in log
+    line = next(x for x in log.splitlines() if "Execute-Warning Msg!" in x)
+    assert re.match(r"^W\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ model\.py:\d+\] ", line), line
+
+
+def test_verbose_level_set_at_run_time_lets_model_verbose_lines_through(tmp_path: Path) -> None:
+    server = ServeProcess(str(_logging_repo(tmp_path)), *PORT_FLAGS)
+    log = _run_once(server, before='{"log_verbose_level": 1}')
+    assert _count(log, "Initialize-Verbose Msg!") == 0  # logged before the change
+    assert _count(log, "Execute-Verbose Msg!") == 1
+    assert _count(log, "Finalize-Verbose Msg!") == 1
+    line = next(x for x in log.splitlines() if "Execute-Verbose Msg!" in x)
+    assert line.startswith("I")  # verbose lines print as I, as Triton's
+    # the request itself at verbose level 1
+    assert "completed: model logs version 1" in log
+
+
+def test_log_levels_switched_off_at_run_time(tmp_path: Path) -> None:
+    server = ServeProcess(str(_logging_repo(tmp_path)), *PORT_FLAGS)
+    body = '{"log_info": false, "log_warning": false, "log_error": false}'
+    log = _run_once(server, before=body)
+    assert "Execute-" not in log and "Finalize-" not in log
+    assert _count(log, "Initialize-Error Msg!") == 1
+
+
+def test_a_tritonserver_launch_line_with_gpu_flags_runs_unchanged(tmp_path: Path) -> None:
+    server = ServeProcess(
+        f"--model-repository={_logging_repo(tmp_path)}",
+        *PORT_FLAGS,
+        "--backend-config=python,shm-default-byte-size=16777216",
+        "--backend-config=python,stub-timeout-seconds=10",
+        "--cuda-memory-pool-byte-size=0:67108864",
+        "--pinned-memory-pool-byte-size=268435456",
+        "--host-policy=gpu0,numa-node=0",
+        "--http-thread-count=8",
+        "--allow-gpu-metrics=false",
+        "--model-load-thread-count=2",
+        "--model-load-retry-count=1",
+        "--strict-model-config=false",
+        "--log-verbose=1",
+        "--log-format=ISO8601",
+    )
+    address = server.url("HTTPService")
+    try:
+        status, text = _post(address, "/v2/models/logs/infer", INFER_BODY)
+        assert status == 200 and json.loads(text)["outputs"][0]["data"] == [1, 2]
+        status, text = _post(address, "/v2/models/logs/infer", INFER_BODY.replace("FP32", "INT8"))
+        assert status == 400, text
+        server.process.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+    finally:
+        server.kill()
+    log = server.text
+    lines = [x for x in log.splitlines() if "] " in x and not x.startswith(("|", "+"))]
+    assert lines and all(ISO_LINE.match(x) for x in lines), log
+    for flag in (
+        "--cuda-memory-pool-byte-size",
+        "--pinned-memory-pool-byte-size",
+        "--host-policy",
+        "--http-thread-count",
+        "--allow-gpu-metrics",
+        "--backend-config python,shm-default-byte-size",
+    ):
+        assert log.count(f"{flag} has no effect on this server") == 1, flag
+    assert "stub-timeout-seconds has no effect" not in log
+    failed = [x for x in log.splitlines() if "Infer failed: " in x]  # the error, with its cause
+    assert len(failed) == 1 and "INT8" in failed[0] and "'logs'" in failed[0], log
+    assert "completed: model logs version 1" in log
+    for table_head in ("| Model ", "| Option "):
+        assert table_head in log
+
+
+def test_log_file_takes_the_log(tmp_path: Path) -> None:
+    path = tmp_path / "server.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "repokit", "serve", str(_logging_repo(tmp_path)), *PORT_FLAGS,
+         "--log-file", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and process.poll() is None:
+            if path.exists() and "Started Metrics Service" in path.read_text():
+                break
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0
+    text = path.read_text()
+    assert '"Started HTTPService at 127.0.0.1:' in text
+    assert '"Finalize-Info Msg!"' in text
+    assert "Msg!" not in out + err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--log-format", "xml"], "invalid argument for --log-format, got: xml"),
+        (["--log-info", "maybe"], "--log-info expects true or false"),
+        (["--backend-config", "python,stub-timeout-seconds"], "--backend-config option format"),
+        (["--model-load-thread-count", "0"], "--model-load-thread-count must be at least 1"),
+        (["--no-such-flag", "1"], "No such option"),
+    ],
+)
+def test_bad_flag_values_exit_2(tmp_path: Path, flags: list[str], message: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "repokit", "serve", str(_logging_repo(tmp_path)), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 2
+    assert message in re.sub(r"\s+", " ", result.stdout + result.stderr)

@@ -1,0 +1,186 @@
+"""Stopping `repokit serve` as tritonserver stops: SIGTERM under load answers every request it
+accepted, Ctrl-C reaches no instance process, a hung model cannot hold the server past
+--exit-timeout-secs, and the log says each step."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.cli.serve_process import PORT_FLAGS, ServeProcess, write_model
+
+
+@dataclass
+class Outcomes:
+    answered: int = 0  # the real answer came back
+    answered_after_signal: int = 0
+    refused: list[str] = field(default_factory=list)  # not accepted (the allowed failures)
+    wrong: list[str] = field(default_factory=list)  # anything else: the test fails
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _http_client(address: str, seed: int, out: Outcomes, signalled: threading.Event) -> None:
+    host, port = address.split(":")
+    connection: http.client.HTTPConnection | None = None
+    for i in range(100_000):
+        x = [float(seed * 100_000 + i), 1.5]
+        body = json.dumps(
+            {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": x}]}
+        )
+        after = signalled.is_set()
+        try:
+            if connection is None:
+                connection = http.client.HTTPConnection(host, int(port), timeout=60)
+            connection.request("POST", "/v2/models/slow_double/infer", body)
+            response = connection.getresponse()
+            status, text = response.status, response.read().decode()
+        except (ConnectionError, http.client.HTTPException, OSError) as exc:
+            with out.lock:
+                out.refused.append(f"http connection: {exc!r}")
+            if signalled.is_set():
+                return
+            connection = None
+            continue
+        with out.lock:
+            if status == 200 and json.loads(text)["outputs"][0]["data"] == [2 * v for v in x]:
+                out.answered += 1
+                out.answered_after_signal += signalled.is_set() and not after
+            elif status == 503 and "Server exiting" in text and signalled.is_set():
+                out.refused.append(text)
+                return
+            else:
+                out.wrong.append(f"http {status}: {text}")
+                return
+
+
+def _grpc_client(address: str, seed: int, out: Outcomes, signalled: threading.Event) -> None:
+    client = grpcclient.InferenceServerClient(address)
+    for i in range(100_000):
+        x = np.array([seed * 100_000 + i, 2.5], dtype=np.float32)
+        tensor = grpcclient.InferInput("INPUT0", [2], "FP32")
+        tensor.set_data_from_numpy(x)
+        after = signalled.is_set()
+        try:
+            result = client.infer("slow_double", [tensor], client_timeout=60)
+        except InferenceServerException as exc:
+            with out.lock:
+                if signalled.is_set() and exc.status() == "StatusCode.UNAVAILABLE":
+                    out.refused.append(f"grpc: {exc}")
+                else:
+                    out.wrong.append(f"grpc: {exc.status()} {exc}")
+            return
+        with out.lock:
+            if np.array_equal(result.as_numpy("OUTPUT0"), 2 * x):
+                out.answered += 1
+                out.answered_after_signal += signalled.is_set() and not after
+            else:
+                out.wrong.append(f"grpc: wrong answer {result.as_numpy('OUTPUT0')}")
+                return
+
+
+def _slow_double_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "models"
+    write_model(repo, "slow_double", "time.sleep(0.2)\ny = x * 2", count=2)
+    return repo
+
+
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_shutdown_under_load_answers_every_accepted_request(tmp_path: Path, how: str) -> None:
+    server = ServeProcess(
+        str(_slow_double_repo(tmp_path)), *PORT_FLAGS, new_session=how == "ctrl-c"
+    )
+    try:
+        out = Outcomes()
+        signalled = threading.Event()
+        clients = [
+            threading.Thread(
+                target=_http_client, args=(server.url("HTTPService"), n, out, signalled)
+            )
+            for n in range(3)
+        ] + [
+            threading.Thread(
+                target=_grpc_client,
+                args=(server.url("GRPCInferenceService"), 10 + n, out, signalled),
+            )
+            for n in range(3)
+        ]
+        for thread in clients:
+            thread.start()
+        # under load: every client has a request in flight most of the time
+        server.wait_for(lambda: out.answered >= 12, 60)
+        signalled.set()
+        if how == "sigterm":
+            server.process.send_signal(signal.SIGTERM)
+        else:  # a terminal's Ctrl-C reaches every process of the foreground group
+            server.signal_group(signal.SIGINT)
+        code = server.wait(timeout=60)
+        for thread in clients:
+            thread.join(timeout=60)
+    finally:
+        server.kill()
+    log = server.text
+    assert code == 0, log
+    assert out.wrong == [], out.wrong
+    assert out.answered >= 12
+    assert out.answered_after_signal >= 1  # requests in flight at the signal got answers
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+    number = 15 if how == "sigterm" else 2
+    steps = [
+        f"Signal ({number}) received.",
+        '"Waiting for in-flight requests to complete."',
+        '"All models are stopped, unloading models"',
+        "\"successfully unloaded 'slow_double' version 1\"",
+    ]
+    positions = [log.find(step) for step in steps]
+    assert all(p >= 0 for p in positions) and positions == sorted(positions), log
+    assert log.count('"slow_double finalize ran"') == 2  # each instance ran finalize
+    assert "is not healthy" not in log
+
+
+def test_hung_model_cannot_hold_the_server_past_the_exit_timeout(tmp_path: Path) -> None:
+    repo = tmp_path / "models"
+    write_model(
+        repo,
+        "hangs",
+        'pb_utils.Logger.log_info("hang started")\ntime.sleep(3600)\ny = x',
+        count=1,
+    )
+    server = ServeProcess(str(repo), *PORT_FLAGS, "--exit-timeout-secs", "2")
+    answers: list[str] = []
+
+    def call() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", server.ports["HTTPService"])
+        body = '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1],"data":[1]}]}'
+        try:
+            connection.request("POST", "/v2/models/hangs/infer", body)
+            response = connection.getresponse()
+            answers.append(f"{response.status} {response.read().decode()}")
+        except (ConnectionError, http.client.HTTPException, OSError) as exc:
+            answers.append(repr(exc))
+
+    client = threading.Thread(target=call)
+    try:
+        client.start()
+        assert server.wait_for_line('"hang started"', 60), server.text
+        server.process.send_signal(signal.SIGTERM)
+        # the bug: not exited 120 s after SIGTERM; a bound far above the 2 s timeout
+        code = server.wait(timeout=60)
+        client.join(timeout=30)
+    finally:
+        server.kill()
+    log = server.text
+    assert code == 1, log  # as tritonserver: the exit timeout expired with requests in flight
+    assert "Exit timeout expired. Exiting immediately." in log
+    assert "\"successfully unloaded 'hangs' version 1\"" in log
+    assert not client.is_alive()
+    assert len(answers) == 1 and not answers[0].startswith("200"), answers
+    assert "Traceback" not in log, log
