@@ -352,6 +352,6 @@ def register(app: typer.Typer) -> None:
             "repokit serve ./models --model-control-mode explicit --load-model simple",
             "repokit serve ./models --grpc-use-ssl true --grpc-server-cert c.pem \\",
             "    --grpc-server-key k.pem",
-            "repokit serve --model-repository=/models --log-verbose=1 --log-format=ISO8601",
+            "repokit serve --model-store=/models --log-format=ISO8601 --log-verbose=1",
         ),
     )(serve)
