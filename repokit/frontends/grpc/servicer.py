@@ -23,6 +23,7 @@ from repokit.frontends.grpc import messages
 from repokit.frontends.grpc.codec import decode_infer_request, encode_infer_response
 from repokit.frontends.grpc.parsing import UNPARSABLE_REQUEST, Unparsable
 from repokit.frontends.grpc.stream import StreamSession
+from repokit.frontends.heap import HeapTrimmer
 from repokit.frontends.status import grpc_status_name
 from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.types import InferRequest
@@ -64,8 +65,9 @@ async def guarded(context: Context, call: Callable[[], Awaitable[T]]) -> T:
 class InferenceServicer:
     """``inference.GRPCInferenceService`` over one InferenceService."""
 
-    def __init__(self, service: InferenceService) -> None:
+    def __init__(self, service: InferenceService, trimmer: HeapTrimmer | None = None) -> None:
         self._service = service
+        self._trimmer = trimmer or HeapTrimmer()
 
     # --- health & metadata -------------------------------------------------------------
     async def ServerLive(
@@ -135,6 +137,8 @@ class InferenceServicer:
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Context
     ) -> pb.ModelInferResponse:
+        """Errors are answered with ``set_code`` and an empty message, not ``abort``: an abort
+        keeps the request alive in a reference cycle (see :mod:`repokit.frontends.heap`)."""
         service = self._service
         try:
             version = messages.parse_model_version(request.model_version)
@@ -145,26 +149,27 @@ class InferenceServicer:
             response = await service.infer(decoded.request)
             return encode_infer_response(response)
         except RepokitError as error:
-            await abort_with(context, error)
+            return _failed(context, status_code(error.code), error.message)
         except Exception as exc:  # a bug must not reach the client as a traceback
-            await _abort_internal(context, exc)
+            return _internal(context, exc)
 
     async def ModelInferWire(self, raw: bytes, context: Context) -> bytes | pb.ModelInferResponse:
         """ModelInfer from the request's bytes: a small request for a model with a wire lane
         goes to the model's instance process as it came (:mod:`repokit.core.wire_lane`) and
-        its encoded response goes back as it came; anything else runs :meth:`ModelInfer`."""
+        its encoded response goes back as it came; anything else runs :meth:`ModelInfer`.
+        The memory of a large request goes back to the system once it is answered."""
+        self._trimmer.after(len(raw))
         try:
             request = pb.ModelInferRequest.FromString(raw)
         except DecodeError:
-            await context.abort(grpc.StatusCode.INTERNAL, UNPARSABLE_REQUEST)
-            raise AssertionError("unreachable") from None  # pragma: no cover
+            return _failed(context, grpc.StatusCode.INTERNAL, UNPARSABLE_REQUEST)
         if len(raw) <= WIRE_LANE_MAX_BYTES:
             try:
                 answer = await self._on_wire_lane(request, raw)
             except RepokitError as error:
-                await abort_with(context, error)
+                return _failed(context, status_code(error.code), error.message)
             except Exception as exc:  # a bug must not reach the client as a traceback
-                await _abort_internal(context, exc)
+                return _internal(context, exc)
             if answer is not None:
                 return answer
         return await self.ModelInfer(request, context)
@@ -311,11 +316,18 @@ class InferenceServicer:
         return await guarded(context, run)
 
 
-async def _abort_internal(context: Context, exc: Exception) -> NoReturn:
+def _failed(context: Context, code: grpc.StatusCode, message: str) -> pb.ModelInferResponse:
+    """An error status for the call, without raising (the empty message is not sent)."""
+    context.set_code(code)
+    context.set_details(message)
+    return pb.ModelInferResponse()
+
+
+def _internal(context: Context, exc: Exception) -> pb.ModelInferResponse:
     """A bug: INTERNAL with a one-line message (logged with its traceback), never the trace."""
     _log.exception("ModelInfer failed")
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
-    raise AssertionError("unreachable") from None  # pragma: no cover
+    message = f"internal error: {type(exc).__name__}: {exc}"
+    return _failed(context, grpc.StatusCode.INTERNAL, message)
 
 
 def _decoded(request: pb.ModelInferRequest, version: str) -> InferRequest:
