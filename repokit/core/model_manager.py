@@ -33,6 +33,7 @@ from typing import Any
 
 from repokit.backends.base import Backend, BackendRequest, ModelContext
 from repokit.backends.server_api import ServerApi
+from repokit.config.override_paths import override_path_problem
 from repokit.config.parse import ConfigParseError, parse_json
 from repokit.core.config_json import config_to_json
 from repokit.core.dispatch import run_composing
@@ -312,6 +313,9 @@ class ModelManager:
                 override = parse_json(config_json)
             except ConfigParseError as exc:
                 raise _poll_failure(name, f"Invalid config override: {exc.message}") from exc
+            problem = override_path_problem(override)
+            if problem is not None:
+                raise invalid_arg(f"load failed for model '{name}': {problem}")
         private: Path | None = None
         if files:
             try:
