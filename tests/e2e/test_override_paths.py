@@ -20,10 +20,9 @@ import requests
 from google.protobuf import json_format
 
 from repokit.config.override_paths import override_path_problem
-from repokit.protocol.generated import model_config_pb2 as mc
-
 from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from repokit.protocol.generated import model_config_pb2 as mc
 from tests.frontends.http.server_thread import ServerThread, copy_models, running_server
 
 EVIL_MODEL = """
