@@ -117,6 +117,10 @@ def check_model_name(name: str) -> None:
 
 
 def _poll_failure(name: str, reason: str = "") -> RepokitError:
+    """Triton's INTERNAL ``failed to load '<name>', failed to poll from model repository``,
+    with the reason after it; the server log says the reason as Triton's does."""
+    if reason:
+        log.error("Poll failed for model directory '%s': %s", name, reason)
     tail = f": {reason}" if reason else ""
     return internal(f"failed to load '{name}', failed to poll from model repository{tail}")
 
@@ -140,13 +144,31 @@ def write_private_files(name: str, files: dict[str, bytes]) -> Path:
                     f"Invalid file parameter '{key}' with normalized path '{normalized}' must "
                     "stay within model directory."
                 )
-            path = target / normalized
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
+            _write_file(key, target / normalized, content)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
     return target
+
+
+def _write_file(key: str, path: Path, content: bytes) -> None:
+    """One ``file:`` parameter; the file system's refusals said in Triton's terms."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise invalid_arg(
+            f"Invalid file parameter '{key}', directory has been created as a file"
+        ) from None
+    except OSError as exc:  # e.g. a path component longer than the file system allows
+        raise invalid_arg(f"Invalid file parameter '{key}': {exc.strerror}") from None
+    try:
+        path.write_bytes(content)
+    except IsADirectoryError:
+        raise invalid_arg(
+            f"Invalid file parameter '{key}', file has been created as a directory"
+        ) from None
+    except OSError as exc:
+        raise invalid_arg(f"Invalid file parameter '{key}': {exc.strerror}") from None
 
 
 class ModelManager:

@@ -286,6 +286,30 @@ async def test_file_parameters_must_stay_in_the_model_directory(
     assert not (tmp_path / "x.py").exists()
 
 
+@pytest.mark.parametrize(
+    ("files", "detail"),
+    [
+        # simple_grpc_model_control.py: a path component longer than NAME_MAX
+        ({"file:" + "A" * 256: b"a"}, "Invalid file parameter 'file:AAAA"),
+        ({"file:1/" + "B" * 300 + "/model.py": b"a"}, "File name too long"),
+        ({"file:1": b"a", "file:1/model.py": b"b"}, "directory has been created as a file"),
+        ({"file:1/model.py": b"a", "file:1": b"b"}, "file has been created as a directory"),
+    ],
+    ids=["too-long", "too-long-directory", "file-then-directory", "directory-then-file"],
+)
+async def test_file_parameters_the_file_system_refuses(
+    explicit: InferenceService, files: dict[str, bytes], detail: str
+) -> None:
+    with pytest.raises(RepokitError) as error:
+        await explicit.load_model("newm", json.dumps(IDENTITY_CONFIG), files)
+    assert error.value.code is Code.INTERNAL
+    assert error.value.message.startswith(
+        "failed to load 'newm', failed to poll from model repository: Invalid file parameter"
+    )
+    assert detail in error.value.message
+    assert explicit.server_live() and explicit.model_ready("identity")
+
+
 async def test_unload_waits_for_in_flight_requests(
     explicit: InferenceService, controls: Controls
 ) -> None:

@@ -6,6 +6,7 @@ grpc.health.v1 -- with tritonclient's own generated protobuf modules in the same
 from __future__ import annotations
 
 import queue
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import tritonclient.grpc.aio as aioclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
+from repokit.paths import default_sample_repository
 from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from repokit.protocol.generated import health_pb2 as health_pb
@@ -293,6 +295,37 @@ def test_repository_load_unload_explicit(tmp_path: Path) -> None:
             assert info.value.message() == (
                 "failed to load 'does_not_exist', failed to poll from model repository"
             )
+        finally:
+            client.close()
+
+
+def test_model_control_as_tritons_grpc_example_runs_it(tmp_path: Path) -> None:
+    """The steps of Triton's simple_grpc_model_control.py on an ONNX 'simple': load, a
+    malformed override, an override that only sets max_batch_size (the rest completed from
+    the model file), unload, a file parameter too long for the file system, a wrong name."""
+    repo = tmp_path / "models"
+    source = default_sample_repository() / "add_sub_onnx"
+    shutil.copytree(source, repo / "simple")
+    config = repo / "simple" / "config.pbtxt"
+    config.write_text(config.read_text().replace('"add_sub_onnx"', '"simple"'))
+    with running_server(repo, model_control_mode="explicit") as handle:
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{handle.grpc_port}")
+        try:
+            client.load_model("simple")
+            assert client.is_model_ready("simple")
+            with pytest.raises(InferenceServerException, match="failed to load"):
+                client.load_model("simple", config='"parameters": {"config": {{"a": "1"}}}')
+            client.load_model("simple", config='{"max_batch_size":"16"}')
+            assert client.get_model_config("simple").config.max_batch_size == 16
+            client.unload_model("simple")
+            assert not client.is_model_ready("simple")
+            with pytest.raises(InferenceServerException) as info:
+                client.load_model("simple", config="{}", files={"file:" + "A" * 256: b"a"})
+            assert info.value.status() == "StatusCode.INTERNAL"
+            assert "failed to poll from model repository" in info.value.message()
+            assert client.is_server_live()
+            with pytest.raises(InferenceServerException, match="failed to load"):
+                client.load_model("wrong_model_name")
         finally:
             client.close()
 
