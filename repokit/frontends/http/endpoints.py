@@ -26,7 +26,7 @@ from repokit.frontends.http.infer_request import (
 from repokit.frontends.http.infer_response import (
     JSON_CONTENT_TYPE,
     EncodedResponse,
-    encode_infer_response_async,
+    encode_infer_response,
 )
 from repokit.frontends.http.responses import empty_response, error_response, json_response
 from repokit.frontends.http.routing import Route
@@ -109,18 +109,16 @@ class Endpoints:
             chosen = choose_response_encoding(accept)
             if chosen != "identity":
                 return _compressed(encoded, chosen)
-        if encoded.header_length is None and not encoded.blobs:
+        if encoded.header_length is None:
             return HTTPResponse(encoded.head, content_type=encoded.content_type)
-        out_headers = {}
-        if encoded.header_length is not None:
-            out_headers["Inference-Header-Content-Length"] = str(encoded.header_length)
+        out_headers = {"Inference-Header-Content-Length": str(encoded.header_length)}
         size = encoded.size
         if size < STREAM_THRESHOLD:
             return HTTPResponse(
                 encoded.body, headers=out_headers, content_type=encoded.content_type
             )
-        # Large binary outputs (or the parts of a large JSON body) go to the socket as they
-        # are: joining them would copy every byte once here and once more in Sanic's concat.
+        # Large binary outputs go to the socket as they are, after the JSON header: joining
+        # them would copy every byte once here and once more in Sanic's header+body concat.
         out_headers["content-length"] = str(size)
         response = await request.respond(headers=out_headers, content_type=encoded.content_type)
         for part in encoded.parts:
@@ -157,11 +155,11 @@ class Endpoints:
                 if isinstance(answer, bytes):
                     return EncodedResponse(answer, JSON_CONTENT_TYPE, None)
                 if answer is not None and decoded_json is not None:
-                    return await encode_infer_response_async(answer, decoded_json)
+                    return encode_infer_response(answer, decoded_json)
         header_length = parse_header_length(header_length_value, len(body))
         decoded = decode_infer_request(model, version, body, header_length, limit)
         result = await self.service.infer(decoded.request)
-        return await encode_infer_response_async(result, decoded)
+        return encode_infer_response(result, decoded)
 
     async def generate(self, request: Request, route: Route) -> HTTPResponse:
         raise RepokitError(

@@ -386,9 +386,6 @@ class FastInferProtocol(HttpProtocol):
             return error_parts(500, f"internal error: {type(exc).__name__}: {exc}")
         head = encoded.head
         if encoded.header_length is None:
-            if encoded.blobs:  # a large JSON body in parts
-                first = response_head(200, encoded.content_type, encoded.size) + head
-                return [first, *encoded.blobs]
             return [response_head(200, encoded.content_type, len(head)) + head]
         blobs = encoded.blobs
         size = encoded.size

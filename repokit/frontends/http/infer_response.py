@@ -10,19 +10,11 @@ binary outputs add none, as in Triton).
 Non-finite floats: orjson writes NaN/Infinity as ``null`` where Triton writes the bare tokens,
 so a header that contains ``null`` while a JSON output is floating point is checked exactly and
 rewritten with the standard library (rare); every other response costs one substring search.
-
-Large JSON outputs: ``tolist`` and ``orjson.dumps`` hold the GIL for the whole array (an
-80 MiB FP32 tensor took about a second), and every client of the event loop waited meanwhile.
-:func:`encode_infer_response_async` therefore writes the ``data`` of responses with at least
-:data:`LARGE_JSON_ELEMENTS` JSON elements in chunks of :data:`JSON_CHUNK_ELEMENTS`, letting the
-loop serve others between chunks; the bytes are the same as :func:`encode_infer_response`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,19 +35,12 @@ _PLAIN_JSON = frozenset(
 )  # fmt: skip
 
 
-# responses with at least this many elements in JSON outputs are encoded chunk by chunk
-LARGE_JSON_ELEMENTS = 1 << 18
-JSON_CHUNK_ELEMENTS = 1 << 16
-
-
 @dataclass
 class EncodedResponse:
     head: bytes  # the JSON header (the whole body when there is no binary output)
     content_type: str
     header_length: int | None  # Inference-Header-Content-Length for binary bodies
-    # binary outputs, in order; or, for a large JSON body (header_length None), the rest of
-    # its text after ``head``
-    blobs: list[bytes | memoryview] = field(default_factory=list)
+    blobs: list[bytes | memoryview] = field(default_factory=list)  # binary outputs, in order
 
     @property
     def parts(self) -> list[bytes | memoryview]:
@@ -77,79 +62,7 @@ def _has_non_finite(array: Any) -> bool:
     return bool(array.dtype.kind == "f" and array.size and not np.isfinite(array).all())
 
 
-def json_elements(response: InferResponse, decoded: DecodedInfer) -> int:
-    """How many elements the response's JSON (not binary) outputs hold."""
-    binary_outputs = decoded.binary_outputs
-    default_binary = decoded.default_binary
-    return sum(
-        int(t.data.size) for t in response.outputs if not binary_outputs.get(t.name, default_binary)
-    )
-
-
-async def encode_infer_response_async(
-    response: InferResponse, decoded: DecodedInfer
-) -> EncodedResponse:
-    """:func:`encode_infer_response`, in chunks that let the event loop run in between when
-    the JSON outputs are large."""
-    if json_elements(response, decoded) < LARGE_JSON_ELEMENTS:
-        return encode_infer_response(response, decoded)
-    deferred: list[tuple[str, str, Any, str]] = []
-    # NaN/Infinity in a JSON output: the whole body is written by the standard library
-    standard = any(
-        _has_non_finite(t.data)
-        for t in response.outputs
-        if not decoded.binary_outputs.get(t.name, decoded.default_binary)
-    )
-    encoded = encode_infer_response(response, decoded, deferred, standard_json=standard)
-    parts: list[bytes] = []
-    head = encoded.head
-    position = 0
-    for token, datatype, data, name in deferred:
-        marker = b'"' + token.encode() + b'"'
-        found = head.index(marker, position)
-        parts.append(head[position:found])
-        parts.append(b"[")
-        flat = data.reshape(-1)
-        first = True
-        for start in range(0, flat.size, JSON_CHUNK_ELEMENTS):
-            part = flat[start : start + JSON_CHUNK_ELEMENTS]
-            text = _json_array(datatype, part, name, standard)
-            if len(text) > 2:
-                if not first:
-                    parts.append(b",")
-                parts.append(text[1:-1])
-                first = False
-            await asyncio.sleep(0)  # other clients are served between chunks
-        parts.append(b"]")
-        position = found + len(marker)
-    parts.append(head[position:])
-    if not encoded.blobs:  # the JSON text stays in its parts: joining it would stall again
-        return EncodedResponse(parts[0], JSON_CONTENT_TYPE, None, list(parts[1:]))
-    header = b"".join(parts)
-    return EncodedResponse(header, BINARY_CONTENT_TYPE, len(header), encoded.blobs)
-
-
-def _json_array(datatype: str, part: Any, name: str, standard: bool) -> bytes:
-    """One chunk of an output's ``data`` as a JSON array."""
-    if datatype in _PLAIN_JSON:
-        values = part.tolist()
-    else:
-        values = array_to_json(datatype, part, output_name=name)
-    if standard:
-        return json.dumps(values, separators=(",", ":"), allow_nan=True).encode()
-    return orjson.dumps(values)
-
-
-def encode_infer_response(
-    response: InferResponse,
-    decoded: DecodedInfer,
-    deferred: list[tuple[str, str, Any, str]] | None = None,
-    *,
-    standard_json: bool = False,
-) -> EncodedResponse:
-    """The response's body. With ``deferred``, JSON outputs are not written: each gets a
-    unique placeholder string in the header and ``(placeholder, datatype, data, name)`` in
-    ``deferred`` (see :func:`encode_infer_response_async`)."""
+def encode_infer_response(response: InferResponse, decoded: DecodedInfer) -> EncodedResponse:
     header: dict[str, Any] = {}
     if response.id:
         header["id"] = response.id
@@ -180,13 +93,7 @@ def encode_infer_response(
             if size:
                 blobs.append(raw)
             continue
-        if deferred is not None:
-            if datatype not in _PLAIN_JSON:  # refuses FP16/BF16 with its error, as below
-                array_to_json(datatype, data[:0], output_name=name)
-            token = f"repokit-deferred-{uuid.uuid4().hex}"
-            deferred.append((token, datatype, data, name))
-            values: Any = token
-        elif datatype in _PLAIN_JSON:
+        if datatype in _PLAIN_JSON:
             values = data.ravel().tolist()
             if data.dtype.kind == "f":
                 float_json.append(data)
@@ -204,9 +111,7 @@ def encode_infer_response(
         outputs.append({"name": name, "datatype": datatype, "shape": [int(d) for d in shape]})
     header["outputs"] = outputs
     head = orjson.dumps(header)
-    if standard_json or (
-        float_json and b"null" in head and any(_has_non_finite(a) for a in float_json)
-    ):
+    if float_json and b"null" in head and any(_has_non_finite(a) for a in float_json):
         # orjson wrote NaN/Infinity as null; Triton writes the bare tokens (rapidjson flags).
         head = json.dumps(header, separators=(",", ":"), allow_nan=True).encode()
     if not blobs:

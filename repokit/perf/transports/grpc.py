@@ -8,8 +8,9 @@ Sync mode (worker threads, the default) runs on :mod:`repokit.perf.transports.gr
 own blocking HTTP/2 client, one connection per worker: the grpc library costs 100-200 us of
 client CPU per call from Python, which made the client the bottleneck against Triton (0.25x
 h2load's requests/s at concurrency 1; see benchmarks/perf_vs_wrk.py). :meth:`GrpcTransport.open`
-probes it with one ServerLive call; if the server's headers defeat it (Huffman-coded), sync mode
-falls back to synchronous grpc channels (streaming then to asyncio) and ``wire_problem`` says why.
+probes it with one ServerLive call; if the server defeats it (e.g. it does not speak HTTP/2 the
+way gRPC servers do), sync mode falls back to synchronous grpc channels (streaming then to
+asyncio) and ``wire_problem`` says why.
 Async and rate modes, and the control calls (metadata, config, statistics, shared memory), use
 grpc.aio with the infer stubs registered without serializers (pre-serialized bytes in, parsed
 with ``FromString``); workers share up to :data:`CHANNELS` channels (distinct channel arguments
@@ -134,7 +135,7 @@ class GrpcConnection:
 
 class BlockingGrpcConnection:
     """A worker thread's unary calls on a synchronous grpc channel: the fallback when the
-    server's headers defeat :mod:`repokit.perf.transports.grpc_wire` (Huffman-coded)."""
+    server defeats :mod:`repokit.perf.transports.grpc_wire` (see ``wire_problem``)."""
 
     def __init__(self, owner: GrpcTransport, channel: grpc.Channel) -> None:
         self._clock = owner.clock

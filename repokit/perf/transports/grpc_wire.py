@@ -12,10 +12,9 @@ Covered: the connection preface and SETTINGS (ACKed, the peer's initial window, 
 table size honoured), PING ACKs, WINDOW_UPDATE in both directions (our receive windows start at
 2^31-1 and are topped up; DATA waits for the peer's send window), CONTINUATION, padding,
 RST_STREAM and GOAWAY as errors, trailers-only error responses, ``grpc-status``/``grpc-message``
-(percent-decoded), the server's HEADER_TABLE_SIZE, and HPACK decoding via
-:mod:`repokit.perf.transports.hpack`. Not covered:
-TLS, compressed messages, Huffman-coded response headers (:class:`HuffmanUnsupported`; the
-transport then falls back to the grpc library).
+(percent-decoded), the server's HEADER_TABLE_SIZE, HPACK decoding (Huffman included) via
+:mod:`repokit.perf.transports.hpack`, TLS with ALPN ``h2`` (``--ssl-grpc-*``). Not covered:
+compressed messages.
 """
 
 from __future__ import annotations
