@@ -597,6 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         http, grpc, metrics = (port or next(free) for port in asked)
         ports = (http, grpc, metrics)
     server = TritonServer(args.repository, log, flags, installation, ports)
+    signal.signal(signal.SIGTERM, _interrupt)  # before the start: a stop meanwhile stops it too
     try:
         server.start(args.timeout)
         if args.wait == "ready":
@@ -604,30 +605,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"error: {exc}\n(log: {log})", file=sys.stderr)
         return 1
-    described = {
-        "pid": server.pid,
-        "http": server.url,
-        "grpc": server.grpc_url,
-        "metrics": server.metrics_url,
-        "log": str(log),
-    }
+    except KeyboardInterrupt:
+        server.stop()
+        return 1
     if args.detach:
+        described = {
+            "pid": server.pid,
+            "http": server.url,
+            "grpc": server.grpc_url,
+            "metrics": server.metrics_url,
+            "log": str(log),
+        }
         print(json.dumps(described))
         return 0
-    print(
-        f"tritonserver {TRITON_VERSION} pid {server.pid}: HTTP {server.url}, gRPC "
-        f"{server.grpc_url}, metrics {server.metrics_url}, log {log} (Ctrl-C stops it)",
-        flush=True,
-    )
-    return _serve_until_stopped(server)
+    return _serve_until_stopped(server, log)
 
 
-def _serve_until_stopped(server: TritonServer) -> int:
-    def on_signal(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_signal)
+
+def _serve_until_stopped(server: TritonServer, log: Path) -> int:
     try:
+        print(
+            f"tritonserver {TRITON_VERSION} pid {server.pid}: HTTP {server.url}, gRPC "
+            f"{server.grpc_url}, metrics {server.metrics_url}, log {log} (Ctrl-C stops it)",
+            flush=True,
+        )
         while server.running:
             time.sleep(0.5)
         print(f"tritonserver exited:\n{server.log_tail()}", file=sys.stderr)
