@@ -14,6 +14,7 @@ from repokit.backends.server_api import ServerApi
 from repokit.config.normalize import normalize_instance_groups, normalize_model_config
 from repokit.config.parse import ConfigParseError, parse_json
 from repokit.core.config_json import config_to_json
+from repokit.core.model_source import io_problem
 from repokit.core.request_checks import ModelIO
 from repokit.core.scheduling import (
     StepRunner,
@@ -23,7 +24,7 @@ from repokit.core.scheduling import (
 )
 from repokit.core.statistics import ModelStats
 from repokit.core.wire_lane import WireLane, wire_lane_for
-from repokit.errors import RepokitError, internal
+from repokit.errors import RepokitError, internal, invalid_arg
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.base import Scheduler
 
@@ -144,6 +145,7 @@ class LoadedVersion:
             await backend.load()
             self.backend = backend
             try:
+                self._check_io()  # a model without auto_complete_config left its config as is
                 await warm_up(backend)
                 scheduler = scheduler_factory(backend, self.stats)
                 await scheduler.start()
@@ -172,6 +174,7 @@ class LoadedVersion:
         normalize_model_config(config)
         normalize_instance_groups(config)
         self.config = config
+        self._check_io()
         self.config_json = config_to_json(config)
         self.io = ModelIO(config)
         return ModelContext(
@@ -183,6 +186,12 @@ class LoadedVersion:
             config=config,
             config_json=json.dumps(self.config_json),
         )
+
+    def _check_io(self) -> None:
+        """Inputs and outputs are checked once the backend completed the config (as Triton)."""
+        problem = io_problem(self.name, self.directory, self.config)
+        if problem:
+            raise invalid_arg(problem)
 
     async def stop(self, deadline: float | None = None) -> None:
         """Drain in-flight requests, stop the scheduler, unload the backend. With a

@@ -16,12 +16,25 @@ from pathlib import Path
 
 from repokit.config.diagnostics import Severity
 from repokit.config.report import ValidateOptions
+from repokit.config.rules.context import RuleContext
+from repokit.config.rules.io import check_io
 from repokit.config.validate import validate_model
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.repository.layout import scan_model_dir
 
 # findings that mean "the config is fine, but the version policy selects nothing"
 _POLICY_RULES = frozenset({"no-version-available"})
+# What a python model's auto_complete_config may still fill in: Triton checks a model's inputs
+# and outputs only after the backend completed its config, so these wait until then
+# (``io_problem`` on the completed config).
+DEFERRED_IO_RULES = frozenset(
+    {
+        "input-data-type-missing",
+        "input-dims-missing",
+        "output-data-type-missing",
+        "output-dims-missing",
+    }
+)
 
 
 class ModelLoadError(Exception):
@@ -83,9 +96,25 @@ def read_model(
     options = ValidateOptions(strict=strict, target="cpu", model_config_name=config_name)
     model = scan_model_dir(directory, name)
     report = validate_model(model, options, directory.parent, config_override=override)
-    errors = [d for d in report.diagnostics if d.severity is Severity.ERROR]
+    completes_io = not strict and report.config is not None and report.config.backend == "python"
+    errors = [
+        d
+        for d in report.diagnostics
+        if d.severity is Severity.ERROR and not (completes_io and d.rule in DEFERRED_IO_RULES)
+    ]
     if errors or report.config is None:
         first = errors[0] if errors else None
         reason = first.message if first is not None else f"model '{name}' could not be read"
         raise ModelLoadError(reason, config_ok=first is not None and first.rule in _POLICY_RULES)
     return ModelDefinition(name, directory, report.config, tuple(report.versions))
+
+
+def io_problem(name: str, directory: Path, config: mc.ModelConfig) -> str:
+    """The first reason Triton would refuse the inputs and outputs of a config a backend
+    completed ("" when they are complete and valid)."""
+    context = RuleContext(
+        scan_model_dir(directory, name), config, ValidateOptions(target="cpu"), directory.parent
+    )
+    check_io(context)
+    errors = [d for d in context.diagnostics if d.severity is Severity.ERROR]
+    return errors[0].message if errors else ""
