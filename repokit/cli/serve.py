@@ -269,6 +269,7 @@ def serve(
         grpc_max_connection_age=grpc_max_connection_age,
         grpc_max_connection_age_grace=grpc_max_connection_age_grace,
         grpc_infer_response_compression_level=grpc_infer_response_compression_level,
+        stop_on_load_failure=core.exit_on_error,
     )
     if grpc_infer_response_compression_level not in ("none", "low", "medium", "high"):
         raise typer.BadParameter(
@@ -297,28 +298,18 @@ def _serve(settings: Any, notes: list[str]) -> int:
 
     from repokit.cli.serve_tables import models_table, options_table
     from repokit.core.server_log import RAW
-    from repokit.frontends.runner import ServerHandle, run_server
+    from repokit.frontends.runner import ModelsFailedToLoad, ServerHandle, run_server
 
     log = logging.getLogger("repokit.cli.serve")
     errors = make_console(stderr=True)
     for note in notes:
         log.info(note)
     core = settings.core
-    failed: list[str] = []
 
     async def on_ready(handle: ServerHandle) -> None:
-        index = handle.service.repository_index()
-        log.info(models_table(index), extra={RAW: True})
+        log.info(models_table(handle.service.repository_index()), extra={RAW: True})
         extensions = list(handle.service.server_metadata()["extensions"])
         log.info(options_table(core, extensions), extra={RAW: True})
-        # tritonserver --exit-on-error: any model (or version) that failed to load at startup
-        failures = [
-            e for e in index if e.get("state") == "UNAVAILABLE" and e.get("reason") != "unloaded"
-        ]
-        if failures and core.exit_on_error and core.model_control_mode != "explicit":
-            failed.extend(f"{e['name']}: {e.get('reason', '')}" for e in failures)
-            handle.request_stop()  # exit-on-error: tritonserver refuses to start
-            return
         names = {
             "HTTP": "HTTPService",
             "gRPC": "GRPCInferenceService",
@@ -332,13 +323,19 @@ def _serve(settings: Any, notes: list[str]) -> int:
         clean = _run(run_server(settings, ready_callback=on_ready))
     except KeyboardInterrupt:
         pass
+    except ModelsFailedToLoad as exc:  # --exit-on-error: tritonserver opens no port then
+        log.info(models_table(exc.index), extra={RAW: True})
+        if core.model_control_mode == "explicit":  # tritonserver names the --load-model
+            name, _, reason = exc.failures[0].partition(": ")
+            message = f"Invalid argument - load failed for model '{name}': {reason}"
+        else:
+            message = "Internal - failed to load all models"
+        print_error(errors, f"creating server: {message}")
+        for line in exc.failures:
+            errors.out(f"  {line}", highlight=False)
+        return 1
     except (OSError, ValueError) as exc:
         print_error(errors, f"creating server: {exc}")
-        return 1
-    if failed:
-        print_error(errors, "creating server: Internal - failed to load all models")
-        for line in failed:
-            errors.out(f"  {line}", highlight=False)
         return 1
     return 0 if clean else 1  # tritonserver exits with 1 when the exit timeout expired
 

@@ -70,6 +70,9 @@ class ServeSettings:
     grpc_max_connection_age: int = 0  # ms, 0 = unlimited
     grpc_max_connection_age_grace: int = 0  # ms, 0 = unlimited
     grpc_infer_response_compression_level: str = "none"
+    # tritonserver's --exit-on-error as the CLI applies it: a model that fails to load while
+    # starting stops the server before any port opens (embedders and tests see the index)
+    stop_on_load_failure: bool = False
 
     # the HTTP frontend reads these two from the core settings
     @property
@@ -252,6 +255,29 @@ def _grpc_factory() -> Callable[[InferenceService, Any], Any] | None:
     return None
 
 
+class ModelsFailedToLoad(Exception):
+    """Some model (or version) failed to load at startup and ``--exit-on-error`` is on."""
+
+    def __init__(self, index: list[dict[str, Any]], failures: list[str]) -> None:
+        super().__init__("failed to load all models")
+        self.index = index
+        self.failures = failures
+
+
+def startup_failures(service: InferenceService) -> list[str]:
+    """``name: reason`` of each model version that failed to load while starting (fatal with
+    ``--exit-on-error`` in every control mode: an explicit ``--load-model`` that fails stops
+    tritonserver too)."""
+    index = getattr(service, "repository_index", None)
+    if index is None:
+        return []
+    return [
+        f"{e['name']}: {e.get('reason', '')}"
+        for e in index()
+        if e.get("state") == "UNAVAILABLE" and e.get("reason") != "unloaded"
+    ]
+
+
 async def start_server(
     settings: ServeSettings, service_factory: ServiceFactory | None = None
 ) -> ServerHandle:
@@ -259,6 +285,11 @@ async def start_server(
     factory = service_factory or _default_service_factory
     service: InferenceService = await _maybe_await(factory(settings.core))
     await _maybe_await(_service_call(service, "start"))
+    failures = startup_failures(service) if settings.stop_on_load_failure else []
+    if failures:  # --exit-on-error: tritonserver exits before it opens any port
+        index = service.repository_index()
+        await _maybe_await(_service_call(service, "stop"))
+        raise ModelsFailedToLoad(index, failures)
     handle = ServerHandle(service=service, settings=settings)
     try:
         if settings.allow_http:
