@@ -18,6 +18,7 @@ import sys
 import weakref
 from typing import Any
 
+from repokit.backends.python.pb_args import MISSING, incompatible_call
 from repokit.backends.python.pb_runtime import RUNTIME
 
 
@@ -40,6 +41,15 @@ def _caller() -> tuple[str, int]:
     return frame.f_code.co_filename.rsplit("/", 1)[-1], frame.f_lineno
 
 
+_LOG_SIGNATURE = "(message: str, level: triton_python_backend_utils.Logger.LogLevel = INFO) -> None"
+
+
+def _check_message(function: str, message: Any) -> None:
+    """Triton's Logger takes only a str message (a TypeError otherwise)."""
+    if not isinstance(message, str):
+        raise incompatible_call(function, "(message: str) -> None", (message,))
+
+
 class Logger:
     """Model log lines in the server's log."""
 
@@ -55,23 +65,32 @@ class Logger:
         RUNTIME.log(int(level), str(message), filename, line)
 
     @staticmethod
-    def log(message: str, level: int = LogLevel.INFO) -> None:
-        Logger._emit(message, level)
+    def log(message: str, level: int = MISSING) -> None:
+        if not isinstance(message, str) or (
+            level is not MISSING and not isinstance(level, LogLevel)
+        ):
+            given = (message,) if level is MISSING else (message, level)
+            raise incompatible_call("log", _LOG_SIGNATURE, given)
+        Logger._emit(message, LogLevel.INFO if level is MISSING else level)
 
     @staticmethod
     def log_info(message: str) -> None:
+        _check_message("log_info", message)
         Logger._emit(message, LogLevel.INFO)
 
     @staticmethod
     def log_warn(message: str) -> None:
+        _check_message("log_warn", message)
         Logger._emit(message, LogLevel.WARNING)
 
     @staticmethod
     def log_error(message: str) -> None:
+        _check_message("log_error", message)
         Logger._emit(message, LogLevel.ERROR)
 
     @staticmethod
     def log_verbose(message: str) -> None:
+        _check_message("log_verbose", message)
         Logger._emit(message, LogLevel.VERBOSE)
 
 

@@ -26,6 +26,14 @@ import numpy as np
 import numpy.typing as npt
 
 from repokit.backends.python import pb_bls
+from repokit.backends.python.pb_args import (
+    MISSING,
+    incompatible_call,
+    incompatible_constructor,
+    is_int,
+    is_list_of,
+    is_str,
+)
 from repokit.backends.python.pb_bls import ResponseIterator as ResponseIterator
 from repokit.backends.python.pb_bls import ResponseSender as InferenceResponseSender
 from repokit.backends.python.pb_model_config import ModelConfig as ModelConfig
@@ -103,8 +111,13 @@ class TritonError:
         "CANCELLED",
     )
 
-    def __init__(self, message: str, code: int = INTERNAL) -> None:
-        self._message = str(message)
+    def __init__(self, message: str, code: int = MISSING) -> None:
+        if not is_str(message) or (code is not MISSING and not is_int(code)):
+            given = (message,) if code is MISSING else (message, code)
+            raise incompatible_constructor(_ERROR_SIGNATURE, given)
+        if code is MISSING:
+            code = self.INTERNAL
+        self._message = message
         self._code = int(code) if 0 <= int(code) < len(self._NAMES) else self.INTERNAL
 
     def message(self) -> str:
@@ -124,11 +137,44 @@ class TritonError:
         return f"TritonError({self._message!r}, {self.code_name()})"
 
 
+_ERROR_SIGNATURE = "triton_python_backend_utils.TritonError(message: str, code: int = INTERNAL)"
+_TENSOR_SIGNATURE = "triton_python_backend_utils.Tensor(arg0: str, arg1: numpy.ndarray)"
+_DLPACK_SIGNATURE = "(self: str, arg0: object) -> triton_python_backend_utils.Tensor"
+_REQUEST_SIGNATURE = (
+    "triton_python_backend_utils.InferenceRequest(request_id: str = '', correlation_id: "
+    "object = 0, inputs: List[Tensor], requested_output_names: List[str], model_name: str, "
+    "model_version: int = -1, flags: int = 0, timeout: int = 0, preferred_memory: "
+    "PreferredMemory = None, trace: InferenceTrace = None, parameters: object = None)"
+)
+_RESPONSE_SIGNATURE = (
+    "triton_python_backend_utils.InferenceResponse(output_tensors: List[Tensor] = [], "
+    "error: TritonError = None)"
+)
+EMPTY_TENSOR_NAME = "Tensor name cannot be an empty string."
+DLPACK_UNSUPPORTED = (
+    # Triton 2.51's text, with the run of spaces of its C++ line continuation
+    "Provided tensor is not supported. Tensor must be a DLPack capsule         or have "
+    "`__dlpack__` and `__dlpack_device__` attributes"
+)
+
+
 class TritonModelException(Exception):
     """Raised by this module's API on misuse (Triton's pb_utils.TritonModelException)."""
 
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+def _changed(**values: Any) -> dict[str, Any]:
+    """The keyword arguments of an InferenceRequest that differ from their defaults."""
+    defaults = {
+        "request_id": "",
+        "correlation_id": 0,
+        "flags": 0,
+        "model_version": -1,
+        "timeout": 0,
+    }
+    return {k: v for k, v in values.items() if v is not defaults[k] and v != defaults[k]}
 
 
 # --- tensors ------------------------------------------------------------------------------
@@ -145,11 +191,11 @@ class _Capsule:
         return (1, 0)
 
 
-def _as_tensor_array(name: str, data: Any) -> npt.NDArray[Any]:
-    if not isinstance(data, np.ndarray):
-        raise TritonModelException(
-            f"Tensor '{name}' must be created from a numpy array, got {type(data).__name__}"
-        )
+def _as_tensor_array(name: Any, data: Any) -> npt.NDArray[Any]:
+    if not is_str(name) or not isinstance(data, np.ndarray):
+        raise incompatible_constructor(_TENSOR_SIGNATURE, (name, data))
+    if not name:
+        raise TritonModelException(EMPTY_TENSOR_NAME)
     if data.dtype.kind in _TEXT_KINDS:
         return data.astype(object)
     return data
@@ -167,8 +213,13 @@ class Tensor:
     __slots__ = ("_array", "_bf16", "_name")
 
     def __init__(self, name: str, data: Any, *, bf16: bool = False) -> None:
-        self._name = name if type(name) is str else str(name)
-        if type(data) is np.ndarray and data.dtype.kind not in _TEXT_KINDS:
+        self._name = name
+        if (
+            type(name) is str
+            and name
+            and type(data) is np.ndarray
+            and data.dtype.kind not in _TEXT_KINDS
+        ):
             self._array: npt.NDArray[Any] = data
         else:
             self._array = _as_tensor_array(self._name, data)
@@ -230,6 +281,12 @@ class Tensor:
 
     @staticmethod
     def from_dlpack(name: str, capsule: Any) -> Tensor:
+        if not is_str(name):
+            raise incompatible_call("from_dlpack", _DLPACK_SIGNATURE, (name, capsule))
+        if not name:
+            raise TritonModelException(EMPTY_TENSOR_NAME)
+        if capsule is None:
+            raise TritonModelException(DLPACK_UNSUPPORTED)
         source = capsule if hasattr(capsule, "__dlpack__") else _Capsule(capsule)
         try:
             array = np.from_dlpack(source)
@@ -262,9 +319,9 @@ class InferenceRequest:
 
     def __init__(
         self,
-        model_name: str = "",
-        inputs: Sequence[Tensor] = (),
-        requested_output_names: Iterable[str] = (),
+        model_name: str = MISSING,
+        inputs: Sequence[Tensor] = MISSING,
+        requested_output_names: Iterable[str] = MISSING,
         request_id: str = "",
         correlation_id: int | str = 0,
         flags: int = 0,
@@ -275,6 +332,31 @@ class InferenceRequest:
         trace: Any = None,
         key: int = 0,
     ) -> None:
+        if not (
+            is_str(model_name)
+            and is_list_of(inputs, Tensor, none_ok=True)
+            and is_list_of(requested_output_names, str)
+            and is_str(request_id)
+            and correlation_id is not None
+            and is_int(flags)
+            and is_int(model_version)
+            and is_int(timeout)
+        ):
+            raise incompatible_constructor(
+                _REQUEST_SIGNATURE,
+                kwargs={
+                    "model_name": model_name,
+                    "inputs": inputs,
+                    "requested_output_names": requested_output_names,
+                    **_changed(request_id=request_id, correlation_id=correlation_id, flags=flags,
+                               model_version=model_version, timeout=timeout),
+                },
+            )  # fmt: skip
+        if any(tensor is None for tensor in inputs):
+            raise TritonModelException(
+                f"Input tensor for request with id '{request_id}' and model name "
+                f"'{model_name}' should not be empty."
+            )
         if not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
         self._model_name = model_name
@@ -285,6 +367,8 @@ class InferenceRequest:
         self._flags = flags
         if parameters is None:
             parameters = "{}"
+        elif not isinstance(parameters, (str, dict)):
+            raise TritonModelException(f"Expect dict, got {type(parameters)}")
         self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters)
         self._model_version = model_version
         self._timeout = timeout
@@ -402,20 +486,26 @@ class InferenceResponse:
 
     def __init__(
         self,
-        output_tensors: Sequence[Tensor] | None = None,
+        output_tensors: Sequence[Tensor] = MISSING,
         error: TritonError | None = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
-        self._outputs = list(output_tensors) if output_tensors else []
-        for tensor in self._outputs:
-            if type(tensor) is not Tensor and not isinstance(tensor, Tensor):
-                raise TritonModelException(
-                    f"InferenceResponse output_tensors must be Tensor objects, got '{type(tensor)}'"
-                )
-        if error is not None and not isinstance(error, TritonError):
-            raise TritonModelException(
-                f"InferenceResponse error must be a TritonError, got '{type(error)}'"
+        if output_tensors is MISSING:
+            self._outputs: list[Tensor] = []
+        elif type(output_tensors) is list and all(type(t) is Tensor for t in output_tensors):
+            self._outputs = output_tensors[:]  # the common case, checked at once
+        elif is_list_of(output_tensors, Tensor, none_ok=True):
+            self._outputs = list(output_tensors)
+        else:
+            raise incompatible_constructor(
+                _RESPONSE_SIGNATURE, kwargs={"output_tensors": output_tensors, "error": error}
             )
+        if error is not None and not isinstance(error, TritonError):
+            raise incompatible_constructor(
+                _RESPONSE_SIGNATURE, kwargs={"output_tensors": output_tensors, "error": error}
+            )
+        if any(tensor is None for tensor in self._outputs):
+            raise TritonModelException("Output tensor for inference response should not be empty.")
         self._error = error
         if parameters is None:
             self._parameters: dict[str, Any] = {}
