@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -163,3 +164,73 @@ def test_model_failing_at_startup_exits_1(tmp_path: Path) -> None:
     assert re.search(
         r"\| add_sub +\|[^|]*\| UNAVAILABLE: .*'max_batch_size' must be non-neg", result.stderr
     )
+
+
+def _taken_ports() -> list[socket.socket]:
+    """Three bound loopback ports: a server that tried to listen on one would fail on it."""
+    taken = []
+    for _ in range(3):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        taken.append(sock)
+    return taken
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ([], "error: creating server: Internal - failed to load all models"),
+        (
+            ["--model-control-mode=explicit", "--load-model=add_sub"],
+            "error: creating server: Invalid argument - load failed for model 'add_sub'",
+        ),
+        (["--model-control-mode=poll"], "Internal - failed to load all models"),
+    ],
+)
+def test_a_failed_startup_load_exits_before_any_port_opens(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    repo = _repo(tmp_path, "add_sub")
+    config = repo / "add_sub" / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: -1"))
+    taken = _taken_ports()
+    ports = [str(sock.getsockname()[1]) for sock in taken]
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "repokit", "serve", str(repo), "--http-port", ports[0],
+             "--grpc-port", ports[1], "--metrics-port", ports[2], *flags],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+    finally:
+        for sock in taken:
+            sock.close()
+    output = re.sub(r"\s+", " ", result.stdout + result.stderr)
+    assert result.returncode == 1
+    assert message in output
+    assert "'max_batch_size' must be non-negative" in output
+    assert "Started" not in output and "Errno" not in output  # no port was bound
+
+
+def test_exit_on_error_false_serves_the_other_models(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, "add_sub")
+    shutil.copytree(repo / "add_sub", repo / "broken")
+    config = repo / "broken" / "config.pbtxt"
+    text = config.read_text().replace("max_batch_size: 8", "max_batch_size: -1")
+    config.write_text(text.replace('name: "add_sub"', 'name: "broken"'))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "repokit", "serve", str(repo), "--http-port", "0",
+         "--grpc-port", "0", "--metrics-port", "0", "--exit-on-error=false"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        seen = ""
+        for line in process.stdout:
+            seen += line
+            if "Started HTTPService" in line:
+                break
+        assert "Started HTTPService" in seen and "broken" in seen
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
