@@ -42,3 +42,11 @@ def slow(session: nox.Session) -> None:
     """Slow differential and soak tests (kept out of the default run)."""
     session.install("-e", ".[dev]")
     session.run("pytest", "-m", "slow", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def triton_qa(session: nox.Session) -> None:
+    """Triton's own python-backend qa tests against repokit (and/or real Triton): needs a git
+    dir of triton-inference-server/server ($TRITON_SERVER_GIT); see tools/triton_qa.py."""
+    session.install("-e", ".[dev]")
+    session.run("python", "tools/triton_qa.py", *session.posargs)

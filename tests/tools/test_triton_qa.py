@@ -1,0 +1,87 @@
+"""The qa runner's own pieces (tools/triton_qa.py): the test.sh edits it replays, the scenario
+table, the junit results it reads. Running Triton's tests needs a git dir of Triton's server
+repository, so that is a manual tool (README), not part of this suite."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+sys.path.insert(0, str(TOOLS))
+
+import triton_qa  # noqa: E402
+import triton_qa_suites as suites  # noqa: E402
+
+
+def test_sed_edits_each_line_as_sed_does(tmp_path: Path) -> None:
+    config = tmp_path / "config.pbtxt"
+    config.write_text('name: "identity_fp32"\nmax_batch_size: 64\ninput { data_type: TYPE_FP32 }\n')
+    suites.rename(config, "identity_uint8")
+    suites.sed(config, "TYPE_FP32", "TYPE_UINT8")
+    suites.sed(config, r"^max_batch_size:.*", "max_batch_size: 8")
+    suites.append(config, "dynamic_batching { }")
+    assert config.read_text() == (
+        'name: "identity_uint8"\nmax_batch_size: 8\ninput { data_type: TYPE_UINT8 }\n'
+        "dynamic_batching { }\n"
+    )
+
+
+def test_every_scenario_has_a_unique_label_and_something_to_check() -> None:
+    found = suites.scenarios()
+    labels = [s.label for s in found]
+    assert len(labels) == len(set(labels))
+    for scenario in found:
+        assert (
+            scenario.steps
+            or scenario.log_checks
+            or scenario.report_ready
+            or (not scenario.expect_start)
+        ), scenario.label
+
+
+def test_repokit_is_not_given_flags_only_tritonserver_has() -> None:
+    scenario = suites.Scenario("x", "cwd", None, flags=["--backend-config=python,a=b"])
+    assert scenario.flags_for("triton") == ["--log-verbose=1", "--backend-config=python,a=b"]
+    assert scenario.flags_for("repokit") == ["--log-verbose=1"]
+
+
+def test_junit_results_become_one_line_per_test(tmp_path: Path) -> None:
+    xml = tmp_path / "r.xml"
+    xml.write_text(
+        '<testsuites><testsuite><testcase classname="lifecycle_test.LifecycleTest" name="a"/>'
+        '<testcase classname="lifecycle_test.LifecycleTest" name="b">'
+        '<failure message="AssertionError: 1 != 0">trace</failure></testcase>'
+        '<testcase classname="x.T" name="c"><skipped message="hangs"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    found = triton_qa.junit_outcomes(xml, "L0/lifecycle/lifecycle_test.py", "[k]")
+    assert [(o.test, o.result, o.detail) for o in found] == [
+        ("L0/lifecycle/lifecycle_test.py::LifecycleTest::a[k]", "PASS", ""),
+        ("L0/lifecycle/lifecycle_test.py::LifecycleTest::b[k]", "FAIL", "AssertionError: 1 != 0"),
+        ("L0/lifecycle/lifecycle_test.py::T::c[k]", "SKIP", "hangs"),
+    ]
+
+
+def test_log_checks_count_matches(tmp_path: Path) -> None:
+    text = "Finalize invoked\nFinalize invoked\n"
+    exact = suites.LogCheck("fin", "Finalize invoked", exactly=3)
+    assert triton_qa.log_check(exact, text, "s").result == "FAIL"
+    assert triton_qa.log_check(suites.LogCheck("fin", "Finalize"), text, "s").result == "PASS"
+
+
+def test_list_names_what_is_not_run_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    assert triton_qa.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "L0_backend_python/lifecycle/init_error" in out
+    assert "env: conda-packed" in out
+
+
+def test_a_run_without_the_git_dir_says_what_is_missing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRITON_SERVER_GIT", raising=False)
+    assert triton_qa.main([]) == 2
+    assert "--server-git" in capsys.readouterr().err

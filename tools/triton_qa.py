@@ -1,0 +1,637 @@
+#!/usr/bin/env python3
+"""Run Triton's own python-backend qa tests against ``repokit serve`` (or real Triton).
+
+The tests are read at run time from a git dir of triton-inference-server/server (``--server-git``
+or ``$TRITON_SERVER_GIT``; ``git archive <ref> qa/...``): nothing of Triton's is in this
+repository. Each scenario in ``triton_qa_suites.py`` lays out a model repository the way the
+test's ``test.sh`` does, starts the server with the same flags, runs the test's unittest files
+unmodified with pytest (or checks the server log, or that the server refused to start) and
+prints one line per test.
+
+The qa tests talk to ``localhost:8000/8001/8002``. So that those ports are free whatever else
+runs on the machine, the tool re-executes itself in a private network namespace
+(``unshare --user --map-root-user --net``) where the server and the tests see only each other;
+``--no-netns`` runs in the machine's namespace instead (the three ports must then be free).
+
+Triton's side is started with the launcher given by ``--triton-launcher`` or
+``$TRITON_REFERENCE_SCRIPT`` (``triton-reference.sh REPO HTTP GRPC METRICS [flags]``, printing
+the server's pid, its log in ``$TRITON_VENV/triton.log``).
+
+    python tools/triton_qa.py --list
+    python tools/triton_qa.py --server-git DIR                    # repokit
+    python tools/triton_qa.py --server-git DIR --target both      # table: test, triton, repokit
+    python tools/triton_qa.py --server-git DIR -k lifecycle -k bls
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from triton_qa_suites import (
+    NOT_APPLICABLE,
+    QA_PATHS,
+    HttpCall,
+    KillChildren,
+    LogCheck,
+    PytestRun,
+    Scenario,
+    ScriptRun,
+    scenarios,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_REF = "v2.51.0"
+HTTP, GRPC, METRICS = 8000, 8001, 8002
+NETNS_MARK = "TRITON_QA_IN_NETNS"
+TIMEOUT_READY = 120.0
+TIMEOUT_RUN = 900.0
+
+
+@dataclass
+class Outcome:
+    test: str
+    result: str  # PASS / FAIL / ERROR / SKIP
+    detail: str = ""
+
+
+@dataclass
+class Target:
+    """How to start one kind of server; ``workdir`` holds its logs."""
+
+    kind: str  # "repokit" | "triton"
+    workdir: Path
+    launcher: Path | None = None
+    pid: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(default_factory=Path)
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def start(self, repository: Path, flags: list[str], log_name: str) -> None:
+        env = {**os.environ, **self.extra_env}
+        if self.kind == "repokit":
+            self.log_path = self.workdir / f"{log_name}.log"
+            command = [
+                sys.executable,
+                "-m",
+                "repokit",
+                "serve",
+                "--model-repository",
+                str(repository),
+                f"--http-port={HTTP}",
+                f"--grpc-port={GRPC}",
+                f"--metrics-port={METRICS}",
+                *flags,
+            ]
+            with self.log_path.open("wb") as log:
+                self.proc = subprocess.Popen(
+                    command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+            self.pid = self.proc.pid
+            return
+        assert self.launcher is not None
+        venv = private_venv(self.workdir / f"venv-{log_name}")
+        env["TRITON_VENV"] = str(venv)
+        self.log_path = venv / "triton.log"
+        out = subprocess.run(
+            [str(self.launcher), str(repository), str(HTTP), str(GRPC), str(METRICS), *flags],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+        )
+        self.pid = int(out.stdout.strip().splitlines()[-1])
+        self.proc = None
+
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        try:
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state not in ("Z", "X")
+
+    def exit_code(self) -> int | None:
+        return self.proc.poll() if self.proc is not None else None
+
+    def stop(self, timeout: float = 60.0) -> None:
+        if not self.pid:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        self.pid = 0
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+def private_venv(directory: Path) -> Path:
+    """A symlink farm over the launcher's venv, so each server gets its own log file."""
+    shared = Path(os.environ.get("TRITON_VENV", "/tmp/triton-reference-venv"))
+    directory.mkdir(parents=True, exist_ok=True)
+    for entry in ("bin", "lib", "lib64", "include", "pyvenv.cfg", "triton-backends"):
+        source = shared / entry
+        if source.exists() and not (directory / entry).exists():
+            (directory / entry).symlink_to(source)
+    return directory
+
+
+# --- network namespace ---------------------------------------------------------------------
+def loopback_up() -> None:
+    """``ip link set lo up`` without the ip tool (SIOCGIFFLAGS / SIOCSIFFLAGS)."""
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, siocgifflags, request))[1]
+        fcntl.ioctl(sock, siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))
+
+
+def reexec_in_netns(argv: list[str]) -> int:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        sys.exit("triton_qa: 'unshare' is missing; run with --no-netns and ports 8000-8002 free")
+    env = {**os.environ, NETNS_MARK: "1"}
+    command = [unshare, "--user", "--map-root-user", "--net", sys.executable, *argv]
+    child = subprocess.Popen(command, env=env)
+
+    def forward(signum: int, _frame: object) -> None:  # let the inner run stop its servers
+        child.send_signal(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, forward)
+    return child.wait()
+
+
+def exit_on_signal(signum: int, _frame: object) -> None:
+    """SIGTERM ends the run through ``finally`` blocks, so no server is left behind."""
+    raise SystemExit(128 + signum)
+
+
+def ports_free() -> list[int]:
+    busy = []
+    for port in (HTTP, GRPC, METRICS):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                busy.append(port)
+    return busy
+
+
+# --- qa tree -------------------------------------------------------------------------------
+def extract_qa(git_dir: Path, ref: str, into: Path) -> Path:
+    archive = subprocess.run(
+        ["git", "-C", str(git_dir), "archive", "--format=tar", ref, *QA_PATHS],
+        check=True,
+        capture_output=True,
+    )
+    tar_path = into / "qa.tar"
+    tar_path.write_bytes(archive.stdout)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(into, filter="data")
+    tar_path.unlink()
+    return into / "qa"
+
+
+def http_ready(timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{HTTP}/v2/health/ready", timeout=timeout
+        ) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def wait_ready(target: Target, timeout: float) -> bool:
+    """As qa/common/util.sh's run_server: ready within the timeout, or the server died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not target.alive():
+            return False
+        if http_ready():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def wait_exit(target: Target, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not target.alive():
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def child_pids(pid: int) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                children.append(int(stat.parent.name))
+    return children
+
+
+def http_call(call: HttpCall) -> tuple[int, str]:
+    data = call.body.encode() if call.body is not None else None
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{HTTP}{call.path}", data=data, method=call.method
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as exc:
+        return 0, str(exc)
+
+
+def junit_outcomes(xml_path: Path, prefix: str, suffix: str) -> list[Outcome]:
+    try:
+        root = ET.parse(xml_path).getroot()
+    except (OSError, ET.ParseError):
+        return []
+    outcomes = []
+    for case in root.iter("testcase"):
+        classname = case.get("classname", "").rsplit(".", 1)[-1]
+        name = case.get("name", "")
+        label = f"{prefix}::{classname}::{name}" if classname else f"{prefix}::{name}"
+        result, detail = "PASS", ""
+        for tag, verdict in (("failure", "FAIL"), ("error", "ERROR"), ("skipped", "SKIP")):
+            element = case.find(tag)
+            if element is not None:
+                result = verdict
+                detail = (element.get("message") or element.text or "").strip()
+                break
+        outcomes.append(
+            Outcome(label + suffix, result, detail.splitlines()[0][:200] if detail else "")
+        )
+    return outcomes
+
+
+def run_pytest(
+    run: PytestRun, cwd: Path, label: str, workdir: Path, env: dict[str, str]
+) -> list[Outcome]:
+    xml_path = workdir / f"junit-{abs(hash((label, run.target, tuple(run.env.items()))))}.xml"
+    with contextlib.suppress(FileNotFoundError):
+        xml_path.unlink()
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        f"--junitxml={xml_path}",
+        "--timeout=300",
+    ]
+    command.append(run.target)
+    log_path = workdir / f"{label.replace('/', '_')}.client.log"
+    with log_path.open("ab") as log:
+        try:
+            subprocess.run(
+                command,
+                cwd=cwd,
+                env={**env, **run.env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=run.timeout or TIMEOUT_RUN,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return [Outcome(f"{label}/{run.target}{run.suffix()}", "ERROR", "client timed out")]
+    outcomes = junit_outcomes(xml_path, f"{label}/{run.target.split('::')[0]}", run.suffix())
+    if not outcomes:
+        return [
+            Outcome(f"{label}/{run.target}{run.suffix()}", "ERROR", f"no results (see {log_path})")
+        ]
+    return outcomes
+
+
+def collected(run: PytestRun, cwd: Path, env: dict[str, str]) -> list[str]:
+    """The test ids pytest would run (to name them when the server never came up: some qa
+    tests wait forever for a stream that a missing server never answers)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only",
+         run.target],
+        cwd=cwd, env={**env, **run.env}, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def not_run(
+    step: PytestRun | ScriptRun, cwd: Path, label: str, env: dict[str, str]
+) -> list[Outcome]:
+    reason = "not run: the server did not become ready"
+    if isinstance(step, ScriptRun):
+        return [Outcome(f"{label}::{step.name}", "FAIL", reason)]
+    ids = collected(step, cwd, env)
+    if not ids:
+        return [Outcome(f"{label}/{step.target}{step.suffix()}", "FAIL", reason)]
+    return [Outcome(f"{label}/{test_id}{step.suffix()}", "FAIL", reason) for test_id in ids]
+
+
+def run_script(
+    run: ScriptRun, cwd: Path, label: str, workdir: Path, env: dict[str, str]
+) -> Outcome:
+    log_path = workdir / f"{label.replace('/', '_')}.client.log"
+    with log_path.open("ab") as log:
+        try:
+            done = subprocess.run(
+                [sys.executable, *run.argv],
+                cwd=cwd,
+                env={**env, **run.env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=TIMEOUT_RUN,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return Outcome(f"{label}::{run.name}", "ERROR", "client timed out")
+    if done.returncode == 0:
+        return Outcome(f"{label}::{run.name}", "PASS")
+    tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+    return Outcome(f"{label}::{run.name}", "FAIL", f"exit {done.returncode}: {tail[0][:200]}")
+
+
+def log_check(check: LogCheck, text: str, label: str) -> Outcome:
+    count = len(re.findall(check.pattern, text, flags=re.MULTILINE))
+    ok = count >= check.at_least if check.exactly is None else count == check.exactly
+    wanted = f"== {check.exactly}" if check.exactly is not None else f">= {check.at_least}"
+    detail = "" if ok else f"log has {count} of {check.pattern!r}, wanted {wanted}"
+    return Outcome(f"{label}::{check.name}", "PASS" if ok else "FAIL", detail)
+
+
+def run_scenario(scenario: Scenario, qa: Path, target: Target, workdir: Path) -> list[Outcome]:
+    label = scenario.label
+    cwd = qa / scenario.cwd
+    repository = cwd / scenario.repo_dir
+    if scenario.layout is not None:
+        if not scenario.keep_existing:
+            shutil.rmtree(repository, ignore_errors=True)
+        repository.mkdir(parents=True, exist_ok=True)
+        scenario.layout(qa, repository)
+    env = {
+        **os.environ,
+        **scenario.env,
+        "TRITONSERVER_IPADDR": "localhost",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    target.extra_env = dict(scenario.env)
+    log_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+    env["SERVER_LOG"] = str(workdir / f"{log_name}.log")  # some tests read it; filled below
+    outcomes: list[Outcome] = []
+    try:
+        target.start(repository, scenario.flags_for(target.kind), log_name)
+    except (subprocess.CalledProcessError, OSError, ValueError) as exc:
+        return [Outcome(f"{label}::server", "ERROR", f"could not start: {exc}")]
+    env["SERVER_LOG"] = str(target.log_path)
+    if scenario.server_log:
+        named = cwd / scenario.server_log
+        named.unlink(missing_ok=True)
+        named.symlink_to(target.log_path)
+    try:
+        if not scenario.expect_start:
+            exited = wait_exit(target, scenario.start_timeout or TIMEOUT_READY)
+            ready = http_ready()
+            detail = "" if exited else "server still running"
+            if exited and target.exit_code() == 0:
+                exited, detail = False, "server exited with status 0"
+            outcomes.append(
+                Outcome(
+                    f"{label}::refuses_to_start", "PASS" if exited and not ready else "FAIL", detail
+                )
+            )
+        elif not wait_ready(target, scenario.start_timeout or TIMEOUT_READY):
+            tail = target.log_text().strip().splitlines()[-3:]
+            outcomes.append(Outcome(f"{label}::server_ready", "FAIL", " | ".join(tail)[:300]))
+            for step in scenario.steps:
+                if isinstance(step, (PytestRun, ScriptRun)):
+                    outcomes.extend(not_run(step, cwd, label, env))
+        else:
+            if scenario.report_ready:
+                outcomes.append(Outcome(f"{label}::server_ready", "PASS"))
+            for step in scenario.steps:
+                if isinstance(step, HttpCall):
+                    status, body = http_call(step)
+                    if status != step.expect:
+                        outcomes.append(
+                            Outcome(f"{label}::{step.name}", "FAIL", f"{status} {body[:200]}")
+                        )
+                elif isinstance(step, KillChildren):
+                    for pid in child_pids(target.pid):
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(pid, signal.SIGKILL)
+                elif isinstance(step, PytestRun):
+                    outcomes.extend(run_pytest(step, cwd, label, workdir, env))
+                elif isinstance(step, ScriptRun):
+                    outcomes.append(run_script(step, cwd, label, workdir, env))
+    finally:
+        target.stop()
+    text = target.log_text()
+    outcomes.extend(log_check(check, text, label) for check in scenario.log_checks)
+    return outcomes
+
+
+SHM_MONITOR_SHIM = '''"""Stand-in for the python backend's triton_shm_monitor (a C++ module).
+qa/common/shm_util.py probes Triton's own shared-memory regions for leaks; the regions are an
+implementation detail of Triton's stub IPC, so the probe reads a constant on both servers."""
+
+
+class SharedMemoryManager:
+    def __init__(self, name):
+        self.name = name
+
+    def free_memory(self):
+        return 0
+'''
+
+
+def shim_path(workdir: Path) -> str:
+    shim = workdir / "shim"
+    shim.mkdir(exist_ok=True)
+    (shim / "triton_shm_monitor.py").write_text(SHM_MONITOR_SHIM)
+    return os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def run_all(
+    selected: list[Scenario], qa_source: Path, kind: str, args: argparse.Namespace
+) -> list[Outcome]:
+    workdir = Path(tempfile.mkdtemp(prefix=f"triton-qa-{kind}-", dir=args.workdir))
+    os.environ["PYTHONPATH"] = shim_path(workdir)
+    qa_copy = workdir / "qa"
+    shutil.copytree(qa_source, qa_copy, symlinks=True)
+    target = Target(kind=kind, workdir=workdir, launcher=args.launcher)
+    outcomes: list[Outcome] = []
+    for scenario in selected:
+        found = run_scenario(scenario, qa_copy, target, workdir)
+        for outcome in found:
+            if not args.quiet:
+                print(format_line(outcome, args.verbose), flush=True)
+        outcomes.extend(found)
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        print(f"# {kind} logs kept in {workdir}", flush=True)
+    return outcomes
+
+
+def format_line(outcome: Outcome, verbose: bool) -> str:
+    line = f"{outcome.test}  {outcome.result}"
+    if verbose and outcome.detail:
+        line += f"  ({outcome.detail})"
+    return line
+
+
+def print_table(triton: list[Outcome], repokit: list[Outcome]) -> None:
+    left = {o.test: o.result for o in triton}
+    right = {o.test: o.result for o in repokit}
+    names = list(dict.fromkeys([*(o.test for o in triton), *(o.test for o in repokit)]))
+    width = max((len(n) for n in names), default=10)
+    print(f"{'test':<{width}}  {'triton-2.51':<11}  repokit")
+    for name in names:
+        a, b = left.get(name, "-"), right.get(name, "-")
+        mark = "  <<" if a == "PASS" and b != "PASS" else ""
+        print(f"{name:<{width}}  {a:<11}  {b}{mark}")
+    both = sum(1 for n in names if left.get(n) == "PASS" and right.get(n) == "PASS")
+    ref = sum(1 for n in names if left.get(n) == "PASS")
+    ours = sum(1 for n in names if right.get(n) == "PASS")
+    print(f"# {len(names)} tests: triton passes {ref}, repokit passes {ours}, both {both}")
+
+
+def select(all_scenarios: list[Scenario], patterns: list[str]) -> list[Scenario]:
+    if not patterns:
+        return all_scenarios
+    return [s for s in all_scenarios if any(p in s.label for p in patterns)]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--server-git",
+        type=Path,
+        default=os.environ.get("TRITON_SERVER_GIT"),
+        help="git dir of triton-inference-server/server ($TRITON_SERVER_GIT)",
+    )
+    parser.add_argument("--ref", default=DEFAULT_REF, help=f"tag or commit (default {DEFAULT_REF})")
+    parser.add_argument("--target", choices=("repokit", "triton", "both"), default="repokit")
+    parser.add_argument(
+        "--triton-launcher",
+        dest="launcher",
+        type=Path,
+        default=os.environ.get("TRITON_REFERENCE_SCRIPT"),
+        help="triton-reference.sh-style launcher ($TRITON_REFERENCE_SCRIPT)",
+    )
+    parser.add_argument(
+        "-k",
+        dest="patterns",
+        action="append",
+        default=[],
+        help="only scenarios whose label contains this (repeatable)",
+    )
+    parser.add_argument("--list", action="store_true", help="list scenarios and exclusions")
+    parser.add_argument(
+        "--no-netns",
+        action="store_true",
+        help="use the machine's network (ports 8000-8002 must be free)",
+    )
+    parser.add_argument("--workdir", type=Path, default=None, help="where temp dirs go")
+    parser.add_argument("--keep", action="store_true", help="keep model repositories and logs")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show why a test failed")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only the final table")
+    return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def qa_tree(args: argparse.Namespace) -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="triton-qa-src-", dir=args.workdir) as tmp:
+        yield extract_qa(args.server_git, args.ref, Path(tmp))
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    all_scenarios = scenarios()
+    if args.list:
+        for scenario in all_scenarios:
+            print(scenario.label)
+        print("\n# not covered here:")
+        for name, reason in NOT_APPLICABLE.items():
+            print(f"{name}: {reason}")
+        return 0
+    if args.server_git is None:
+        print("triton_qa: give --server-git or $TRITON_SERVER_GIT", file=sys.stderr)
+        return 2
+    if args.target in ("triton", "both") and (args.launcher is None or not args.launcher.exists()):
+        print(
+            "triton_qa: --target triton needs --triton-launcher or $TRITON_REFERENCE_SCRIPT",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.no_netns and not os.environ.get(NETNS_MARK):
+        return reexec_in_netns([str(Path(__file__).resolve()), *argv])
+    signal.signal(signal.SIGTERM, exit_on_signal)
+    if os.environ.get(NETNS_MARK):
+        loopback_up()
+    busy = ports_free()
+    if busy:
+        print(f"triton_qa: ports {busy} are in use", file=sys.stderr)
+        return 2
+    selected = select(all_scenarios, args.patterns)
+    results: dict[str, list[Outcome]] = {}
+    with qa_tree(args) as qa:
+        kinds = ["triton", "repokit"] if args.target == "both" else [args.target]
+        for kind in kinds:
+            print(f"# {kind}", flush=True)
+            results[kind] = run_all(selected, qa, kind, args)
+    if args.target == "both":
+        print_table(results["triton"], results["repokit"])
+    else:
+        outcomes = results[args.target]
+        passed = sum(1 for o in outcomes if o.result == "PASS")
+        print(f"# {passed} passed, {len(outcomes) - passed} not passed")
+    if args.json:
+        args.json.write_text(
+            json.dumps({k: [o.__dict__ for o in v] for k, v in results.items()}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,722 @@
+"""What each of Triton's qa ``test.sh`` files does, as data for ``triton_qa.py``.
+
+Every scenario is one server run of a ``test.sh``: the model repository it lays out (which
+``qa/python_models`` go where, and its ``sed``/``echo`` edits of the configs), the server flags
+it passes, and what it then checks (pytest runs of its unittest files, with the environment
+they read; log greps; a server that must refuse to start). The test files themselves are run
+unmodified. Flags a server does not have (``--backend-directory``, the python backend's
+``--backend-config``) are left out for repokit. Nothing here is Triton's text: it is read from
+a git dir at run time.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+QA_PATHS = ("qa/L0_backend_python", "qa/python_models", "qa/L0_model_config", "qa/common")
+
+Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
+
+# Subfolders (or parts) of qa/L0_backend_python this tool does not run, and why.
+NOT_APPLICABLE: dict[str, str] = {
+    "env": "conda-packed execution environments (EXECUTION_ENV_PATH, conda-pack of Python 3.7+)",
+    "variants": "builds the python backend from source with cmake (a Triton build-time test)",
+    "examples": "needs a clone of the python_backend repository and torch/jax",
+    "python_based_backends": "installs a python-based backend into Triton's --backend-directory"
+    " and needs torch",
+    "test.sh add_sub_gpu": "GPU tensors (KIND_GPU instance)",
+    "test.sh shm-default-byte-size": "checks Triton's shared-memory region sizes in /dev/shm",
+    "test.sh orphan stubs": "kills the server with SIGKILL and checks the stubs exit (timing)",
+    "bls CUDA pool loop": "--cuda-memory-pool-byte-size and 'Failed to allocate memory from CUDA"
+    " memory pool' (GPU); run once per BLS_KIND without it",
+    "bls_model_loading": "needs qa_model_repository/onnx_int32_int32_int32 from Triton's DATADIR",
+    "io empty/variable gpu output": "GPU tensors (dlpack on CUDA)",
+    "L0_model_config (non-python)": "tensorrt/onnx/pytorch/tensorflow autofill needs those"
+    " backends",
+    "restart": "reads the free space of Triton's stub shared-memory pool"
+    " (c_python_backend_utils.shared_memory), an internal of Triton's stub IPC",
+    "models that import torch": "torch is not installed here (the dlpack_*, pytorch_fp32_fp32,"
+    " identity_bf16, bls, bls_async and decoupled_bls models); they are left out of the"
+    " repositories when torch cannot be imported, and the tests that use them fail on both",
+}
+
+
+# --- layout helpers ----------------------------------------------------------------------
+def sed(path: Path, pattern: str, replacement: str) -> None:
+    """``sed -i s/pattern/replacement/`` per line (first match in each line, ``g`` via re)."""
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(re.sub(pattern, replacement, line) for line in lines))
+
+
+def append(path: Path, *lines: str) -> None:
+    with path.open("a") as handle:
+        for line in lines:
+            handle.write(line + "\n")
+
+
+def rename(path: Path, name: str) -> None:
+    sed(path, r"^name:.*", f'name: "{name}"')
+
+
+TORCH_MODELS = frozenset(
+    {
+        "bls",
+        "bls_async",
+        "bls_onnx_warmup",
+        "dlpack_add_sub",
+        "dlpack_empty_output",
+        "dlpack_identity",
+        "dlpack_io_identity",
+        "dlpack_io_identity_decoupled",
+        "dlpack_square",
+        "dlpack_sub_add",
+        "dlpack_test",
+        "identity_bf16",
+        "pytorch_fp32_fp32",
+        "variable_gpu_output",
+        "decoupled_bls",
+    }
+)
+
+
+@functools.cache
+def torch_available() -> bool:
+    """Whether the python models can import torch (repokit's instances run this interpreter;
+    the reference Triton's stub runs a venv without it too)."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def model(
+    source: str,
+    name: str | None = None,
+    *,
+    files: tuple[str, ...] = ("model.py",),
+    main: str = "model.py",
+    config_from: str | None = None,
+    edits: Callable[[Path], None] | None = None,
+) -> Layout:
+    """``mkdir -p models/NAME/1 && cp python_models/SOURCE/{files} ... && cp config.pbtxt``;
+    ``main`` is copied as ``1/model.py``."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        if source in TORCH_MODELS and not torch_available():
+            return
+        target = repo / (name or source)
+        (target / "1").mkdir(parents=True, exist_ok=True)
+        src = qa / "python_models" / source
+        for file in files:
+            dest = "model.py" if file == main else file
+            shutil.copy(src / file, target / "1" / dest)
+        config = qa / "python_models" / (config_from or source) / "config.pbtxt"
+        if config.exists():
+            shutil.copy(config, target / "config.pbtxt")
+        if edits is not None:
+            edits(target / "config.pbtxt")
+
+    return lay
+
+
+def config_only(source: str, name: str | None = None) -> Layout:
+    def lay(qa: Path, repo: Path) -> None:
+        target = repo / (name or source)
+        (target / "1").mkdir(parents=True, exist_ok=True)
+        shutil.copy(qa / "python_models" / source / "config.pbtxt", target / "config.pbtxt")
+
+    return lay
+
+
+def tree(relative: str) -> Layout:
+    """``cp -r qa/RELATIVE/* models/`` (a repository shipped with the test)."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        shutil.copytree(qa / relative, repo, dirs_exist_ok=True)
+
+    return lay
+
+
+def layouts(*parts: Layout) -> Layout:
+    def lay(qa: Path, repo: Path) -> None:
+        for part in parts:
+            part(qa, repo)
+
+    return lay
+
+
+# --- scenario description -----------------------------------------------------------------
+@dataclass(frozen=True)
+class PytestRun:
+    target: str
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: float = 0.0
+
+    def suffix(self) -> str:
+        shown = {k: v for k, v in self.env.items() if k in ("MODEL_NAME", "BLS_KIND", "TRIAL")}
+        return "[" + ",".join(shown.values()) + "]" if shown else ""
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    name: str
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HttpCall:
+    name: str
+    method: str
+    path: str
+    body: str | None = None
+    expect: int = 200
+
+
+@dataclass(frozen=True)
+class KillChildren:
+    """``kill -9 $(pgrep --parent $SERVER_PID)``: the model instances' processes."""
+
+
+@dataclass(frozen=True)
+class LogCheck:
+    name: str
+    pattern: str
+    at_least: int = 1
+    exactly: int | None = None
+
+
+Step = PytestRun | ScriptRun | HttpCall | KillChildren
+
+
+@dataclass
+class Scenario:
+    label: str  # "<suite>/<scenario>"
+    cwd: str  # relative to qa/: where test.sh runs
+    layout: Layout | None  # None: the repository ships with the test (repo_dir)
+    steps: list[Step] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    log_checks: list[LogCheck] = field(default_factory=list)
+    expect_start: bool = True
+    report_ready: bool = False  # one line for "the server started" (test.sh checks only that)
+    repo_dir: str = "models"
+    env: dict[str, str] = field(default_factory=dict)  # for the server and the tests
+    start_timeout: float = 0.0
+    keep_existing: bool = False  # add to the repository shipped in repo_dir
+    server_log: str = ""  # test.sh's $SERVER_LOG, for tests that open it by name
+    verbose: bool = True  # --log-verbose=1, as most test.sh files
+
+    def flags_for(self, kind: str) -> list[str]:
+        common = [*(["--log-verbose=1"] if self.verbose else []), *self.flags]
+        if kind == "triton":
+            return common
+        return [f for f in common if not f.startswith(("--backend-config", "--backend-dir"))]
+
+
+BP = "L0_backend_python"
+SHM_LEAK = "../test_infer_shm_leak.py"
+
+
+def _identity_variants() -> Layout:
+    """The top-level test.sh's identity_* copies of identity_fp32."""
+
+    def uint8(config: Path) -> None:
+        rename(config, "identity_uint8")
+        sed(config, "TYPE_FP32", "TYPE_UINT8")
+        sed(config, r"^max_batch_size:.*", "max_batch_size: 8")
+        append(
+            config,
+            "dynamic_batching { preferred_batch_size: [8], "
+            "max_queue_delay_microseconds: 12000000 }",
+        )
+
+    def uint8_nobatch(config: Path) -> None:
+        rename(config, "identity_uint8_nobatch")
+        sed(config, "TYPE_FP32", "TYPE_UINT8")
+        sed(config, r"^max_batch_size:.*", "")
+
+    def typed(name: str, dtype: str) -> Callable[[Path], None]:
+        def edit(config: Path) -> None:
+            rename(config, name)
+            sed(config, "TYPE_FP32", dtype)
+
+        return edit
+
+    def default_name(qa: Path, repo: Path) -> None:
+        model("identity_fp32", "default_model_name")(qa, repo)
+        target = repo / "default_model_name"
+        (target / "1" / "model.py").rename(target / "1" / "mymodel.py")
+        rename(target / "config.pbtxt", "default_model_name")
+        append(target / "config.pbtxt", 'default_model_filename: "mymodel.py"')
+
+    def init_args(qa: Path, repo: Path) -> None:
+        model("init_args")(qa, repo)
+        sed(repo / "init_args" / "config.pbtxt", "TRITON_DIR_PATH", "/opt/tritonserver")
+
+    return layouts(
+        model("identity_fp32"),
+        model("identity_bf16"),
+        model("identity_fp32", "identity_uint8", edits=uint8),
+        model("identity_fp32", "identity_uint8_nobatch", edits=uint8_nobatch),
+        model("identity_fp32", "identity_uint32", edits=typed("identity_uint32", "TYPE_UINT32")),
+        model("identity_fp32", "identity_bool", edits=typed("identity_bool", "TYPE_BOOL")),
+        default_name,
+        model("pytorch_fp32_fp32", edits=lambda c: rename(c, "pytorch_fp32_fp32")),
+        model("delayed_model"),
+        init_args,
+        model("optional"),
+        model("non_contiguous"),
+        model("string"),
+        model("string_fixed"),
+        model("dlpack_identity"),
+    )
+
+
+def top_level() -> list[Scenario]:
+    return [
+        Scenario(
+            f"{BP}/python_test",
+            BP,
+            _identity_variants(),
+            [PytestRun("python_test.py")],
+            flags=["--backend-config=python,shm-default-byte-size=5242880"],
+        ),
+        Scenario(
+            f"{BP}/multi_file",
+            BP,
+            model(
+                "multi_file",
+                files=("model.py", "file1.py", "file2.py"),
+                config_from="identity_fp32",
+                edits=lambda c: rename(c, "multi_file"),
+            ),
+            report_ready=True,
+        ),
+        Scenario(
+            f"{BP}/model_env", BP, model("model_env"), report_ready=True, env={"MY_ENV": "MY_ENV"}
+        ),
+        Scenario(
+            f"{BP}/init_exit",
+            BP,
+            model("init_exit"),
+            expect_start=False,
+            log_checks=[
+                LogCheck("stub_not_healthy", r"Stub process 'init_exit_0_0' is not healthy\.")
+            ],
+        ),
+    ]
+
+
+def lifecycle() -> list[Scenario]:
+    cwd = f"{BP}/lifecycle"
+
+    def batched(name: str, delay: int) -> Callable[[Path], None]:
+        def edit(config: Path) -> None:
+            rename(config, name)
+            sed(config, r"^max_batch_size:.*", "max_batch_size: 8")
+            append(
+                config,
+                "dynamic_batching { preferred_batch_size: [8], "
+                f"max_queue_delay_microseconds: {delay} }}",
+            )
+
+        return edit
+
+    def wrong(config: Path) -> None:
+        rename(config, "wrong_model")
+        sed(config, "TYPE_FP32", "TYPE_UINT32")
+
+    main = layouts(
+        model("error_code"),
+        model("execute_cancel"),
+        model("execute_error", edits=batched("execute_error", 12000000)),
+        model("execute_grpc_error", edits=batched("execute_grpc_error", 1200000)),
+        model("execute_return_error"),
+        model("wrong_model", edits=wrong),
+    )
+    return [
+        Scenario(
+            f"{BP}/lifecycle",
+            cwd,
+            main,
+            [PytestRun("lifecycle_test.py")],
+            server_log="lifecycle_server.log",
+        ),
+        Scenario(
+            f"{BP}/lifecycle/init_error",
+            cwd,
+            model("init_error"),
+            expect_start=False,
+            log_checks=[LogCheck("error_in_log", r"name 'lorem_ipsum' is not defined")],
+        ),
+        Scenario(
+            f"{BP}/lifecycle/fini_error",
+            cwd,
+            model("fini_error"),
+            report_ready=True,
+            log_checks=[LogCheck("error_in_log", r"name 'undefined_variable' is not defined")],
+        ),
+        Scenario(
+            f"{BP}/lifecycle/auto_complete_error",
+            cwd,
+            model("auto_complete_error"),
+            flags=["--strict-model-config=false"],
+            expect_start=False,
+            log_checks=[LogCheck("error_in_log", r"name 'undefined_variable' is not defined")],
+        ),
+    ]
+
+
+def argument_validation() -> list[Scenario]:
+    cwd = f"{BP}/argument_validation"
+    run = PytestRun(SHM_LEAK, env={"MODEL_NAME": "argument_validation"})
+    return [Scenario(f"{BP}/argument_validation", cwd, None, [run])]
+
+
+def bls() -> list[Scenario]:
+    cwd = f"{BP}/bls"
+    main = layouts(
+        *(
+            model(m)
+            for m in (
+                "bls",
+                "dlpack_add_sub",
+                "bls_async",
+                "bls_memory",
+                "bls_memory_async",
+                "add_sub",
+                "execute_error",
+                "identity_fp32",
+                "dlpack_identity",
+                "dlpack_square",
+                "identity_fp32_timeout",
+            )
+        ),
+    )
+    found: list[Scenario] = []
+    for kind in ("non_decoupled", "decoupled"):
+        runs: list[Step] = [
+            PytestRun(SHM_LEAK, env={"MODEL_NAME": name, "BLS_KIND": kind})
+            for name in ("bls", "bls_memory", "bls_memory_async", "bls_async")
+        ]
+        found.append(
+            Scenario(
+                f"{BP}/bls/{kind}",
+                cwd,
+                main,
+                runs,
+                env={"BLS_KIND": kind},
+                log_checks=[LogCheck("bls_timeout_in_log", r"Request timeout: 11000000000")],
+            )
+        )
+    message = r"BLS is only supported during the 'execute' function\."
+    found += [
+        Scenario(
+            f"{BP}/bls/bls_init_error",
+            cwd,
+            model("bls_init_error"),
+            expect_start=False,
+            log_checks=[LogCheck("error_in_log", message)],
+        ),
+        Scenario(
+            f"{BP}/bls/bls_finalize_error",
+            cwd,
+            model("bls_finalize_error"),
+            report_ready=True,
+            log_checks=[LogCheck("error_in_log", message)],
+        ),
+        Scenario(
+            f"{BP}/bls/bls_parameters",
+            cwd,
+            model("bls_parameters"),
+            [PytestRun("bls_parameters_test.py")],
+            repo_dir="params_models",
+        ),
+    ]
+    return found
+
+
+def response_sender() -> list[Scenario]:
+    cwd = f"{BP}/response_sender"
+    decoupled = "model_transaction_policy { decoupled: True }"
+    batching = "dynamic_batching { max_queue_delay_microseconds: 500000 }"
+    parts: list[Layout] = []
+    for name, main_file, extra in (
+        ("response_sender", "model.py", ()),
+        ("response_sender_decoupled", "model.py", (decoupled,)),
+        ("response_sender_async", "model_async.py", ()),
+        ("response_sender_decoupled_async", "model_async.py", (decoupled,)),
+        ("response_sender_batching", "model.py", (batching,)),
+        ("response_sender_decoupled_batching", "model.py", (decoupled, batching)),
+        ("response_sender_async_batching", "model_async.py", (batching,)),
+        ("response_sender_decoupled_async_batching", "model_async.py", (decoupled, batching)),
+    ):
+        parts.append(
+            model(
+                "response_sender",
+                name,
+                files=("model_common.py", main_file),
+                main=main_file,
+                edits=lambda c, lines=extra: append(c, *lines),
+            )
+        )
+    return [
+        Scenario(
+            f"{BP}/response_sender", cwd, layouts(*parts), [PytestRun("response_sender_test.py")]
+        ),
+        Scenario(
+            f"{BP}/response_sender/complete_final",
+            cwd,
+            model("response_sender_complete_final"),
+            [PytestRun("response_sender_complete_final_test.py")],
+        ),
+    ]
+
+
+def decoupled() -> list[Scenario]:
+    cwd = f"{BP}/decoupled"
+
+    def lay(qa: Path, repo: Path) -> None:
+        if not torch_available():
+            shutil.rmtree(repo / "decoupled_bls", ignore_errors=True)
+        model("identity_fp32")(qa, repo)
+        model(
+            "execute_cancel",
+            edits=lambda c: append(c, "model_transaction_policy { decoupled: True }"),
+        )(qa, repo)
+        model("dlpack_add_sub")(qa, repo)
+
+    checks = [
+        LogCheck(f"log_{t.split()[0].lower()}", re.escape(t))
+        for t in ("Specific Msg!", "Info Msg!", "Warning Msg!", "Error Msg!")
+    ]
+    checks += [
+        LogCheck("log_finalize_invoked", r"Finalize invoked", exactly=3),
+        LogCheck("log_finalize_complete", r"Finalize complete\.\.\.", exactly=3),
+    ]
+    # test.sh adds to the models shipped in decoupled/models
+    return [
+        Scenario(
+            f"{BP}/decoupled",
+            cwd,
+            lay,
+            [PytestRun("decoupled_test.py")],
+            log_checks=checks,
+            keep_existing=True,
+            server_log="decoupled_server.log",
+        )
+    ]
+
+
+def small_suites() -> list[Scenario]:
+    found = [
+        Scenario(
+            f"{BP}/async_execute",
+            f"{BP}/async_execute",
+            layouts(model("async_execute_decouple"), model("async_execute_decouple_bls")),
+            [PytestRun("concurrency_test.py")],
+        ),
+        Scenario(
+            f"{BP}/model_control",
+            f"{BP}/model_control",
+            layouts(model("identity_fp32"), config_only("simple_identity_fp32")),
+            [PytestRun("model_control_test.py")],
+            flags=["--model-control-mode=explicit"],
+        ),
+        Scenario(
+            f"{BP}/custom_metrics",
+            f"{BP}/custom_metrics",
+            model("custom_metrics"),
+            [PytestRun(SHM_LEAK, env={"MODEL_NAME": "custom_metrics"})],
+        ),
+        Scenario(
+            f"{BP}/request_rescheduling",
+            f"{BP}/request_rescheduling",
+            layouts(
+                *(
+                    model(m)
+                    for m in (
+                        "bls_request_rescheduling",
+                        "request_rescheduling_addsub",
+                        "iterative_sequence",
+                        "wrong_return_type",
+                    )
+                )
+            ),
+            [
+                PytestRun(SHM_LEAK, env={"MODEL_NAME": "bls_request_rescheduling"}),
+                PytestRun("grpc_endpoint_test.py"),
+            ],
+            flags=["--model-control-mode=explicit", "--load-model=*"],
+        ),
+        Scenario(
+            f"{BP}/ensemble",
+            f"{BP}/ensemble",
+            layouts(
+                config_only("ensemble"),
+                model("add_sub", "add_sub_1"),
+                model("add_sub", "add_sub_2"),
+            ),
+            [PytestRun("ensemble_test.py::EnsembleTest::test_ensemble")],
+        ),
+    ]
+    return found
+
+
+def io() -> list[Scenario]:
+    cwd = f"{BP}/io"
+    found: list[Scenario] = []
+    for trial, source in (
+        ("default", "dlpack_io_identity"),
+        ("decoupled", "dlpack_io_identity_decoupled"),
+    ):
+        parts = [
+            model(
+                source,
+                f"dlpack_io_identity_{i}",
+                edits=lambda c, i=i: rename(c, f"dlpack_io_identity_{i}"),
+            )
+            for i in (1, 2, 3)
+        ]
+        parts.append(config_only("ensemble_io"))
+        found.append(
+            Scenario(
+                f"{BP}/io/{trial}",
+                cwd,
+                layouts(*parts),
+                [PytestRun("io_test.py::IOTest::test_ensemble_io", env={"TRIAL": trial})],
+                env={"TRIAL": trial},
+            )
+        )
+    found.append(
+        Scenario(
+            f"{BP}/io/requested_output",
+            cwd,
+            layouts(model("add_sub"), model("dlpack_io_identity_decoupled")),
+            [
+                PytestRun("io_test.py::IOTest::test_requested_output_default"),
+                PytestRun("io_test.py::IOTest::test_requested_output_decoupled"),
+            ],
+        )
+    )
+    return found
+
+
+def logging() -> list[Scenario]:
+    cwd = f"{BP}/logging"
+    lay = model("identity_fp32_logging")
+
+    def counts(plain: int, verbose: int) -> list[LogCheck]:
+        found = [
+            LogCheck(f"log_count_{t.split()[0].lower()}", re.escape(t), exactly=plain)
+            for t in ("Specific Msg!", "Info Msg!", "Warning Msg!", "Error Msg!")
+        ]
+        return [*found, LogCheck("log_count_verbose", r"Verbose Msg!", exactly=verbose)]
+
+    run = PytestRun("logging_test.py")
+    disable = [
+        HttpCall(f"disable_{p}", "POST", "/v2/logging", f'{{"{p}":false}}')
+        for p in ("log_info", "log_warning", "log_error")
+    ]
+    verbose = HttpCall("set_verbose", "POST", "/v2/logging", '{"log_verbose_level":1}')
+    return [  # the logging test.sh runs its servers without --log-verbose
+        Scenario(f"{BP}/logging/default", cwd, lay, [run], log_checks=counts(4, 0), verbose=False),
+        Scenario(
+            f"{BP}/logging/verbose",
+            cwd,
+            lay,
+            [verbose, run],
+            log_checks=counts(4, 3),
+            verbose=False,
+        ),
+        Scenario(
+            f"{BP}/logging/disabled",
+            cwd,
+            lay,
+            [*disable, run],
+            log_checks=counts(1, 0),
+            verbose=False,
+        ),
+    ]
+
+
+COMPARE = "compare_status.py"
+AUTOFILL_SUCCESS = "L0_model_config/autofill_noplatform_success/python"
+AUTOFILL_NEEDS_MODEL = ("incomplete_output", "unknown_input", "unknown_output", "empty_config")
+
+
+def autofill() -> list[Scenario]:
+    """L0_model_config: every python case of autofill_noplatform_success loads with
+    --strict-model-config=false and compare_status.py finds its config among ``expected*``.
+    Those were written on a GPU machine (KIND_GPU, gpus: 0); ``compare_status_cpu`` compares
+    with the same configs on the CPU (KIND_CPU, no gpus), which is what Triton serves here."""
+    found: list[Scenario] = []
+    cases = (
+        "conflicting_scheduler_ensemble",
+        "dynamic_batching",
+        "dynamic_batching_no_op",
+        "empty_config",
+        "incomplete_input",
+        "incomplete_output",
+        "model_transaction_policy",
+        "model_transaction_policy_decoupled_false",
+        "model_transaction_policy_no_op",
+        "optional_input",
+        "unknown_input",
+        "unknown_output",
+    )
+    for case in cases:
+
+        def lay(qa: Path, repo: Path, case: str = case) -> None:
+            source = qa / AUTOFILL_SUCCESS / case
+            if (source / "config.pbtxt").exists():
+                shutil.copytree(source, repo / case)
+            else:  # a whole repository
+                shutil.copytree(source, repo, dirs_exist_ok=True)
+            if case in AUTOFILL_NEEDS_MODEL:
+                (repo / case / "1").mkdir(parents=True, exist_ok=True)
+                shutil.copy(qa / "python_models/auto_complete/model.py", repo / case / "1")
+            for own in repo.glob("*/model.py"):  # test.sh: cp $modelpath/model.py $modelpath/1/
+                (own.parent / "1").mkdir(exist_ok=True)
+                shutil.copy(own, own.parent / "1" / "model.py")
+            # the expected configs were taken on a GPU machine: the same, placed on the CPU
+            cpu = repo.parent / "expected_cpu" / case
+            shutil.rmtree(cpu, ignore_errors=True)
+            cpu.mkdir(parents=True)
+            for expected in (repo / case).glob("expected*"):
+                text = re.sub(r"\n\s*gpus: 0", "", expected.read_text())
+                (cpu / expected.name).write_text(text.replace("KIND_GPU", "KIND_CPU"))
+
+        expected_dir, cpu_dir, model = f"models/{case}", f"expected_cpu/{case}", ("--model", case)
+        found.append(
+            Scenario(
+                f"L0_model_config/autofill_python/{case}",
+                "L0_model_config",
+                lay,
+                [
+                    ScriptRun("compare_status", (COMPARE, "--expected_dir", expected_dir, *model)),
+                    ScriptRun("compare_status_cpu", (COMPARE, "--expected_dir", cpu_dir, *model)),
+                ],
+                flags=["--strict-model-config=false"],
+                report_ready=True,
+            )
+        )
+    return found
+
+
+def scenarios() -> list[Scenario]:
+    return [
+        *top_level(),
+        *lifecycle(),
+        *argument_validation(),
+        *bls(),
+        *response_sender(),
+        *decoupled(),
+        *small_suites(),
+        *io(),
+        *logging(),
+        *autofill(),
+    ]
