@@ -13,9 +13,10 @@ runs on the machine, the tool re-executes itself in a private network namespace
 (``unshare --user --map-root-user --net``) where the server and the tests see only each other;
 ``--no-netns`` runs in the machine's namespace instead (the three ports must then be free).
 
-Triton's side is started with the launcher given by ``--triton-launcher`` or
-``$TRITON_REFERENCE_SCRIPT`` (``triton-reference.sh REPO HTTP GRPC METRICS [flags]``, printing
-the server's pid, its log in ``$TRITON_VENV/triton.log``).
+Triton's side is the project's reference, ``tools/triton_reference.py`` (installed on first
+use), or a launcher given by ``--triton-launcher`` / ``$TRITON_REFERENCE_SCRIPT``
+(``triton-reference.sh REPO HTTP GRPC METRICS [flags]``, printing the server's pid, its log in
+``$TRITON_VENV/triton.log``).
 
     python tools/triton_qa.py --list
     python tools/triton_qa.py --server-git DIR                    # repokit
@@ -47,9 +48,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
-from triton_qa_suites import (
+from tools.triton_qa_suites import (
     NOT_APPLICABLE,
     QA_PATHS,
     HttpCall,
@@ -60,6 +61,7 @@ from triton_qa_suites import (
     ScriptRun,
     scenarios,
 )
+from tools.triton_reference import ReferenceUnavailable, install
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REF = "v2.51.0"
@@ -110,7 +112,21 @@ class Target:
                 )
             self.pid = self.proc.pid
             return
-        assert self.launcher is not None
+        if self.launcher is None:  # the project's own reference (tools/triton_reference.py)
+            installation = install(progress=sys.stderr)
+            self.log_path = self.workdir / f"{log_name}.triton.log"
+            command = installation.command(repository, HTTP, GRPC, METRICS, flags)
+            with self.log_path.open("wb") as log:
+                self.proc = subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=installation.environment(env),
+                    start_new_session=True,
+                )
+            self.pid = self.proc.pid
+            return
         venv = private_venv(self.workdir / f"venv-{log_name}")
         env["TRITON_VENV"] = str(venv)
         self.log_path = venv / "triton.log"
@@ -556,7 +572,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         dest="launcher",
         type=Path,
         default=os.environ.get("TRITON_REFERENCE_SCRIPT"),
-        help="triton-reference.sh-style launcher ($TRITON_REFERENCE_SCRIPT)",
+        help="a triton-reference.sh-style launcher instead of tools/triton_reference.py"
+        " ($TRITON_REFERENCE_SCRIPT)",
     )
     parser.add_argument(
         "-k",
@@ -598,12 +615,16 @@ def main(argv: list[str]) -> int:
     if args.server_git is None:
         print("triton_qa: give --server-git or $TRITON_SERVER_GIT", file=sys.stderr)
         return 2
-    if args.target in ("triton", "both") and (args.launcher is None or not args.launcher.exists()):
-        print(
-            "triton_qa: --target triton needs --triton-launcher or $TRITON_REFERENCE_SCRIPT",
-            file=sys.stderr,
-        )
-        return 2
+    if args.target in ("triton", "both"):
+        if args.launcher is not None and not args.launcher.exists():
+            print(f"triton_qa: no launcher {args.launcher}", file=sys.stderr)
+            return 2
+        if args.launcher is None:
+            try:
+                install(progress=sys.stderr)  # before the network namespace: it may download
+            except ReferenceUnavailable as exc:
+                print(f"triton_qa: the Triton reference cannot run here: {exc}", file=sys.stderr)
+                return 2
     if not args.no_netns and not os.environ.get(NETNS_MARK):
         return reexec_in_netns([str(Path(__file__).resolve()), *argv])
     signal.signal(signal.SIGTERM, exit_on_signal)

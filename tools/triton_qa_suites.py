@@ -64,6 +64,14 @@ def rename(path: Path, name: str) -> None:
     sed(path, r"^name:.*", f'name: "{name}"')
 
 
+def renamed(path: Path, *, name: str) -> None:
+    rename(path, name)
+
+
+def appended(path: Path, *, lines: tuple[str, ...]) -> None:
+    append(path, *lines)
+
+
 TORCH_MODELS = frozenset(
     {
         "bls",
@@ -460,7 +468,7 @@ def response_sender() -> list[Scenario]:
                 name,
                 files=("model_common.py", main_file),
                 main=main_file,
-                edits=lambda c, lines=extra: append(c, *lines),
+                edits=functools.partial(appended, lines=extra),
             )
         )
     return [
@@ -577,7 +585,7 @@ def io() -> list[Scenario]:
             model(
                 source,
                 f"dlpack_io_identity_{i}",
-                edits=lambda c, i=i: rename(c, f"dlpack_io_identity_{i}"),
+                edits=functools.partial(renamed, name=f"dlpack_io_identity_{i}"),
             )
             for i in (1, 2, 3)
         ]

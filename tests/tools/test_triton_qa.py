@@ -4,16 +4,12 @@ repository, so that is a manual tool (README), not part of this suite."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
-sys.path.insert(0, str(TOOLS))
-
-import triton_qa  # noqa: E402
-import triton_qa_suites as suites  # noqa: E402
+from tools import triton_qa
+from tools import triton_qa_suites as suites
 
 
 def test_sed_edits_each_line_as_sed_does(tmp_path: Path) -> None:
