@@ -137,6 +137,17 @@ def serve(
         typer.Option(metavar="SETTING", help="<backend>,<setting>=<value>, repeatable."),
     ] = None,
     reuse_http_port: Annotated[str, typer.Option(metavar="BOOL")] = "false",
+    allow_cpu_metrics: Annotated[str, typer.Option(metavar="BOOL")] = "true",
+    metrics_interval_ms: Annotated[
+        float, typer.Option(metavar="MS", help="How often CPU metrics are collected.")
+    ] = 2000.0,
+    metrics_config: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="SETTING",
+            help="summary_latencies=true, counter_latencies=false, summary_quantiles=0.5:0.05,...",
+        ),
+    ] = None,
     # tritonserver flags without effect here (each given one is logged once; serve_flags.py)
     model_namespacing: _Inert = None,
     enable_peer_access: _Inert = None,
@@ -153,9 +164,6 @@ def serve(
     vertex_ai_thread_count: _Inert = None,
     vertex_ai_default_model: _Inert = None,
     allow_gpu_metrics: _Inert = None,
-    allow_cpu_metrics: _Inert = None,
-    metrics_interval_ms: _Inert = None,
-    metrics_config: _InertList = None,
     trace_config: _InertList = None,
     trace_file: _Inert = None,
     trace_level: _InertList = None,
@@ -182,6 +190,7 @@ def serve(
         backend_config_notes,
         inert_flag_notes,
         parse_backend_config,
+        parse_metrics_config,
     )
     from repokit.core import server_log
     from repokit.core.settings import LogSettings, ServerSettings
@@ -205,6 +214,11 @@ def serve(
     try:
         parse_restricted_apis(http_restricted_api or [])
         backends = parse_backend_config(backend_config or [])
+        metrics, metrics_notes = parse_metrics_config(
+            metrics_config or [],
+            parse_bool(allow_cpu_metrics, "--allow-cpu-metrics"),
+            metrics_interval_ms,
+        )
         log = LogSettings(
             log_file=log_file,
             log_info=parse_bool(log_info, "--log-info"),
@@ -232,6 +246,7 @@ def serve(
             model_load_thread_count=model_load_thread_count,
             model_load_retry_count=model_load_retry_count,
             backend_config=backends,
+            metrics=metrics,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -285,7 +300,8 @@ def serve(
     except OSError as exc:
         raise typer.BadParameter(f"--log-file: cannot open '{log_file}': {exc}") from None
     try:
-        code = _serve(settings, [*inert_flag_notes(given), *backend_config_notes(backends)])
+        notes = [*inert_flag_notes(given), *backend_config_notes(backends), *metrics_notes]
+        code = _serve(settings, notes)
     finally:
         server_log.uninstall(handler)
     if code:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from repokit.core.latency_summary import parse_quantiles
+from repokit.core.settings import MetricsSettings
+
 # flag -> why it has no effect here (the README's table says the same)
 INERT_FLAGS: dict[str, str] = {
     "--model-namespacing": "model names are global on this server",
@@ -28,9 +31,6 @@ INERT_FLAGS: dict[str, str] = {
     "--vertex-ai-thread-count": "there is no Vertex AI endpoint",
     "--vertex-ai-default-model": "there is no Vertex AI endpoint",
     "--allow-gpu-metrics": "no GPUs are used",
-    "--allow-cpu-metrics": "CPU metrics are not collected",
-    "--metrics-interval-ms": "metrics are computed when /metrics is read",
-    "--metrics-config": "metrics have no settings",
     "--trace-config": "tracing is not implemented",
     "--trace-file": "tracing is not implemented",
     "--trace-level": "tracing is not implemented",
@@ -60,6 +60,29 @@ INERT_PYTHON_SETTINGS: dict[str, str] = {
     "shm-region-prefix-name": "tensors travel over a socket, not a shared-memory region",
     "stub-timeout-seconds": "",  # honoured (see repokit.backends.python.backend)
 }
+
+
+def parse_metrics_config(
+    specs: Iterable[str], allow_cpu: bool, interval_ms: float
+) -> tuple[MetricsSettings, list[str]]:
+    """``--metrics-config <setting>=<value>`` (summary_latencies, counter_latencies,
+    summary_quantiles) with the CPU flags; the notes for settings without effect here."""
+    settings = MetricsSettings(allow_cpu_metrics=allow_cpu, interval_ms=interval_ms)
+    notes: list[str] = []
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--metrics-config option format is '<setting>=<value>'. Got {spec}")
+        if key in ("summary_latencies", "counter_latencies"):
+            lowered = value.strip().lower()
+            if lowered not in ("true", "false", "1", "0"):
+                raise ValueError(f"--metrics-config {key} expects true or false, got '{value}'")
+            setattr(settings, key, lowered in ("true", "1"))
+        elif key == "summary_quantiles":
+            settings.summary_quantiles = parse_quantiles(value)
+        else:
+            notes.append(f"--metrics-config {key} has no effect on this server")
+    return settings, notes
 
 
 def inert_flag_notes(given: dict[str, Any]) -> list[str]:

@@ -3,14 +3,17 @@
 Rendered on demand from the same :class:`ModelStats` counters the statistics extension uses;
 family order, HELP texts and label order (sorted, as prometheus-cpp writes them) follow
 Triton 2.51's ``/metrics`` output. ``nv_model_load_duration_secs`` comes from later Triton
-releases.
+releases. The CPU gauges (:mod:`repokit.core.cpu_metrics`) and the latency summaries
+(:mod:`repokit.core.latency_summary`) follow the per-model families, as in Triton's output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from repokit.core.settings import MetricsSettings
 from repokit.core.statistics import FAILURE_REASONS, ModelStats
 
 
@@ -93,10 +96,56 @@ def _header(lines: list[str], name: str, help_text: str, kind: str) -> None:
     lines.append(f"# TYPE {name} {kind}")
 
 
-def render_metrics(sources: list[MetricSource]) -> str:
-    """The text exposition (always ends with a newline)."""
+_SUMMARIES = (
+    (
+        "nv_inference_request_summary_us",
+        "Summary of inference request duration in microseconds (includes cached requests)",
+        "request",
+    ),
+    (
+        "nv_inference_queue_summary_us",
+        "Summary of inference queuing duration in microseconds (includes cached requests)",
+        "queue",
+    ),
+)
+
+
+def _quantile_text(value: float) -> str:
+    if math.isnan(value):
+        return "Nan"  # as prometheus-cpp writes it
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+def _render_summaries(
+    lines: list[str], sources: list[MetricSource], quantiles: tuple[float, ...]
+) -> None:
+    for name, help_text, which in _SUMMARIES:
+        _header(lines, name, help_text, "summary")
+        for source in sources:
+            summaries = source.stats.summaries
+            if summaries is None:
+                continue
+            summary = summaries.request if which == "request" else summaries.queue
+            lines.append(f"{name}_count{_labels(source)} {summary.count}")
+            lines.append(f"{name}_sum{_labels(source)} {summary.total_us}")
+            labels = _labels(source)[:-1]  # prometheus-cpp puts quantile after the others
+            for q, value in zip(quantiles, summary.quantiles(quantiles), strict=True):
+                lines.append(f'{name}{labels},quantile="{q!r}"}} {_quantile_text(value)}')
+
+
+def render_metrics(
+    sources: list[MetricSource],
+    cpu_lines: Sequence[str] = (),
+    settings: MetricsSettings | None = None,
+) -> str:
+    """The text exposition (always ends with a newline): the per-model counters (unless
+    ``counter_latencies`` is off, which drops the duration counters as Triton does), the
+    pending gauge, the load duration, the CPU gauges given and the latency summaries."""
+    settings = settings or MetricsSettings()
     lines: list[str] = []
     for name, help_text, read in _COUNTERS:
+        if not settings.counter_latencies and name.endswith("_duration_us"):
+            continue
         _header(lines, name, help_text, "counter")
         for source in sources:
             if name == "nv_inference_request_failure":
@@ -117,4 +166,7 @@ def render_metrics(sources: list[MetricSource]) -> str:
     for source in sources:
         value = repr(round(source.stats.load_duration_secs, 6))
         lines.append(f"nv_model_load_duration_secs{_labels(source)} {value}")
+    lines.extend(cpu_lines)
+    if settings.summary_latencies:
+        _render_summaries(lines, sources, settings.summary_quantiles)
     return "\n".join(lines) + "\n"

@@ -37,6 +37,7 @@ from repokit.config.override_paths import override_path_problem
 from repokit.config.parse import ConfigParseError, parse_json
 from repokit.core.config_json import config_to_json
 from repokit.core.dispatch import run_composing
+from repokit.core.latency_summary import LatencySummaries
 from repokit.core.loaded_model import (
     BackendFactory,
     LoadedVersion,
@@ -502,7 +503,11 @@ class ModelManager:
             config=config,
             config_json=config_to_json(config),
             io=ModelIO(config),
-            stats=ModelStats(definition.name, number),
+            stats=ModelStats(
+                definition.name,
+                number,
+                summaries=LatencySummaries() if self._settings.metrics.summary_latencies else None,
+            ),
             labels={},
         )
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from repokit.backends.base import BackendResult
 from repokit.backends.server_api import RequestControl
+from repokit.core.cpu_metrics import CpuMetrics, stop_task
 from repokit.core.decoupled import stream_responses
 from repokit.core.dispatch import record_ran, submit
 from repokit.core.loaded_model import LoadedVersion
@@ -82,12 +83,18 @@ class InferenceService:
         self._live = False
         self._exiting = False
         self._inflight = 0
+        self._cpu: CpuMetrics | None = None
+        self._cpu_task: asyncio.Task[None] | None = None
         # what backends may call (BLS, model control, custom metrics, model logs)
         self.bridge = ServiceBridge(self)
         manager.server = self.bridge
 
     # --- lifecycle (build_service's start/stop) ------------------------------------------
     async def start(self) -> None:
+        if self.settings.metrics.allow_cpu_metrics:  # as Triton: collected every interval
+            self._cpu = CpuMetrics()
+            interval = self.settings.metrics.interval_ms / 1000
+            self._cpu_task = asyncio.create_task(self._cpu.run(interval), name="cpu-metrics")
         await self.manager.start()
         self._live = True
 
@@ -105,6 +112,8 @@ class InferenceService:
             log.error("failed to stop server: Internal - %s", _EXIT_TIMEOUT)
         log.info("All models are stopped, unloading models")
         await self.manager.stop(deadline)
+        await stop_task(self._cpu_task)
+        self._cpu_task = None
         self.shared_memory.close()
         self._live = False
         return drained
@@ -395,7 +404,11 @@ class InferenceService:
             )
             for v in self.manager.all_ready()
         ]
-        return render_metrics(sources) + self.bridge.custom_metrics.render()
+        cpu = self._cpu.render() if self._cpu is not None else []
+        return (
+            render_metrics(sources, cpu, self.settings.metrics)
+            + self.bridge.custom_metrics.render()
+        )
 
     # --- repository ----------------------------------------------------------------------
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:

@@ -34,6 +34,17 @@ class LogSettings:
 
 
 @dataclass
+class MetricsSettings:
+    """``--allow-cpu-metrics``, ``--metrics-interval-ms`` and ``--metrics-config``."""
+
+    allow_cpu_metrics: bool = True
+    interval_ms: float = 2000.0
+    counter_latencies: bool = True  # the nv_inference_*_duration_us counters
+    summary_latencies: bool = False  # the nv_inference_*_summary_us summaries
+    summary_quantiles: tuple[float, ...] = (0.5, 0.9, 0.95, 0.99, 0.999)
+
+
+@dataclass
 class ServerSettings:
     repositories: list[Path] = field(default_factory=list)
     model_control_mode: ControlMode = "none"
@@ -56,6 +67,7 @@ class ServerSettings:
     model_load_retry_count: int = 0  # --model-load-retry-count: attempts after a failed load
     # --backend-config <backend>,<setting>=<value> ("" = every backend)
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
     def __post_init__(self) -> None:
         self.repositories = [Path(p) for p in self.repositories]
@@ -64,6 +76,8 @@ class ServerSettings:
                 f"unexpected model control mode '{self.model_control_mode}', "
                 "expected one of none, explicit, poll"
             )
+        if self.metrics.interval_ms <= 0:
+            raise ValueError("--metrics-interval-ms must be greater than 0")
         if self.model_load_thread_count < 1:
             raise ValueError("--model-load-thread-count must be at least 1")
         if self.model_load_retry_count < 0:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from repokit.backends.base import Timing
+from repokit.core.latency_summary import LatencySummaries
 
 FAILURE_REASONS = ("REJECTED", "OTHER", "CANCELED", "BACKEND")
 
@@ -65,6 +66,7 @@ class ModelStats:
     load_duration_secs: float = 0.0
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     batch_stats: dict[int, BatchStats] = field(default_factory=dict)
+    summaries: LatencySummaries | None = None  # --metrics-config summary_latencies=true
 
     def record_success(
         self, batch_size: int, request_ns: int, queue_ns: int, timing: Timing
@@ -86,6 +88,8 @@ class ModelStats:
         phase.ns += timing.compute_output_ns
         self.inference_count += batch_size if batch_size > 0 else 1
         self.last_inference_ms = time.time_ns() // 1_000_000
+        if self.summaries is not None:
+            self.summaries.observe(request_ns, queue_ns)
 
     def record_failure(self, request_ns: int, reason: str = "BACKEND") -> None:
         self.fail.add(request_ns)

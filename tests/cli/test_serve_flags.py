@@ -163,6 +163,32 @@ def test_a_tritonserver_launch_line_with_gpu_flags_runs_unchanged(tmp_path: Path
         assert table_head in log
 
 
+def test_metrics_flags(tmp_path: Path) -> None:
+    server = ServeProcess(
+        str(_logging_repo(tmp_path)),
+        *PORT_FLAGS,
+        "--allow-cpu-metrics=false",
+        "--metrics-interval-ms=100",
+        "--metrics-config=summary_latencies=true",
+        "--metrics-config=summary_quantiles=0.5:0.05,0.99:0.001",
+        "--metrics-config=counter_latencies=false",
+        "--metrics-config=no_such_setting=1",
+    )
+    try:
+        assert _post(server.url("HTTPService"), "/v2/models/logs/infer", INFER_BODY)[0] == 200
+        address = server.url("Metrics Service")
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=30) as response:
+            text = response.read().decode()
+    finally:
+        server.kill()
+    assert "nv_cpu_utilization" not in text
+    assert "nv_inference_request_duration_us" not in text
+    assert 'nv_inference_request_summary_us_count{model="logs",version="1"} 1' in text
+    quantiles = re.findall(r'nv_inference_queue_summary_us\{.*quantile="([\d.]+)"\}', text)
+    assert quantiles == ["0.5", "0.99"]
+    assert "--metrics-config no_such_setting has no effect on this server" in server.text
+
+
 def test_log_file_takes_the_log(tmp_path: Path) -> None:
     path = tmp_path / "server.log"
     process = subprocess.Popen(
@@ -197,6 +223,9 @@ def test_log_file_takes_the_log(tmp_path: Path) -> None:
         (["--backend-config", "python,stub-timeout-seconds"], "--backend-config option format"),
         (["--model-load-thread-count", "0"], "--model-load-thread-count must be at least 1"),
         (["--no-such-flag", "1"], "No such option"),
+        (["--metrics-config", "summary_latencies=maybe"], "summary_latencies expects true"),
+        (["--metrics-config", "summary_latencies"], "--metrics-config option format"),
+        (["--metrics-interval-ms", "0"], "--metrics-interval-ms must be greater than 0"),
     ],
 )
 def test_bad_flag_values_exit_2(tmp_path: Path, flags: list[str], message: str) -> None:

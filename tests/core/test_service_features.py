@@ -158,7 +158,8 @@ async def test_metrics_text(service: InferenceService) -> None:
     )
     assert "# TYPE nv_inference_pending_request_count gauge" in text
     for line in text.splitlines():  # every sample line is a well-formed Prometheus sample
-        assert line.startswith("#") or re.fullmatch(r"nv_[a-z_]+\{[^}]*\} [0-9.e+-]+", line)
+        assert line.startswith("#") or re.fullmatch(r"nv_[a-z_]+(\{[^}]*\})? [0-9.e+-]+", line)
+    assert re.search(r"\nnv_cpu_memory_total_bytes [1-9][0-9]*\n", text)  # CPU gauges, unlabelled
 
 
 async def test_classification_with_labels(service: InferenceService) -> None:
