@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import platform
@@ -124,7 +123,9 @@ class Installation:
             str(data["python_libdir"]),
             str(data["python_version"]),
         )
-        return installation if installation.binary.exists() else None
+        # the venv's python links to the interpreter it was made with: gone, it is no use
+        usable = installation.binary.exists() and (home / "bin" / "python").exists()
+        return installation if usable else None
 
     @property
     def tritonserver_root(self) -> Path:
@@ -303,6 +304,8 @@ def _run(command: Sequence[str], what: str) -> str:
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
+    import fcntl  # here: the module is imported (and says why it cannot run) off Linux too
+
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

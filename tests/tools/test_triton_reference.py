@@ -91,6 +91,8 @@ def fake_populate(calls: list[str], delay: float = 0.0, fail: bool = False) -> o
         binary = site / "pytriton" / "tritonserver" / "bin" / "tritonserver"
         binary.parent.mkdir(parents=True)
         binary.write_text("")
+        (venv / "bin").mkdir()
+        (venv / "bin" / "python").symlink_to(sys.executable)
         marker = {
             "pytriton": tr.PYTRITON_VERSION,
             "python_version": version,
@@ -151,13 +153,29 @@ def test_leftovers_of_an_interrupted_install_are_replaced(
     name = tr.installation_name()
     (tmp_path / f"{name}.tmp-abc123" / "lib").mkdir(parents=True)  # killed while installing
     (tmp_path / name / "bin").mkdir(parents=True)  # no marker: not complete
+    (tmp_path / name / "bin" / "stale").write_text("")
     calls: list[str] = []
     monkeypatch.setattr(tr, "_populate", fake_populate(calls))
     installation = tr.install(tmp_path)
     assert installation.binary.exists()
     assert len(calls) == 1
-    assert not (tmp_path / name / "bin").exists()
+    assert not (tmp_path / name / "bin" / "stale").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [name, f"{name}.lock"]
+
+
+@pytest.mark.usefixtures("supported")
+def test_an_installation_whose_interpreter_is_gone_is_made_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(tr, "_populate", fake_populate(calls))
+    installation = tr.install(tmp_path)
+    link = installation.home / "bin" / "python"
+    link.unlink()
+    link.symlink_to(tmp_path / "removed-python")  # the base interpreter was uninstalled
+    assert tr.install(tmp_path).home == installation.home
+    assert len(calls) == 2
+    assert (installation.home / "bin" / "python").exists()
 
 
 def test_an_unwritable_cache_folder_is_a_reason(tmp_path: Path) -> None:
