@@ -176,8 +176,10 @@ class Target:
 
 
 def private_venv(directory: Path) -> Path:
-    """A symlink farm over the launcher's venv, so each server gets its own log file."""
-    shared = Path(os.environ.get("TRITON_VENV", "/tmp/triton-reference-venv"))
+    """A symlink farm over the launcher's venv ($TRITON_VENV), so each server gets its own log."""
+    if not os.environ.get("TRITON_VENV"):
+        raise SystemExit("--triton-launcher needs $TRITON_VENV: the venv that launcher uses")
+    shared = Path(os.environ["TRITON_VENV"])
     directory.mkdir(parents=True, exist_ok=True)
     for entry in ("bin", "lib", "lib64", "include", "pyvenv.cfg", "triton-backends"):
         source = shared / entry
