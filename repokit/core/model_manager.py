@@ -126,6 +126,17 @@ def _poll_failure(name: str, reason: str = "") -> RepokitError:
     return internal(f"failed to load '{name}', failed to poll from model repository{tail}")
 
 
+def check_file_keys(files: dict[str, bytes]) -> None:
+    """A NUL byte in a ``file:`` key is the client's mistake (400); Triton 2.51 answers 500,
+    its JSON reader stopping at the NUL."""
+    for key in files:
+        if "\0" in key:
+            shown = key.replace("\0", "\\0")
+            raise invalid_arg(
+                f"Invalid file parameter '{shown}': a file path must not contain a NUL byte"
+            )
+
+
 def write_private_files(name: str, files: dict[str, bytes]) -> Path:
     """A temp model directory holding only the ``file:<path>`` parameters (as Triton)."""
     root = Path(tempfile.mkdtemp(prefix="repokit-load-"))
@@ -341,6 +352,7 @@ class ModelManager:
                 raise invalid_arg(f"load failed for model '{name}': {problem}")
         private: Path | None = None
         if files:
+            check_file_keys(files)
             try:
                 private = write_private_files(name, files)
             except RepokitError as exc:

@@ -27,6 +27,7 @@ import numpy.typing as npt
 from repokit.backends.base import BackendRequest
 from repokit.errors import RepokitError, invalid_arg
 from repokit.protocol import datatypes
+from repokit.protocol.array_shape import representable
 from repokit.protocol.bytes_tensor import deserialize_bytes_tensor
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferRequest, InferTensor, SharedMemoryRef
@@ -208,6 +209,13 @@ def _input_array(
     count = 1
     for dim in shape:
         count *= dim
+    itemsize = info.dtype.itemsize
+    if not count and not representable(shape, itemsize):
+        raise invalid_arg(
+            f"{prefix}input '{input_id}' for model '{model}' has shape {_dims_text(shape)}, "
+            "which cannot be represented even without elements: the product of its non-zero "
+            f"dimensions times the element size ({itemsize} bytes) must stay below 2^63"
+        )
     if info.datatype == "BYTES":
         if data.dtype != object:
             data = deserialize_bytes_tensor(

@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from repokit.errors import RepokitError, invalid_arg
 from repokit.protocol import datatypes
+from repokit.protocol.array_shape import shaped
 
 MAX_NESTING = 100
 
@@ -91,7 +92,7 @@ def array_from_json(
         raise _unable("Shape does not match true shape of 'data' field")
     if len(flat) < count:
         raise invalid_arg("Failed to parse 'data' field: shape does not match true shape")
-    return _convert(info, flat).reshape(dims)
+    return shaped(_convert(info, flat), dims)
 
 
 def _convert(info: datatypes.DataType, flat: list[Any]) -> npt.NDArray[Any]:

@@ -15,7 +15,7 @@ def fit_plain_shape(
     """(the request's batch size, the input's element count) when ``shape`` fits the config's
     ``dims`` (``count`` elements per batch item, -1 when some dim is variable) and the batch
     size of the request's other inputs (0 = none yet; always 0 when ``max_batch`` is 0), else
-    None (the full checks then decide)."""
+    None (the full checks then decide; always for an input without elements)."""
     if max_batch:
         if len(shape) != len(dims) + 1:
             return None
@@ -39,5 +39,7 @@ def fit_plain_shape(
                 return None
             count *= got
     elif item != dims:
+        return None
+    if not count:  # an empty tensor: its shape may be one numpy cannot take (the full checks)
         return None
     return batch_size, batch * count

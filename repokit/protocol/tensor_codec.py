@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from repokit.errors import invalid_arg
 from repokit.protocol import datatypes
+from repokit.protocol.array_shape import shaped
 from repokit.protocol.bytes_tensor import Buffer, deserialize_bytes_tensor, serialize_bytes_tensor
 
 _BF16_WORDS = np.dtype("<u2")
@@ -61,9 +62,10 @@ def array_from_bytes(
     dims = tuple(int(d) for d in shape)
     count = element_count(dims)
     if datatype == "BYTES":
-        return deserialize_bytes_tensor(
+        strings = deserialize_bytes_tensor(
             buffer, count, input_name=input_name, model_name=model_name
-        ).reshape(dims)
+        )
+        return shaped(strings, dims)
     dtype = wire_dtype(datatype)
     expected = count * dtype.itemsize
     got = memoryview(buffer).nbytes
@@ -72,7 +74,7 @@ def array_from_bytes(
             f"input byte size mismatch for input '{input_name}' for model '{model_name}'. "
             f"Expected {expected}, got {got}"
         )
-    array = np.frombuffer(buffer, dtype=dtype).reshape(dims)
+    array = shaped(np.frombuffer(buffer, dtype=dtype), dims)
     array.flags.writeable = False
     return array
 

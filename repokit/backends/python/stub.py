@@ -282,7 +282,12 @@ class Instance:
             self._wire_plan = plan
         plan = self._wire_plan
         codec = _WIRE_CODECS.get(protocol)
-        decoded = None if plan is None or codec is None else codec.decode_request(raw, plan, limit)
+        try:
+            decoded = (
+                None if plan is None or codec is None else codec.decode_request(raw, plan, limit)
+            )
+        except Exception:  # bytes the lane's decoder cannot take: the full path answers them
+            decoded = None
         if plan is None or codec is None or decoded is None:
             return "fallback", None, (0, 0, 0)
         arrays, requested, request_id, batch_size = decoded

@@ -25,6 +25,7 @@ import orjson
 
 from repokit.errors import RepokitError, invalid_arg
 from repokit.protocol import datatypes
+from repokit.protocol.array_shape import shaped
 from repokit.protocol.json_codec import array_from_json
 from repokit.protocol.plain_json import plain_json_input, plain_output
 from repokit.protocol.tensor_codec import array_from_bytes
@@ -396,9 +397,8 @@ def _json_array(
     count = _element_count(name, shape)
     info = datatypes.from_protocol(datatype)
     if count == 0:
-        if info is None:
-            return np.empty(shape, dtype=np.uint8)
-        return np.empty(shape, dtype=object if info.numpy is None else info.numpy)
+        dtype = np.uint8 if info is None else object if info.numpy is None else info.numpy
+        return shaped(np.empty(0, dtype=dtype), shape)
     data = _member_array(item, "data", "Unable to parse 'data'")
     if info is not None and info.itemsize > 0:
         byte_size = count * info.itemsize
