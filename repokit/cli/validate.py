@@ -14,10 +14,11 @@ from rich.console import Console
 
 from repokit.cli.output import examples, make_console, print_data, print_error
 from repokit.cli.render import render_text, to_sarif
-from repokit.config.report import RepositoryReport, ValidateOptions
+from repokit.config.report import ValidateOptions
 from repokit.config.rules.catalog import RULES
 from repokit.config.validate import validate_repository
-from repokit.errors import Code, RepokitError
+from repokit.config.validate_json import validate_json_file
+from repokit.errors import RepokitError
 from repokit.repository.layout import looks_like_model_dir
 
 
@@ -49,30 +50,6 @@ def resolve_target(path: Path, models: list[str]) -> tuple[Path, tuple[str, ...]
     return path, tuple(models)
 
 
-def validate_json_config(path: Path, options: ValidateOptions) -> RepositoryReport:
-    """A config given as JSON (the load API's override form): schema and protobuf findings,
-    then, when the file sits in a model directory, every load-time rule with it as the config."""
-    from repokit.config.json_schema import load_config_json
-    from repokit.config.validate import validate_model
-    from repokit.repository.layout import scan_model_dir
-
-    model_dir = path.resolve().parent
-    root = model_dir.parent
-    report = RepositoryReport(root=root)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RepokitError(Code.INVALID_ARG, f"cannot read '{path}': {exc}") from exc
-    config, findings = load_config_json(text, model_dir.name, path.name)
-    if config is not None and looks_like_model_dir(model_dir):
-        model = validate_model(scan_model_dir(model_dir), options, root, config_override=config)
-        model.diagnostics[:0] = findings
-        report.models[model.name] = model
-    else:
-        report.diagnostics.extend(findings)
-    return report
-
-
 def run_validate(
     path: Path,
     options: ValidateOptions,
@@ -83,7 +60,7 @@ def run_validate(
     """Validate and render; returns the exit code (0 clean, 1 errors, 2 usage error)."""
     try:
         if path.is_file():
-            report = validate_json_config(path, options)
+            report = validate_json_file(path, options)
         else:
             report = validate_repository(path, options)
     except RepokitError as exc:

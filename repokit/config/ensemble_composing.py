@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from repokit.config.ensemble_graph import Finding, step_path
+from repokit.config.suggest import did_you_mean
 from repokit.protocol.generated import model_config_pb2 as mc
 
 
@@ -135,7 +136,8 @@ class ComposingCheck:
                     Finding(
                         "ensemble-step-unknown-input",
                         f"in ensemble {self.name}, ensemble tensor {tensor_name} is mapping to "
-                        f"non-existing input {key} in model {step.model_name} (its inputs: "
+                        f"non-existing input {key} in model {step.model_name}"
+                        f"{did_you_mean(key, inputs)} (its inputs: "
                         f"{', '.join(sorted(inputs)) or 'none'})",
                         step_path(index, "input_map", key),
                     )
@@ -173,7 +175,8 @@ class ComposingCheck:
                     Finding(
                         "ensemble-step-unknown-output",
                         f"in ensemble {self.name}, ensemble tensor {tensor_name} is mapped from "
-                        f"non-existing output {key} in model {step.model_name} (its outputs: "
+                        f"non-existing output {key} in model {step.model_name}"
+                        f"{did_you_mean(key, outputs)} (its outputs: "
                         f"{', '.join(sorted(outputs)) or 'none'})",
                         step_path(index, "output_map", key),
                     )

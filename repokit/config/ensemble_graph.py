@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from repokit.config.diagnostics import Diagnostic, Severity
+from repokit.config.suggest import closest, did_you_mean
 from repokit.protocol.generated import model_config_pb2 as mc
 
 ENSEMBLE_PLATFORM = "ensemble"
@@ -196,13 +197,18 @@ def _check_data_flow(config: mc.ModelConfig) -> list[Finding]:
     name = config.name
     findings: list[Finding] = []
     tensors = _build_flow_graph(config, findings)
+    input_names = [t.name for t in config.input]
+    # tensors steps read that no step writes and that are not ensemble inputs: likely misspelt
+    orphans = [t for t, node in tensors.items() if not node.prev and t not in input_names]
     for index, model_input in enumerate(config.input):
         if model_input.name not in tensors:
+            meant = closest(model_input.name, orphans)
+            hint = f" (a step reads '{meant}': did you mean '{model_input.name}' there?)"
             findings.append(
                 Finding(
                     "ensemble-input-unused",
                     f"ensemble input '{model_input.name}' for ensemble {name}' is not used: no "
-                    "step has it as a value in its input_map",
+                    "step has it as a value in its input_map" + (hint if meant else ""),
                     f"input[{index}]",
                 )
             )
@@ -226,6 +232,7 @@ def _check_data_flow(config: mc.ModelConfig) -> list[Finding]:
             source = _first_unconnected_source(node)
             if source != tensor.name:
                 message += f": at least one of its depending tensors, '{source}', is not connected"
+                message += did_you_mean(source, input_names)
             findings.append(
                 Finding(
                     "ensemble-output-not-written",
@@ -235,6 +242,7 @@ def _check_data_flow(config: mc.ModelConfig) -> list[Finding]:
             )
         else:
             outputs.add(tensor.name)
+    sources = [t.name for t in config.input] + [t for t, n in tensors.items() if n.prev]
     for tensor_name, node in tensors.items():
         if tensor_name in outputs:
             continue
@@ -248,6 +256,7 @@ def _check_data_flow(config: mc.ModelConfig) -> list[Finding]:
                         "produced but no step consumes it and it is not an ensemble output"
                         if dangling
                         else "consumed but never produced from the ensemble inputs"
+                        + did_you_mean(tensor_name, sources)
                     ),
                     "ensemble_scheduling",
                 )

@@ -26,6 +26,7 @@ from repokit.config.ensemble_graph import (
     step_path,
 )
 from repokit.config.report import ModelReport, RepositoryReport, ValidateOptions
+from repokit.config.suggest import closest
 from repokit.protocol.generated import model_config_pb2 as mc
 
 LATEST_VERSION = -1
@@ -171,11 +172,15 @@ class _EnsembleChecker:
         findings: list[Finding] = []
         if missing:
             first = next(i for i, s in enumerate(steps) if s.model_name in missing)
+            known = [m for m in self.report.models if m != name]
+            guesses = {m: closest(m, known) for m in missing}
+            hints = ", ".join(f"'{g}' for '{m}'" for m, g in guesses.items() if g)
+            hints = f"; did you mean {hints}?" if hints else ""
             findings.append(
                 Finding(
                     "ensemble-step-model-missing",
                     f"ensemble {name} contains models that are not available or ambiguous: "
-                    f"{', '.join(missing)} (no such model directory in the repository)",
+                    f"{', '.join(missing)} (no such model directory in the repository{hints})",
                     step_path(first, "model_name"),
                 )
             )

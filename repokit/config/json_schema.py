@@ -21,6 +21,7 @@ from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped
 
 from repokit.config.diagnostics import Diagnostic, Severity
 from repokit.config.parse import ConfigParseError, parse_json
+from repokit.config.suggest import did_you_mean
 from repokit.paths import schemas_dir
 from repokit.protocol.generated import model_config_pb2 as mc
 
@@ -232,16 +233,24 @@ def _enum_message(error: ValidationError) -> str | None:
     if ": " not in description:
         return None
     enum_name, names = description.split(": ", 1)
+    hint = (
+        did_you_mean(str(error.instance), names.split(", "))
+        if isinstance(error.instance, str)
+        else ""
+    )
     return (
-        f"{error.instance!r} is not a {enum_name} value; expected one of {names} "
+        f"{error.instance!r} is not a {enum_name} value{hint}; expected one of {names} "
         "(in any letter case) or its number"
     )
 
 
 def _error_message(error: ValidationError) -> str:
     if error.validator == "additionalProperties":
-        allowed = sorted(k for k in error.schema.get("properties", {}) if "_" in k or k.islower())
-        return f"{error.message}; known fields: {', '.join(allowed)}"
+        properties = error.schema.get("properties", {})
+        allowed = sorted(k for k in properties if "_" in k or k.islower())
+        extra = [k for k in error.instance if k not in properties]
+        hint = did_you_mean(extra[0], properties) if len(extra) == 1 else ""
+        return f"{error.message}{hint}; known fields: {', '.join(allowed)}"
     if error.validator == "anyOf":
         enum = _enum_message(error)
         if enum is not None:

@@ -14,9 +14,36 @@ from typing import Any
 
 from google.protobuf import descriptor, json_format, text_format
 
+from repokit.config.suggest import did_you_mean
 from repokit.protocol.generated import model_config_pb2 as mc
 
 _LOCATION = re.compile(r"^(\d+):(\d+) : ")
+_UNKNOWN_FIELD = re.compile(r'Message type "([\w.]+)" has no field named "(\w+)"')
+_UNKNOWN_ENUM = re.compile(
+    r'Enum type "([\w.]+)" has no value named (\w+)|Invalid enum value (\w+) for enum type ([\w.]+)'
+)
+
+
+def suggestion(message: str) -> str:
+    """ " (did you mean ...?)" for a protobuf parse error about an unknown field or enum value."""
+    pool = mc.DESCRIPTOR.pool
+    field = _UNKNOWN_FIELD.search(message)
+    if field is not None:
+        try:
+            message_type = pool.FindMessageTypeByName(field.group(1))
+        except KeyError:
+            return ""
+        names = [f.name for f in message_type.fields]
+        return did_you_mean(field.group(2), names, quote='"')
+    enum = _UNKNOWN_ENUM.search(message)
+    if enum is not None:
+        enum_name, value = enum.group(1) or enum.group(4), enum.group(2) or enum.group(3)
+        try:
+            enum_type = pool.FindEnumTypeByName(enum_name)
+        except KeyError:
+            return ""
+        return did_you_mean(value, [v.name for v in enum_type.values])
+    return ""
 
 
 class ConfigParseError(Exception):
@@ -41,7 +68,7 @@ def parse_text(text: str) -> mc.ModelConfig:
         if match:
             message = message[match.end() :]
             line, column = line or int(match.group(1)), column or int(match.group(2))
-        raise ConfigParseError(message, line, column) from exc
+        raise ConfigParseError(message + suggestion(message), line, column) from exc
     return config
 
 
@@ -103,7 +130,7 @@ def parse_json(text: str) -> mc.ModelConfig:
             _normalize_enums(data, config.DESCRIPTOR), config, ignore_unknown_fields=False
         )
     except json_format.ParseError as exc:
-        raise ConfigParseError(str(exc)) from exc
+        raise ConfigParseError(str(exc) + suggestion(str(exc))) from exc
     return config
 
 

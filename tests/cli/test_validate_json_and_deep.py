@@ -102,3 +102,65 @@ def test_deep_finds_config_contradicting_the_onnx_model(tmp_path: Path) -> None:
 def test_deep_is_clean_on_the_sample_repository() -> None:
     code, out = _invoke("validate", str(default_sample_repository()), "--deep")
     assert code == 0, out
+
+
+def _standalone(tmp_path: Path, config: dict[str, object]) -> Path:
+    path = tmp_path / "configs" / "override.json"  # no model folder around it
+    path.parent.mkdir()
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+def test_standalone_json_config_gets_the_config_rules(tmp_path: Path) -> None:
+    path = _standalone(tmp_path, _config_json([0]))
+    code, out = _invoke("validate", str(path), "--format", "json")
+    assert code == 1, out
+    report = json.loads(out)
+    findings = report["models"]["add_sub"]["diagnostics"]
+    assert [d["rule"] for d in findings] == ["input-dims-invalid"] * 2 + ["output-dims-invalid"] * 2
+    finding = findings[0]
+    assert finding["path"] == "input[0].dims[0]"
+    lines = path.read_text().splitlines()
+    line = next(n for n, t in enumerate(lines, 1) if t.strip() == "0")
+    assert (finding["file"], finding["line"]) == ("override.json", line)
+    code, out = _invoke("validate", str(path))
+    assert "1 model checked, 1 would fail to load: 4 errors, 0 warnings" in out
+    assert f"override.json:{line}:" in out
+
+
+def test_standalone_json_config_without_findings(tmp_path: Path) -> None:
+    config = _config_json([16])
+    config["output"][0]["label_filename"] = "labels.txt"  # type: ignore[index]
+    code, out = _invoke("validate", str(_standalone(tmp_path, config)))
+    assert code == 0, out  # no folder: files next to a model folder are not asked for
+    assert "1 model checked, 0 would fail to load" in out
+
+
+def test_standalone_json_config_batching_rules(tmp_path: Path) -> None:
+    config = _config_json([16]) | {
+        "max_batch_size": 0,
+        "dynamic_batching": {"preferred_batch_size": [4]},
+    }
+    code, out = _invoke("validate", str(_standalone(tmp_path, config)), "--format", "json")
+    assert code == 1, out
+    rules = [d["rule"] for d in json.loads(out)["models"]["add_sub"]["diagnostics"]]
+    assert rules and all(not r.startswith(("version", "model-file", "no-version")) for r in rules)
+
+
+def test_json_config_that_does_not_parse_counts_as_a_failing_model(tmp_path: Path) -> None:
+    path = _standalone(tmp_path, {"name": "x", "max_batch_szie": 1})
+    code, out = _invoke("validate", str(path))
+    assert code == 1
+    assert "override.json:3:3 max_batch_szie" in out
+    assert "(did you mean 'max_batch_size'?)" in out
+    assert "1 model checked, 1 would fail to load: 1 error, 0 warnings" in out
+
+
+def test_json_config_in_a_model_folder_reports_against_the_json_file(tmp_path: Path) -> None:
+    path = _add_sub_dir(tmp_path) / "override.json"
+    path.write_text(json.dumps(_config_json([0]), indent=2))
+    code, out = _invoke("validate", str(path), "--format", "json")
+    assert code == 1
+    findings = json.loads(out)["models"]["add_sub"]["diagnostics"]
+    assert len(findings) == 4
+    assert all(d["file"] == "add_sub/override.json" and d["line"] > 0 for d in findings)

@@ -451,7 +451,7 @@ def test_output_map_key_is_not_a_model_output(tmp_path: Path) -> None:
     assert finding.rule == "ensemble-step-unknown-output"
     assert finding.message.startswith(
         "in ensemble ens, ensemble tensor E_OUT is mapped from non-existing output OUTPUT in "
-        "model add (its outputs: OUT)"
+        "model add (did you mean 'OUT'?) (its outputs: OUT)"
     )
 
 
