@@ -336,8 +336,10 @@ def lint_repository(
     root: Path, options: ValidateOptions | None = None, lint_options: LintOptions | None = None
 ) -> RepositoryReport:
     """validate, then advice: the plain-data result of ``repokit lint``."""
+    from repokit.config.positions import locate_findings
     from repokit.config.validate import validate_repository
 
     report = validate_repository(root, options or ValidateOptions())
     lint_report(report, lint_options)
+    locate_findings(report)
     return report

@@ -15,6 +15,7 @@ from repokit.config.deep import deep_check_model
 from repokit.config.diagnostics import Diagnostic, Severity
 from repokit.config.normalize import normalize_instance_groups, normalize_model_config
 from repokit.config.parse import ConfigParseError, parse_text
+from repokit.config.positions import locate_findings
 from repokit.config.report import ModelReport, RepositoryReport, ValidateOptions
 from repokit.config.rules.context import RuleContext
 from repokit.config.rules.files import (
@@ -249,6 +250,7 @@ def validate_repository(root: Path, options: ValidateOptions | None = None) -> R
         if options.models:
             queue.extend(n for n in _ensemble_step_models(model_report) if n in present)
     _run_ensemble_rules(repository, options)
+    locate_findings(repository)
     return repository
 
 
