@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import os
 import re
@@ -542,6 +543,8 @@ class ModelManager:
         if reason:
             log.error("failed to load '%s' version %d: %s", loaded.name, loaded.version, reason)
         else:
+            if log.isEnabledFor(logging.DEBUG):  # --log-verbose 1, as Triton's backends
+                log.debug("model configuration:\n%s", json.dumps(loaded.config_json, indent=4))
             log.info("successfully loaded '%s'", loaded.name)
         return reason
 

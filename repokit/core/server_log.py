@@ -131,21 +131,33 @@ class TritonLogHandler(logging.Handler):
         super().close()
 
 
+# libraries whose warnings and errors belong in the server log too (uncaught task errors,
+# Sanic's connection errors), in the same format
+_LIBRARY_LOGGERS = ("asyncio", "sanic.error", "sanic.root", "grpc")
+
+
 def install(settings: LogSettings, stream: IO[str] | None = None) -> TritonLogHandler:
-    """Send the ``repokit`` logger tree (and the models' logs) to a Triton-style handler;
-    :func:`uninstall` removes it. Raises OSError when the log file cannot be opened."""
+    """Send the ``repokit`` logger tree (and the models' logs) to a Triton-style handler, with
+    the warnings and errors of the libraries the server runs on; :func:`uninstall` removes it.
+    Raises OSError when the log file cannot be opened."""
     handler = TritonLogHandler(settings, stream)
     logger = logging.getLogger(ROOT_LOGGER)
     logger.addHandler(handler)
     logger.setLevel(logging_level(settings))
     logger.propagate = False
+    for name in _LIBRARY_LOGGERS:
+        library = logging.getLogger(name)
+        library.addHandler(handler)
+        library.setLevel(logging.WARNING)
+        library.propagate = False
     return handler
 
 
 def uninstall(handler: TritonLogHandler) -> None:
-    logger = logging.getLogger(ROOT_LOGGER)
-    logger.removeHandler(handler)
-    logger.propagate = True
+    for name in (ROOT_LOGGER, *_LIBRARY_LOGGERS):
+        logger = logging.getLogger(name)
+        logger.removeHandler(handler)
+        logger.propagate = True
     handler.close()
 
 

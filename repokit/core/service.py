@@ -25,7 +25,7 @@ from repokit.core.model_manager import ModelManager
 from repokit.core.outputs import finish_outputs
 from repokit.core.request_checks import PreparedRequest, prepare
 from repokit.core.request_fast_path import prepare_plain
-from repokit.core.server_log import VERBOSE
+from repokit.core.server_log import VERBOSE, VERBOSE_DETAIL
 from repokit.core.settings import ServerSettings
 from repokit.core.shared_memory import SystemSharedMemory
 from repokit.core.wire_lane import WireLane
@@ -227,7 +227,9 @@ class InferenceService:
         return loaded, prepared
 
     def _admit(self, request: InferRequest) -> tuple[LoadedVersion, PreparedRequest]:
-        if self._exiting:
+        if self._exiting and (request.sequence_start or request.sequence_id in (0, "")):
+            # shutting down: only requests that continue a started sequence still run (Triton
+            # admits them "to provide graceful completion of inference sequence")
             raise unavailable("Server exiting")
         loaded = self.manager.get(request.model_name, request.model_version)
         prepared = prepare_plain(loaded.io, request)
@@ -372,6 +374,16 @@ class InferenceService:
             loaded.stats.record_failure(elapsed, "OTHER")
             raise
         record_ran(loaded, batch, elapsed, scheduled)
+        if log.isEnabledFor(VERBOSE_DETAIL):  # --log-verbose 2
+            for tensor in response.outputs:
+                log.log(
+                    VERBOSE_DETAIL,
+                    "%s add response output: output: %s, type: %s, shape: %s",
+                    _request_tag(request),
+                    tensor.name,
+                    tensor.datatype,
+                    list(tensor.shape),
+                )
         return response
 
     # --- statistics & metrics ----------------------------------------------------------

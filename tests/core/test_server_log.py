@@ -118,3 +118,19 @@ def test_log_file(tmp_path: object) -> None:
     finally:
         server_log.uninstall(handler)
     assert '"to the file"' in path.read_text()
+
+
+async def test_verbose_lines_of_a_request_and_of_a_batch(
+    logged: tuple[LogSettings, io.StringIO],
+) -> None:
+    from repokit.scheduler.runtime import execute_batch
+    from tests.scheduler.helpers import RecordingBackend, request
+
+    settings, stream = logged
+    store = LogSettingsStore(settings)
+    backend = RecordingBackend()
+    await execute_batch(backend, 0, [request(INPUT0=[1.0]), request(INPUT0=[2.0])])
+    assert "executing" not in stream.getvalue()  # off at --log-verbose 0
+    store.update({"log_verbose_level": 1})
+    await execute_batch(backend, 0, [request(INPUT0=[1.0]), request(INPUT0=[2.0])])
+    assert '"model m, instance 0, executing 2 requests"' in stream.getvalue()

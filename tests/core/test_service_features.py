@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -421,3 +422,67 @@ async def test_sample_repository_on_the_real_backends(tmp_path: Path) -> None:
         assert svc.model_config_json("accumulate") == TRITON_CONFIGS["accumulate"]
     finally:
         await svc.stop()
+
+
+async def test_shutdown_refuses_new_requests_but_lets_started_sequences_go_on(
+    service: InferenceService, controls: Controls
+) -> None:
+    def step(value: int, start: bool = False) -> InferRequest:
+        data = np.array([[value]], np.int32)
+        return InferRequest(
+            "accumulate",
+            inputs=[InputSpec("INPUT", "INT32", (1, 1), data)],
+            sequence_id=77,
+            sequence_start=start,
+        )
+
+    await service.infer(step(1, start=True))
+    controls.gate, controls.started = asyncio.Event(), asyncio.Event()
+    held = asyncio.create_task(service.infer(add_sub_request(1)))
+    await controls.started.wait()
+    stopping = asyncio.create_task(service.stop())
+    while True:  # until the service says it is exiting
+        try:
+            service.server_live()
+        except RepokitError:
+            break
+        await asyncio.sleep(0)
+    with pytest.raises(RepokitError) as refused:
+        await service.infer(add_sub_request(1))
+    assert (refused.value.code, refused.value.message) == (Code.UNAVAILABLE, "Server exiting")
+    with pytest.raises(RepokitError, match="Server exiting"):
+        await service.infer(step(5, start=True))  # a new sequence does not start
+    going_on = asyncio.create_task(service.infer(step(2)))
+    await asyncio.sleep(0)
+    assert not going_on.done()  # admitted: it waits for the model like the held request
+    controls.gate.set()
+    response = await going_on
+    assert response.outputs[0].data.tolist() == [[2]]
+    await held
+    await stopping
+
+
+async def test_verbose_levels_say_what_requests_do(service: InferenceService) -> None:
+    import io
+
+    from repokit.core import server_log
+
+    stream = io.StringIO()
+    handler = server_log.install(service.settings.log, stream)
+    try:
+        service.update_log_settings({"log_verbose_level": 1})
+        await service.infer(add_sub_request(1))
+        with pytest.raises(RepokitError):
+            await service.infer(InferRequest("add_sub", inputs=[]))
+        level1 = stream.getvalue()
+        service.update_log_settings({"log_verbose_level": 2})
+        await service.infer(add_sub_request(1))
+    finally:
+        server_log.uninstall(handler)
+    assert "prepared: model: add_sub, requested version: -1, actual version: 1" in level1
+    assert "completed: model add_sub version 1" in level1
+    tag = "[request id: <id_unknown>]"  # twice, as in Triton's line
+    assert f"{tag} Infer failed: {tag} expected 2" in level1
+    assert "add response output" not in level1
+    detail = stream.getvalue()[len(level1) :]
+    assert "add response output: output: OUTPUT0, type: FP32, shape: [1, 16]" in detail
