@@ -412,3 +412,26 @@ async def test_auto_complete_config_result_is_kept(tmp_path: Path) -> None:
     error = await load_error(tmp_path / "f", "auto", failing)
     assert error.code is Code.INTERNAL
     assert error.message.startswith("ValueError: input 'EXTRA' in auto-complete-config")
+
+
+async def test_model_imports_its_folder_as_triton_does(tmp_path: Path) -> None:
+    """As Triton's stub: ``import sibling`` (the version folder is on sys.path) and ``from .
+    import other`` (the file is imported as ``1.model``) both work."""
+    code = ADD_SUB.replace(
+        "import triton_python_backend_utils as pb_utils\n",
+        "import triton_python_backend_utils as pb_utils\nimport sibling\nfrom . import other\n"
+        "assert __name__ == '1.model'\n",
+    ).replace("a + b)", "a + b + sibling.ONE + other.TWO)")
+    context = make_context(
+        tmp_path,
+        "multi",
+        CONFIG.format(name="multi", count=1),
+        {"model.py": code, "sibling.py": "ONE = 1\n", "other.py": "TWO = 2\n"},
+    )
+    backend = create_backend(context)
+    await backend.load()
+    try:
+        result = await run_one(backend)  # type: ignore[arg-type]
+        np.testing.assert_array_equal(result.outputs[0].data, A + B + 3)
+    finally:
+        await backend.unload()

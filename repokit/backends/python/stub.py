@@ -213,14 +213,21 @@ class Instance:
 
     @staticmethod
     def _import(path: Path) -> Any:
-        version_dir = str(path.parent)
-        if version_dir not in sys.path:
-            sys.path.insert(0, version_dir)
-        spec = importlib.util.spec_from_file_location("model", path)
+        """Import the model file as Triton's stub does: the version folder and the model
+        folder are appended to ``sys.path`` and the file is imported as ``<version>.<name>``
+        (a namespace package), so a model can ``import sibling`` from its version folder,
+        ``from . import sibling`` too, and its tests can import it again as ``model``."""
+        version_dir, model_dir = path.parent, path.parent.parent
+        for folder in (str(version_dir), str(model_dir)):
+            if folder not in sys.path:
+                sys.path.append(folder)
+        if version_dir.name.isdigit():
+            return importlib.import_module(f"{version_dir.name}.{path.stem}")
+        spec = importlib.util.spec_from_file_location(path.stem, path)  # not a version folder
         if spec is None or spec.loader is None:
             raise ImportError(f"cannot import the model file {path}")
         module = importlib.util.module_from_spec(spec)
-        sys.modules["model"] = module
+        sys.modules[path.stem] = module
         spec.loader.exec_module(module)
         return module
 
