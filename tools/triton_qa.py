@@ -431,7 +431,9 @@ def run_scenario(scenario: Scenario, qa: Path, target: Target, workdir: Path) ->
         "TRITONSERVER_IPADDR": "localhost",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    target.extra_env = dict(scenario.env)
+    # test.sh exports TRITON_DIR (where qa/ lives; models such as init_args read it)
+    env["TRITON_DIR"] = str(qa.parent)
+    target.extra_env = {**scenario.env, "TRITON_DIR": str(qa.parent)}
     log_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
     env["SERVER_LOG"] = str(workdir / f"{log_name}.log")  # some tests read it; filled below
     outcomes: list[Outcome] = []

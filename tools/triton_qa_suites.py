@@ -262,7 +262,7 @@ def _identity_variants() -> Layout:
 
     def init_args(qa: Path, repo: Path) -> None:
         model("init_args")(qa, repo)
-        sed(repo / "init_args" / "config.pbtxt", "TRITON_DIR_PATH", "/opt/tritonserver")
+        sed(repo / "init_args" / "config.pbtxt", "TRITON_DIR_PATH", str(qa.parent))
 
     return layouts(
         model("identity_fp32"),

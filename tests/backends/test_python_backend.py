@@ -435,3 +435,17 @@ async def test_model_imports_its_folder_as_triton_does(tmp_path: Path) -> None:
         np.testing.assert_array_equal(result.outputs[0].data, A + B + 3)
     finally:
         await backend.unload()
+
+
+async def test_models_see_no_command_line_arguments(tmp_path: Path) -> None:
+    """As in Triton's stub (an embedded interpreter): sys.argv is [""], so a model that runs
+    unittest.main("model", exit=False) runs its own tests, not a test named after an fd."""
+    code = ADD_SUB.replace(
+        "import triton_python_backend_utils as pb_utils\n",
+        "import sys\nimport triton_python_backend_utils as pb_utils\nassert sys.argv == ['']\n",
+    )
+    backend = await load(tmp_path, "argv", code)
+    try:
+        assert (await run_one(backend)).error is None
+    finally:
+        await backend.unload()

@@ -564,6 +564,9 @@ def serve(sock: socket.socket) -> None:
 def main(argv: list[str]) -> int:
     sys.modules["triton_python_backend_utils"] = pb_utils
     sock = socket.socket(fileno=int(argv[1]))
+    # Triton's stub embeds Python with no arguments: models see sys.argv == [""] (Triton's qa
+    # models call unittest.main("model"), which would take a leftover argument for a test)
+    sys.argv[:] = [""]
     try:
         serve(sock)
     finally:
