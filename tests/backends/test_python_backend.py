@@ -317,7 +317,9 @@ async def test_sys_exit_in_initialize_fails_load_only(tmp_path: Path) -> None:
 async def test_process_dying_in_initialize_and_import_errors(tmp_path: Path) -> None:
     died = await load_error(tmp_path, "die", "import os\nos._exit(7)\n")
     assert died.code is Code.INTERNAL
-    assert died.message.startswith("Stub process 'die_0_0' exited with code 7 during initialize")
+    assert died.message.startswith(  # Triton's text, then how the process ended
+        "Stub process 'die_0_0' is not healthy. (It exited with code 7 during initialize"
+    )
     missing = await load_error(tmp_path, "no_class", "x = 1\n")
     assert "TritonPythonModel class not found" in missing.message
     broken = await load_error(tmp_path, "broken", "import not_a_module_anywhere\n")

@@ -393,7 +393,7 @@ class PythonBackend(Backend):
             await self._stop(instance, graceful=False)
             raise RepokitError(
                 Code.INTERNAL,
-                f"Stub process '{name}' exited with code {code} during {phase}",
+                f"{not_healthy(name)} (It {exit_description(code)} during {phase}.)",
             ) from None
         status, body = reply
         if status != "ok":
