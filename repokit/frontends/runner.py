@@ -54,6 +54,13 @@ class ServeSettings:
     grpc_restricted_protocol: list[str] = field(default_factory=list)
     access_log: bool = False
     reuse_http_port: bool = False  # SO_REUSEPORT on the HTTP socket (--reuse-http-port)
+    # repokit.frontends.http.connection_limits (defaults there; 0 connections = from the
+    # descriptor limit)
+    http_header_timeout_secs: float = 60.0
+    http_body_timeout_secs: float = 60.0
+    http_keepalive_timeout_secs: float = 75.0
+    http_response_timeout_secs: float = 3600.0
+    http_max_connections: int = 0
     # gRPC options read by repokit.frontends.grpc.options (tritonserver's flags and defaults)
     reuse_grpc_port: bool = False
     grpc_use_ssl: bool = False

@@ -32,6 +32,7 @@ from sanic.exceptions import SanicException
 from repokit.core.service import InferenceService
 from repokit.errors import RepokitError
 from repokit.frontends.http import endpoints
+from repokit.frontends.http.connection_limits import ConnectionLimits
 from repokit.frontends.http.responses import error_response
 from repokit.frontends.http.restricted import parse_restricted_apis, restriction_error
 from repokit.frontends.http.routing import Endpoint, Route, resolve
@@ -68,6 +69,7 @@ class HttpFrontend:
         self.max_input_size = int(getattr(settings, "http_max_input_size", DEFAULT_MAX_INPUT_SIZE))
         self.allow_client_shm = bool(getattr(settings, "allow_client_shm", False))
         self.restrictions = parse_restricted_apis(getattr(settings, "http_restricted_api", []))
+        self.limits = ConnectionLimits.from_settings(settings)
         ops = endpoints.Endpoints(service, self.max_input_size, self.allow_client_shm)
         self.endpoints = ops
         self._handlers: dict[Endpoint, tuple[tuple[str, ...], Handler]] = {
@@ -154,9 +156,13 @@ def create_http_app(
     # reader drained it; its 64 KiB default costs a pause/resume round per 64 KiB of a large
     # tensor (the whole body is read into memory before the handler runs in any case).
     app.config.REQUEST_BUFFER_SIZE = REQUEST_BUFFER_SIZE
-    app.config.REQUEST_TIMEOUT = 3600
-    app.config.RESPONSE_TIMEOUT = 3600
-    app.config.KEEP_ALIVE_TIMEOUT = 75
+    # repokit.frontends.http.connection_limits: the head (Sanic's request timeout), the model
+    # (its response timeout), idle keep-alive; the body timeout and the connection limit are
+    # the protocol's (FastInferProtocol)
+    limits = frontend.limits
+    app.config.REQUEST_TIMEOUT = limits.header_timeout_s
+    app.config.RESPONSE_TIMEOUT = limits.response_timeout_s
+    app.config.KEEP_ALIVE_TIMEOUT = limits.keepalive_timeout_s
     app.config.NOISY_EXCEPTIONS = False
     app.config.FALLBACK_ERROR_FORMAT = "json"  # Sanic's own errors are JSON, never guessed
     app.ctx.frontend = frontend

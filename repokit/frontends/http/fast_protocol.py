@@ -33,6 +33,12 @@ sends block in its kernel buffers) until the lane has taken requests out of it a
 writes the next response only once the client has read the previous ones (below the transport's
 write high-water mark), so a client that sends without reading holds at most this much plus
 one response in the server. Sanic's own lane stops at ``REQUEST_BUFFER_SIZE``.
+
+Slow and idle connections (:mod:`repokit.frontends.http.connection_limits`): a request head
+must arrive within the header timeout of its first byte, a body may pause at most the body
+timeout, in either lane (Sanic's own request timeout only counts silence, and it reads bodies
+under its response timeout); past the connection limit a new connection closes the one idle
+or sending a partial request the longest.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from sanic.server.protocols.http_protocol import HttpProtocol
 
 from repokit.errors import RepokitError
 from repokit.frontends.http.compression import choose_response_encoding
+from repokit.frontends.http.connection_limits import ConnectionLimits
 from repokit.frontends.http.responses import error_body
 from repokit.frontends.http.routing import Endpoint, Route
 from repokit.frontends.status import http_status
@@ -157,6 +164,9 @@ class FastInferProtocol(HttpProtocol):
         "_fast_since",
         "_fast_task",
         "_frontend",
+        "_head_since",
+        "_last_data",
+        "_limits",
         "_reading_paused",
         "_sanic_owned",
     )
@@ -164,6 +174,9 @@ class FastInferProtocol(HttpProtocol):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         frontend: HttpFrontend | None = getattr(self.app.ctx, "frontend", None)
+        self._limits = frontend.limits if frontend is not None else ConnectionLimits()
+        self._head_since = 0.0  # when Sanic's lane started receiving the current head
+        self._last_data = 0.0  # when the fast lane last received bytes
         # restricted APIs and access logs are Sanic's business: no fast lane then
         if frontend is not None and (frontend.restrictions or self.app.config.ACCESS_LOG):
             frontend = None
@@ -184,6 +197,9 @@ class FastInferProtocol(HttpProtocol):
         loop, the timeout checks) starts only when the connection first needs Sanic: a burst
         of new connections reaches the models sooner (a batch forms from what arrives within
         the queue delay)."""
+        if not self._admit():
+            transport.abort()
+            return
         if self._frontend is None:
             super().connection_made(transport)  # type: ignore[no-untyped-call]
             return
@@ -211,7 +227,7 @@ class FastInferProtocol(HttpProtocol):
                 return
             self._sanic_owned = False  # Sanic is idle with nothing buffered: back to the lane
         now = current_time()
-        self._time = now
+        self._time = self._last_data = now
         if self._body_parts is not None:
             self._collect_body(data)
             return
@@ -239,32 +255,116 @@ class FastInferProtocol(HttpProtocol):
         super().connection_lost(exc)  # type: ignore[no-untyped-call]
 
     # --- Sanic's connection management --------------------------------------------------------
+    def _admit(self) -> bool:
+        """Room for this new connection: past the limit, the connection idle (or sending a
+        partial request) the longest is closed; False when every one is running a request."""
+        connections = self.connections
+        if len(connections) < self._limits.max_connections:
+            return True
+        victim: FastInferProtocol | None = None
+        for connection in connections:
+            if (
+                isinstance(connection, FastInferProtocol)
+                and connection.waiting_for_client()
+                and (victim is None or connection._time < victim._time)
+            ):
+                victim = connection
+        if victim is None:
+            return False
+        victim.close()
+        return True
+
+    def waiting_for_client(self) -> bool:
+        """Nothing runs for this connection: it is idle or the client is still sending."""
+        if self._fast_task is not None or self.transport is None or self.transport.is_closing():
+            return False
+        if not self._sanic_owned or self._task is None:
+            return True
+        http = self.http
+        if http is None:
+            return True
+        stage = http.stage
+        return stage in (Stage.IDLE, Stage.REQUEST) or bool(
+            stage is Stage.HANDLER and http.request_body
+        )
+
     def check_timeouts(self) -> None:
         """A request in the fast lane is in progress: the keep-alive timeout does not apply to
-        it; a partly received one gets the request timeout, as in Sanic."""
+        it; a partly received one gets the header or body timeout. In Sanic's lane the head
+        gets the header timeout from its first byte and a body the body timeout."""
+        now = current_time()
         if self._fast_task is not None:
-            self._time = current_time()
+            self._time = now
         elif self._partial():
-            now = current_time()
-            if now - self._fast_since <= self.request_timeout:
-                self._time = now
+            if self._lane_expired(now):
+                self._timed_out()
+                return
+            self._time = now
+        elif self._sanic_timed_out(now):
+            return
         super().check_timeouts()  # type: ignore[no-untyped-call]
 
+    def _sanic_timed_out(self, now: float) -> bool:
+        http = self.http
+        task = self._task
+        if http is None or task is None:
+            return False
+        stage = http.stage
+        if stage is Stage.REQUEST:
+            if not self._head_since:
+                self._head_since = now
+            late = now - self._head_since > self._limits.header_timeout_s
+        else:
+            self._head_since = 0.0
+            late = bool(
+                stage is Stage.HANDLER
+                and http.request_body
+                and now - self._time > self._limits.body_timeout_s
+            )
+        if late:  # no response has started: answer 408 and close (the task ends with it)
+            self._timed_out()
+        return late
+
+    def _lane_expired(self, now: float) -> bool:
+        """A partial request of the fast lane ran out of time (head: since its first byte;
+        body: since its last byte)."""
+        if self._body_parts is not None:
+            return now - self._last_data > self._limits.body_timeout_s
+        return now - self._fast_since > self._limits.header_timeout_s
+
+    def _timed_out(self) -> None:
+        """Sanic's answer to a request that timed out, then close."""
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            for part in error_parts(408, "Request Timeout"):
+                transport.write(part)
+        self.close()
+
     def _timeout_interval(self) -> float:
-        shortest = min(self.keep_alive_timeout, self.request_timeout, self.response_timeout)
+        limits = self._limits
+        shortest = min(
+            self.keep_alive_timeout,
+            self.request_timeout,
+            self.response_timeout,
+            limits.header_timeout_s,
+            limits.body_timeout_s,
+        )
         return float(max(0.1, shortest / 2))
 
     def _lane_timeouts(self) -> None:
         """Sanic's keep-alive and request timeouts for a connection Sanic has not seen yet
         (once its connection task runs, its own checks take over)."""
         self._callback_check_timeouts = None
-        if self._task is not None or self.transport is None:
+        if self.transport is None:
+            return
+        if self._task is not None:  # Sanic's connection task runs: its checks from now on
+            self.check_timeouts()
             return
         if self._fast_task is None:
             now = current_time()
             if self._partial():
-                if now - self._fast_since > self.request_timeout:
-                    self.close()
+                if self._lane_expired(now):
+                    self._timed_out()
                     return
             elif now - self._time > self.keep_alive_timeout:
                 self.close()
