@@ -93,10 +93,10 @@ def _slow_double_repo(tmp_path: Path) -> Path:
     return repo
 
 
-@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c", "sigterm-group"])
 def test_shutdown_under_load_answers_every_accepted_request(tmp_path: Path, how: str) -> None:
     server = ServeProcess(
-        str(_slow_double_repo(tmp_path)), *PORT_FLAGS, new_session=how == "ctrl-c"
+        str(_slow_double_repo(tmp_path)), *PORT_FLAGS, new_session=how != "sigterm"
     )
     try:
         out = Outcomes()
@@ -120,8 +120,10 @@ def test_shutdown_under_load_answers_every_accepted_request(tmp_path: Path, how:
         signalled.set()
         if how == "sigterm":
             server.process.send_signal(signal.SIGTERM)
-        else:  # a terminal's Ctrl-C reaches every process of the foreground group
+        elif how == "ctrl-c":  # a terminal's Ctrl-C reaches every process of the foreground group
             server.signal_group(signal.SIGINT)
+        else:  # systemd and Triton's qa kill_server signal the whole process group
+            server.signal_group(signal.SIGTERM)
         code = server.wait(timeout=60)
         for thread in clients:
             thread.join(timeout=60)
@@ -133,7 +135,7 @@ def test_shutdown_under_load_answers_every_accepted_request(tmp_path: Path, how:
     assert out.answered >= 12
     assert out.answered_after_signal >= 1  # requests in flight at the signal got answers
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
-    number = 15 if how == "sigterm" else 2
+    number = 2 if how == "ctrl-c" else 15
     steps = [
         f"Signal ({number}) received.",
         '"Waiting for in-flight requests to complete."',

@@ -135,11 +135,14 @@ from repokit.protocol.types import InferTensor, ParamValue
 
 log = logging.getLogger(__name__)
 _STUB_MODULE = "repokit.backends.python.stub"
-# The instance process ignores SIGINT from its first statement, as Triton's stub does: Ctrl-C
-# in a terminal reaches the whole process group, and the server (not each instance) decides
-# how to shut down: it lets requests finish, then has every instance run finalize.
+# The instance process ignores SIGINT and SIGTERM from its first statement, as Triton's stub
+# does: Ctrl-C in a terminal, and orchestrators that signal the whole process group (systemd,
+# Triton's qa kill_server), reach every process, and the server (not each instance) decides how
+# to shut down: it lets requests finish, then has every instance run finalize. An instance
+# ends when the server tells it to or when its socket closes (the server is gone).
 _STUB_BOOT = (
-    "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import runpy; "
+    "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); import runpy; "
     f"runpy.run_module({_STUB_MODULE!r}, run_name='__main__', alter_sys=True)"
 )
 _PACKAGE_PARENT = str(Path(repokit.__file__).resolve().parent.parent)
