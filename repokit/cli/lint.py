@@ -39,21 +39,6 @@ def exit_code(report: RepositoryReport, fail_on: FailOn) -> int:
     return 1 if any(d.severity in failing for d in report.all_diagnostics()) else 0
 
 
-LINT_RULES = {
-    "lint-no-dynamic-batching": "a batching-capable model without dynamic batching",
-    "lint-preferred-batch-size-unsorted": "preferred batch sizes not in increasing order",
-    "lint-preferred-batch-size-duplicate": "a preferred batch size listed twice",
-    "lint-preferred-batch-size-above-max": "a preferred batch size above max_batch_size",
-    "lint-preferred-batch-size-zero-delay": "preferred batch sizes with a zero queue delay",
-    "lint-cpu-instances-above-cores": "more CPU instances than cores",
-    "lint-tensorrt-no-warmup": "a TensorRT model without warmup",
-    "lint-tensorrt-dynamic-dims-no-profiles": "TensorRT dynamic dims without profiles",
-    "lint-labels-count-mismatch": "label file lines differ from the output size",
-    "lint-ensemble-step-pinned-version": "an ensemble step pinned under a latest policy",
-    "lint-unused-model-files": "files or versions no loaded version uses",
-}
-
-
 def render(report: RepositoryReport, output: OutputFormat, console: Console) -> None:
     from repokit.cli.render import render_text, to_sarif
 
@@ -62,12 +47,7 @@ def render(report: RepositoryReport, output: OutputFormat, console: Console) -> 
     elif output is OutputFormat.json:
         print_data(console, json.dumps(report.to_dict(), indent=2))
     else:
-        from repokit.config.ensemble_rules import ENSEMBLE_RULES
-        from repokit.config.rules.catalog import RULES
-
-        rules = {rule_id: info.summary for rule_id, info in RULES.items()}
-        rules |= ENSEMBLE_RULES | LINT_RULES
-        print_data(console, json.dumps(to_sarif(report.all_diagnostics(), rules), indent=2))
+        print_data(console, json.dumps(to_sarif(report.all_diagnostics()), indent=2))
 
 
 def lint(

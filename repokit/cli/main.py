@@ -15,7 +15,7 @@ from typer.core import TyperCommand
 
 from repokit.cli.output import RepokitCommand, RepokitGroup, examples, make_console
 
-COMMAND_MODULES = ("validate", "lint", "serve", "build", "perf")
+COMMAND_MODULES = ("validate", "lint", "explain", "serve", "build", "perf")
 HELP_OPTION_NAMES = ["-h", "--help"]
 
 
@@ -53,6 +53,7 @@ def make_app() -> typer.Typer:
             "repokit build ./models -o ./compiled --profile",
             "repokit serve ./models",
             "repokit perf -m simple -u localhost:8000 --concurrency-range 1:8",
+            "repokit explain input-dims-invalid",
             "repokit validate --help   (each command's options and examples)",
         ),
         no_args_is_help=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from importlib import metadata
 from typing import Any
 
 from rich.console import Console
@@ -10,6 +11,7 @@ from rich.markup import escape
 
 from repokit.config.diagnostics import Diagnostic, Severity
 from repokit.config.report import RepositoryReport
+from repokit.config.rule_docs import RuleDoc, rule_docs
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
@@ -100,12 +102,34 @@ def _sarif_result(diagnostic: Diagnostic) -> dict[str, Any]:
     return result
 
 
+def _sarif_rule(rule_id: str, doc: RuleDoc | None) -> dict[str, Any]:
+    if doc is None:
+        return {"id": rule_id, "shortDescription": {"text": rule_id}}
+    level = {"error": "error", "warning": "warning"}.get(doc.level, "note")
+    return {
+        "id": rule_id,
+        "shortDescription": {"text": doc.summary},
+        "fullDescription": {"text": doc.description},
+        "helpUri": doc.help_uri,
+        "help": {"text": doc.help_text},
+        "defaultConfiguration": {"level": level},
+    }
+
+
+def _tool_version() -> str:
+    try:
+        return metadata.version("repokit")
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "0.0.0"
+
+
 def to_sarif(
-    diagnostics: Iterable[Diagnostic], rules: Mapping[str, str], tool_version: str = "0.1.0"
+    diagnostics: Iterable[Diagnostic], rules: Mapping[str, RuleDoc] | None = None
 ) -> dict[str, Any]:
-    """A SARIF 2.1.0 log; ``rules`` maps each rule id to its short description."""
+    """A SARIF 2.1.0 log with every rule of ``rules`` (default: all) described."""
+    docs = rule_docs() if rules is None else rules
     items = list(diagnostics)
-    used = sorted({d.rule for d in items} | set(rules))
+    used = sorted({d.rule for d in items} | set(docs))
     return {
         "$schema": SARIF_SCHEMA,
         "version": SARIF_VERSION,
@@ -114,15 +138,9 @@ def to_sarif(
                 "tool": {
                     "driver": {
                         "name": "repokit",
-                        "version": tool_version,
+                        "version": _tool_version(),
                         "informationUri": TOOL_URI,
-                        "rules": [
-                            {
-                                "id": rule_id,
-                                "shortDescription": {"text": rules.get(rule_id, rule_id)},
-                            }
-                            for rule_id in used
-                        ],
+                        "rules": [_sarif_rule(rule_id, docs.get(rule_id)) for rule_id in used],
                     }
                 },
                 "results": [_sarif_result(d) for d in items],

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 from enum import Enum
 from pathlib import Path
@@ -15,7 +13,6 @@ from rich.console import Console
 from repokit.cli.output import examples, make_console, print_data, print_error
 from repokit.cli.render import render_text, to_sarif
 from repokit.config.report import ValidateOptions
-from repokit.config.rules.catalog import RULES
 from repokit.config.validate import validate_repository
 from repokit.config.validate_json import validate_json_file
 from repokit.errors import RepokitError
@@ -31,15 +28,6 @@ class OutputFormat(str, Enum):
 class Target(str, Enum):
     cpu = "cpu"
     gpu = "gpu"
-
-
-def rule_summaries() -> dict[str, str]:
-    """Short descriptions of every rule validate can report (for SARIF)."""
-    summaries = {rule_id: info.summary for rule_id, info in RULES.items()}
-    if importlib.util.find_spec("repokit.config.ensemble_rules") is not None:
-        module = importlib.import_module("repokit.config.ensemble_rules")
-        summaries.update(getattr(module, "ENSEMBLE_RULES", {}))
-    return summaries
 
 
 def resolve_target(path: Path, models: list[str]) -> tuple[Path, tuple[str, ...]]:
@@ -69,7 +57,7 @@ def run_validate(
     if output is OutputFormat.json:
         print_data(console, json.dumps(report.to_dict(), indent=2))
     elif output is OutputFormat.sarif:
-        sarif = to_sarif(report.all_diagnostics(), rule_summaries())
+        sarif = to_sarif(report.all_diagnostics())
         print_data(console, json.dumps(sarif, indent=2))
     else:
         render_text(report, console)

@@ -298,6 +298,22 @@ def unused_model_files(ctx: LintContext) -> list[Diagnostic]:
     return out
 
 
+# every lint rule id with a one-line summary (for SARIF and `repokit explain`)
+LINT_RULES: dict[str, str] = {
+    "lint-no-dynamic-batching": "a batching-capable model without dynamic batching",
+    "lint-preferred-batch-size-unsorted": "preferred batch sizes not in increasing order",
+    "lint-preferred-batch-size-duplicate": "a preferred batch size listed twice",
+    "lint-preferred-batch-size-above-max": "a preferred batch size above max_batch_size",
+    "lint-preferred-batch-size-zero-delay": "preferred batch sizes with a zero queue delay",
+    "lint-cpu-instances-above-cores": "more CPU instances than cores",
+    "lint-tensorrt-no-warmup": "a TensorRT model without warmup",
+    "lint-tensorrt-dynamic-dims-no-profiles": "TensorRT dynamic dims without profiles",
+    "lint-labels-count-mismatch": "label file lines differ from the output size",
+    "lint-ensemble-step-pinned-version": "an ensemble step pinned under a latest policy",
+    "lint-unused-model-files": "files or versions no loaded version uses",
+}
+
+
 RULES: tuple[Rule, ...] = (
     no_dynamic_batching,
     preferred_batch_sizes,

@@ -8,10 +8,11 @@ from pathlib import Path
 from rich.console import Console
 from typer.testing import CliRunner
 
-from repokit.cli.lint import LINT_RULES, FailOn, exit_code
+from repokit.cli.lint import FailOn, exit_code
 from repokit.cli.main import make_app
 from repokit.cli.render import render_text
 from repokit.config.diagnostics import Diagnostic, Severity
+from repokit.config.lint import LINT_RULES
 from repokit.config.report import ModelReport, RepositoryReport
 from tests.config.ensemble_helpers import ensemble_config, python_config, step, write_model
 

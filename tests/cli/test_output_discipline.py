@@ -35,7 +35,15 @@ from tests.config.validate_helpers import make_model, python_config
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PIPED = {"COLUMNS": "80", "TTY_COMPATIBLE": "", "FORCE_COLOR": None, "TERM": "xterm-256color"}
 TERMINAL = {"COLUMNS": "80", "TTY_COMPATIBLE": "1", "FORCE_COLOR": None, "TERM": "xterm-256color"}
-COMMANDS = [["validate"], ["lint"], ["serve"], ["build"], ["perf"], ["perf", "compare"]]
+COMMANDS = [
+    ["validate"],
+    ["lint"],
+    ["explain"],
+    ["serve"],
+    ["build"],
+    ["perf"],
+    ["perf", "compare"],
+]
 LONG_REASON = (
     "'max_batch_size' must be non-negative value for add_sub (got -1); use 0 for a model that "
     "does not batch"
