@@ -411,3 +411,67 @@ async def test_stop_drains_then_unloads(tmp_path: Path, controls: Controls) -> N
     await request
     await stop
     assert controls.unloads["identity"] == 1
+
+
+class _CountingLoads:
+    """Backends whose load() fails ``failures`` times per model, and that record how many
+    loads run at once."""
+
+    def __init__(self, controls: Controls, failures: int = 0) -> None:
+        self.inner = backend_factory(controls)
+        self.failures = failures
+        self.attempts: dict[str, int] = {}
+        self.running = 0
+        self.most = 0
+
+    def __call__(self, context: object) -> object:
+        backend = self.inner(context)  # type: ignore[arg-type]
+        load = backend.load
+        counter = self
+
+        async def counted_load() -> None:
+            name = backend.context.name
+            counter.attempts[name] = counter.attempts.get(name, 0) + 1
+            counter.running += 1
+            counter.most = max(counter.most, counter.running)
+            try:
+                for _ in range(3):
+                    await asyncio.sleep(0)  # let other loads start meanwhile
+                if counter.attempts[name] <= counter.failures:
+                    raise RepokitError(Code.INTERNAL, f"load attempt {counter.attempts[name]}")
+                await load()
+            finally:
+                counter.running -= 1
+
+        backend.load = counted_load  # type: ignore[method-assign]
+        return backend
+
+
+@pytest.mark.parametrize(("threads", "most"), [(1, 1), (4, 4)])
+async def test_model_load_thread_count_bounds_concurrent_loads(
+    repository: Path, controls: Controls, threads: int, most: int
+) -> None:
+    loads = _CountingLoads(controls)
+    settings = ServerSettings(repositories=[repository], model_load_thread_count=threads)
+    service = build_service(settings, loads)  # type: ignore[arg-type]
+    await service.start()
+    try:
+        assert service.model_ready("add_sub") and service.model_ready("identity")
+    finally:
+        await service.stop()
+    assert loads.most == most
+
+
+@pytest.mark.parametrize(("retries", "ready"), [(0, False), (1, True)])
+async def test_model_load_retry_count(
+    repository: Path, controls: Controls, retries: int, ready: bool
+) -> None:
+    loads = _CountingLoads(controls, failures=1)
+    settings = ServerSettings(repositories=[repository], model_load_retry_count=retries)
+    service = build_service(settings, loads)  # type: ignore[arg-type]
+    await service.start()
+    try:
+        assert service.model_ready("identity") is ready
+        assert loads.attempts["identity"] == 1 + retries
+    finally:
+        await service.stop()
