@@ -437,7 +437,10 @@ async def run_perf(
                 mode, value, make_intervals() if make_intervals else None
             )
             report.results.append(result)
-            if not result.stable:
+            over = exceeds_latency_threshold(result.windows, options.latency_threshold_ms)
+            # a level whose windows reached -l ends there, stable or not: it is over the
+            # threshold, which is all a sweep or a search needs to know of it
+            if not result.stable and not over:
                 report.exit_code = STABILITY_ERROR
                 report.message = (
                     f"Failed to obtain stable measurement within {options.max_trials} "
@@ -445,7 +448,6 @@ async def run_perf(
                     "--measurement-interval."
                 )
                 break
-            over = exceeds_latency_threshold(result.windows, options.latency_threshold_ms)
             if intervals_level is not None:
                 break
             if over and not options.binary_search:

@@ -72,3 +72,25 @@ def test_binary_search_option_errors(changes: dict[str, object], message: str) -
     with pytest.raises(PerfError) as info:
         _run(options, FakeTransport(latency=lambda now, inflight: 0.001))
     assert info.value.exit_code == 3 and message in info.value.message
+
+
+def _jumpy(now: float, inflight: int) -> float:
+    """1 ms alone; with company 10 or 20 ms by turns: never stable, always over 5 ms."""
+    return 0.001 if inflight <= 1 else 0.010 * (1 + int(now * 5) % 2)
+
+
+def test_levels_over_the_threshold_need_not_be_stable() -> None:
+    options = _options(
+        concurrency_range=ConcurrencyRange(1, 4, 1), latency_threshold_ms=5, binary_search=True
+    )
+    report = _run(options, FakeTransport(latency=_jumpy))
+    assert report.exit_code == 0, report.message
+    assert [r.value for r in report.results] == [1, 2, 4]
+    assert [r.stable for r in report.results] == [True, False, False]
+    assert "concurrency 1 is the highest level within" in report.warnings[-1]
+    linear = _run(
+        _options(concurrency_range=ConcurrencyRange(1, 4, 1), latency_threshold_ms=5),
+        FakeTransport(latency=_jumpy),
+    )
+    assert linear.exit_code == 0 and [r.value for r in linear.results] == [1, 2]
+    assert "stopped at concurrency 2: latency reached --latency-threshold 5 ms" in linear.warnings
