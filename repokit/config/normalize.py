@@ -20,7 +20,8 @@ Kind = mc.ModelInstanceGroup.Kind
 
 
 def normalize_model_config(config: mc.ModelConfig) -> None:
-    """Fill version_policy, preferred batch sizes, the sequence idle time and pinned memory."""
+    """Fill version_policy, preferred batch sizes, the sequence idle time and pinned memory
+    (an ensemble's transaction policy instead)."""
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     if config.HasField("dynamic_batching"):
@@ -37,7 +38,11 @@ def normalize_model_config(config: mc.ModelConfig) -> None:
             and config.max_batch_size > 0
         ):
             sequence.oldest.preferred_batch_size.append(config.max_batch_size)
-    if not config.HasField("ensemble_scheduling"):
+    if config.HasField("ensemble_scheduling"):
+        # Triton's served ensemble configs carry an empty model_transaction_policy (its
+        # L0_model_config expected files and a running 2.51 agree)
+        config.model_transaction_policy.SetInParent()
+    else:
         optimization = config.optimization
         if not optimization.HasField("input_pinned_memory"):
             optimization.input_pinned_memory.enable = True

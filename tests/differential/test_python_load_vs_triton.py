@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import requests
+import tritonclient.grpc as grpcclient
 
 from tests.differential.triton_reference import TritonReference, running_triton
 from tests.frontends.http.server_thread import Endpoints, running_server
@@ -56,6 +57,20 @@ backend: "python"
 input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] } ]
 output [ { name: "OUTPUT0", data_type: TYPE_FP32 } ]
 """
+PIPELINE = """
+name: "pipeline"
+platform: "ensemble"
+input [ { name: "IN", data_type: TYPE_FP32, dims: [ 4 ] } ]
+output [ { name: "OUT", data_type: TYPE_FP32, dims: [ 4 ] } ]
+ensemble_scheduling {
+  step [ {
+    model_name: "incomplete"
+    model_version: -1
+    input_map { key: "INPUT0", value: "IN" }
+    output_map { key: "OUTPUT0", value: "OUT" }
+  } ]
+}
+"""
 PLAIN = textwrap.dedent("""
     class TritonPythonModel:
         def execute(self, requests):
@@ -83,6 +98,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("python_load") / "models"
     _model(root, "incomplete", INCOMPLETE, COMPLETING)
     _model(root, "uncompleted", UNCOMPLETED, PLAIN)
+    (root / "pipeline" / "1").mkdir(parents=True)
+    (root / "pipeline" / "config.pbtxt").write_text(PIPELINE)
     return root
 
 
@@ -90,7 +107,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
     workdir = tmp_path_factory.mktemp("triton_python_load")
     flags = ["--exit-on-error=false", "--strict-model-config=false"]
-    with running_triton(repository, workdir, flags, ready=("incomplete",)) as server:
+    with running_triton(repository, workdir, flags, ready=("incomplete", "pipeline")) as server:
         yield server.endpoints
 
 
@@ -121,6 +138,20 @@ def test_outputs_completed_by_the_model_load_with_the_same_config(
     for base in (triton.http, repokit.http):
         answer = requests.post(f"{base}/v2/models/incomplete/infer", json=body, timeout=30)
         assert answer.status_code == 200, answer.text
+
+
+def test_an_ensemble_serves_triton_s_config(triton: Endpoints, repokit: Endpoints) -> None:
+    """As Triton, with the empty model_transaction_policy it gives every ensemble."""
+    configs = [
+        grpcclient.InferenceServerClient(e.grpc).get_model_config("pipeline").config
+        for e in (triton, repokit)
+    ]
+    assert configs[1] == configs[0]
+    assert configs[1].HasField("model_transaction_policy")
+    assert (
+        _config(repokit.http, "pipeline")["model_transaction_policy"]
+        == (_config(triton.http, "pipeline")["model_transaction_policy"])
+    )
 
 
 def test_outputs_nothing_completes_are_refused(triton: Endpoints, repokit: Endpoints) -> None:
