@@ -21,6 +21,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from repokit.protocol.types import InferRequest, InferResponse
 
+# what a model's BLS or model-control call gets when no server hosts it (``repokit build``
+# runs warmup samples that way and recognises it)
+NO_SERVER_MESSAGE = (
+    "this model runs outside a server: BLS, model control and metrics are unavailable"
+)
+
 if TYPE_CHECKING:
     from repokit.backends.base import BackendResult
 

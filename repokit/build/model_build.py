@@ -41,7 +41,7 @@ from repokit.build.profiles import (
 from repokit.build.report import BuildOptions, ModelBuildReport
 from repokit.build.sample_data import SampleDataError, first_request_values, sample_shapes
 from repokit.build.warmup import plan_warmup, write_warmup
-from repokit.build.warmup_check import WarmupRunner, check_warmup
+from repokit.build.warmup_check import WarmupRunner, WarmupUnchecked, check_warmup
 from repokit.config.diagnostics import Diagnostic, Severity
 from repokit.config.onnx_io import (
     OnnxModelError,
@@ -221,7 +221,11 @@ def _run_warmup(
             f"({env.tensorrt.reason or 'not installed'})"
         )
         return
-    failure = env.warmup_runner(config, directory, model.versions)
+    try:
+        failure = env.warmup_runner(config, directory, model.versions)
+    except WarmupUnchecked as exc:
+        report.notes.append(f"the warmup samples were not run at build time: {exc}")
+        return
     if failure is None:
         return
     hint = (

@@ -6,7 +6,9 @@ not load. This check loads each version of the staged model the way the server d
 backend the config names: ONNX Runtime in this process, a python model in its own instance
 process, TensorRT when it is installed), with one instance, and executes every sample with the
 server's own warmup code (``repokit.scheduler.warmup``). The first failing sample's message is
-returned, as the server would print it.
+returned, as the server would print it. A model that calls other models (BLS) or model
+control during warmup needs the server around it: its samples cannot be judged here
+(:class:`WarmupUnchecked`).
 """
 
 from __future__ import annotations
@@ -19,11 +21,17 @@ from pathlib import Path
 
 from repokit.backends.base import ModelContext
 from repokit.backends.registry import create_backend
+from repokit.backends.server_api import NO_SERVER_MESSAGE
 from repokit.config.normalize import normalized_copy
 from repokit.core.config_json import config_to_json
 from repokit.errors import RepokitError
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.warmup import build_warmup_samples, run_warmup
+
+
+class WarmupUnchecked(Exception):
+    """The samples could not be judged without a server (the model called other models)."""
+
 
 # (compiled config, model directory, versions) -> None, or why a sample does not run
 WarmupRunner = Callable[[mc.ModelConfig, Path, Iterable[int]], "str | None"]
@@ -60,6 +68,11 @@ async def _run_version(config: mc.ModelConfig, model_dir: Path, version: int) ->
     try:
         await run_warmup(backend, 0, samples)
     except RepokitError as exc:
+        if NO_SERVER_MESSAGE in exc.message:
+            raise WarmupUnchecked(
+                "the model calls other models (BLS) or model control while it runs, which "
+                "needs a server"
+            ) from None
         return f"version {version}: {exc.message}"
     finally:
         with contextlib.suppress(RepokitError):  # the check is over either way

@@ -208,3 +208,45 @@ def test_a_sample_the_model_rejects_fails_the_model_with_the_way_out(tmp_path: P
     still = build_repository(source, out, options, tensorrt=NO_TRT)
     assert still.models[0].status == "failed"
     assert f"the values from {wrong} do not run either" in still.models[0].reason
+
+
+PYTHON_BLS_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            inner = pb_utils.InferenceRequest(
+                model_name="simple", requested_output_names=["OUTPUT0"],
+                inputs=[pb_utils.get_input_tensor_by_name(request, "INPUT0")],
+            ).exec()
+            if inner.has_error():
+                raise pb_utils.TritonModelException(inner.error().message())
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", pb_utils.get_output_tensor_by_name(
+                    inner, "OUTPUT0").as_numpy())]))
+        return responses
+"""
+
+
+def test_a_model_that_calls_other_models_is_kept_with_a_note(tmp_path: Path) -> None:
+    """BLS needs the server around the model: the build cannot judge such samples and says so
+    instead of failing a model that serves fine."""
+    source = tmp_path / "src"
+    (source / "caller" / "1").mkdir(parents=True)
+    (source / "caller" / "1" / "model.py").write_text(PYTHON_BLS_MODEL)
+    (source / "caller" / "config.pbtxt").write_text(
+        'name: "caller"\nbackend: "python"\nmax_batch_size: 4\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+    )
+    report = build_repository(source, tmp_path / "out", BuildOptions(profile=True), tensorrt=NO_TRT)
+    [caller] = report.models
+    assert caller.status == "built", caller.reason
+    assert any(
+        note.startswith("the warmup samples were not run at build time: the model calls other "
+                        "models (BLS)")
+        for note in caller.notes
+    ), caller.notes  # fmt: skip

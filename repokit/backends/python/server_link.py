@@ -30,7 +30,7 @@ import numpy as np
 
 from repokit.backends.base import BackendResult
 from repokit.backends.python import ipc
-from repokit.backends.server_api import RequestControl, ServerApi
+from repokit.backends.server_api import NO_SERVER_MESSAGE, RequestControl, ServerApi
 from repokit.errors import Code, RepokitError, internal
 from repokit.protocol import datatypes
 from repokit.protocol.types import (
@@ -44,7 +44,6 @@ from repokit.protocol.types import (
 # pb_utils.Logger levels INFO, WARNING, ERROR, VERBOSE (logged at --log-verbose 1 and more)
 _LOG_LEVELS = (logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG)
 PARENT_CANCELLED = "BLS request cancelled: the request it was made for was cancelled"
-_NO_SERVER = "this model runs outside a server: BLS, model control and metrics are unavailable"
 
 ResultFromWire = Callable[[Any], BackendResult]
 
@@ -213,7 +212,7 @@ class ServerLink:
     def _call(self, call_id: int, op: str, payload: Any) -> None:
         server = self._server
         if server is None:
-            self._reply(call_id, "error", _NO_SERVER)
+            self._reply(call_id, "error", NO_SERVER_MESSAGE)
             return
         try:
             if op == "infer":
