@@ -85,6 +85,10 @@ def _method(request: Request, method: str) -> None:
 def parse_request_header(text: str | None) -> Any:
     if text is None:
         raise invalid_arg(f"missing {REQUEST_HEADER} header (a text-format InferRequestHeader)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8, as the HTTP layer decoded them
+        raise invalid_arg(f"failed to parse {REQUEST_HEADER} header: not valid UTF-8") from None
     header = RequestHeader()
     try:
         text_format.Parse(text, header)

@@ -39,9 +39,12 @@ def success(request_id: int) -> rs.RequestStatus:
 
 
 def failure(request_id: int, error: RepokitError) -> rs.RequestStatus:
+    # a message that echoes undecodable client bytes (lone surrogates) is escaped, so that the
+    # status can still be serialized and sent
+    message = error.message.encode("utf-8", "backslashreplace").decode("utf-8")
     return rs.RequestStatus(
         code=V1_CODE.get(error.code, rs.UNKNOWN),
-        msg=error.message,
+        msg=message,
         server_id=SERVER_ID,
         request_id=request_id,
     )
