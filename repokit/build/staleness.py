@@ -81,22 +81,25 @@ def out_of_date_reason(
     option_diff: list[str],
     tool_diff: list[str],
 ) -> str | None:
-    """Why the model must be rebuilt, or None when it is up to date."""
+    """Why the model must be rebuilt (every reason found, "; "-separated), or None when it is
+    up to date."""
     if entry is None:
         return "not built yet (no entry in the lock file)"
+    reasons = []
     if tool_diff:
-        return f"tool versions changed: {'; '.join(tool_diff)}"
+        reasons.append(f"tool versions changed: {'; '.join(tool_diff)}")
     if option_diff:
-        return f"build options changed: {'; '.join(option_diff)}"
+        reasons.append(f"build options changed: {'; '.join(option_diff)}")
     if not compiled.is_dir():
-        return "the compiled copy is missing from the output"
-    if hash_tree(compiled) != entry.get("output_hash"):
-        return "the compiled copy was modified after the build"
-    if source_hash in (entry.get("source_hash"), entry.get("output_hash")):
-        return None
-    recorded = entry.get("source_files")
-    if isinstance(recorded, dict):
-        changes = source_changes(recorded, source_files)
-        if changes:
-            return f"source files changed: {'; '.join(changes)}"
-    return "the source directory changed since the build"
+        reasons.append("the compiled copy is missing from the output")
+    elif hash_tree(compiled) != entry.get("output_hash"):
+        reasons.append("the compiled copy was modified after the build")
+    if source_hash not in (entry.get("source_hash"), entry.get("output_hash")):
+        recorded = entry.get("source_files")
+        changes = source_changes(recorded, source_files) if isinstance(recorded, dict) else []
+        reasons.append(
+            f"source files changed: {'; '.join(changes)}"
+            if changes
+            else "the source directory changed since the build"
+        )
+    return "; ".join(reasons) or None

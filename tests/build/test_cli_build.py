@@ -124,6 +124,12 @@ def test_check_says_what_changed(app: typer.Typer, source: Path, tmp_path: Path)
     assert "build options changed: --warmup-data zero -> random" in stdout
 
     (source / "fixed" / "notes.txt").write_text("new file")
+    code, stdout, _ = _run(app, *base, "--check", "--warmup-data", "random")
+    assert code == 1  # every reason, not only the first
+    assert (
+        "build options changed: --warmup-data zero -> random; source files changed: added "
+        "notes.txt" in stdout
+    )
     code, stdout, _ = _run(app, *base, "--check")
     assert code == 1 and "source files changed: added notes.txt" in stdout
     assert "out of date: fixed" in stdout
