@@ -555,6 +555,20 @@ def print_table(triton: list[Outcome], repokit: list[Outcome]) -> None:
     print(f"# {len(names)} tests: triton passes {ref}, repokit passes {ours}, both {both}")
 
 
+def compare_saved(triton_json: Path, repokit_json: Path) -> int:
+    """The table of a Triton run and a repokit run saved with ``--json``."""
+    runs = []
+    for path, kind in ((triton_json, "triton"), (repokit_json, "repokit")):
+        try:
+            saved = json.loads(path.read_text())[kind]
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"triton_qa: {path} holds no {kind} run ({exc})", file=sys.stderr)
+            return 2
+        runs.append([Outcome(**item) for item in saved])
+    print_table(runs[0], runs[1])
+    return 0
+
+
 def select(all_scenarios: list[Scenario], patterns: list[str]) -> list[Scenario]:
     if not patterns:
         return all_scenarios
@@ -588,6 +602,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--list", action="store_true", help="list scenarios and exclusions")
     parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("TRITON_JSON", "REPOKIT_JSON"),
+        help="print the table of two runs saved with --json (one per --target)",
+    )
+    parser.add_argument(
         "--no-netns",
         action="store_true",
         help="use the machine's network (ports 8000-8002 must be free)",
@@ -616,6 +637,8 @@ def main(argv: list[str]) -> int:
         for name, reason in NOT_APPLICABLE.items():
             print(f"{name}: {reason}")
         return 0
+    if args.compare:
+        return compare_saved(*args.compare)
     if args.server_git is None:
         print("triton_qa: give --server-git or $TRITON_SERVER_GIT", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ repository, so that is a manual tool (README), not part of this suite."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,20 @@ def test_a_run_without_the_git_dir_says_what_is_missing(
     monkeypatch.delenv("TRITON_SERVER_GIT", raising=False)
     assert triton_qa.main([]) == 2
     assert "--server-git" in capsys.readouterr().err
+
+
+def test_compare_prints_the_table_of_two_saved_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    theirs = {"triton": [{"test": "a", "result": "PASS", "detail": ""},
+                         {"test": "b", "result": "PASS", "detail": ""}]}  # fmt: skip
+    ours = {"repokit": [{"test": "a", "result": "PASS", "detail": ""},
+                        {"test": "b", "result": "FAIL", "detail": "x"}]}  # fmt: skip
+    (tmp_path / "t.json").write_text(json.dumps(theirs))
+    (tmp_path / "r.json").write_text(json.dumps(ours))
+    assert triton_qa.main(["--compare", str(tmp_path / "t.json"), str(tmp_path / "r.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["a", "PASS", "PASS"]
+    assert lines[2].split() == ["b", "PASS", "FAIL", "<<"]
+    assert lines[-1] == "# 2 tests: triton passes 2, repokit passes 1, both 1"
+    assert triton_qa.main(["--compare", str(tmp_path / "r.json"), str(tmp_path / "t.json")]) == 2
