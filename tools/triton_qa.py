@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -485,7 +486,12 @@ def run_scenario(scenario: Scenario, qa: Path, target: Target, workdir: Path) ->
     finally:
         target.stop()
     text = target.log_text()
-    outcomes.extend(log_check(check, text, label) for check in scenario.log_checks)
+    for check in scenario.log_checks:
+        if check.expected_file:
+            lines = (cwd / check.expected_file).read_text().splitlines()
+            pattern = "|".join(rf"^E\d{{4}}.*{line}" for line in lines if line)
+            check = dataclasses.replace(check, pattern=pattern)
+        outcomes.append(log_check(check, text, label))
     return outcomes
 
 

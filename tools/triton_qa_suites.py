@@ -195,6 +195,9 @@ class LogCheck:
     pattern: str
     at_least: int = 1
     exactly: int | None = None
+    # a file (next to the repository) whose lines are alternative patterns, each matched
+    # in an error line ("E" + 4 digits ... pattern), as L0_model_config's test.sh greps
+    expected_file: str = ""
 
 
 Step = PytestRun | ScriptRun | HttpCall | KillChildren
@@ -715,6 +718,72 @@ def autofill() -> list[Scenario]:
     return found
 
 
+AUTOFILL_FAILURE = "L0_model_config/autofill_noplatform/python"
+FAILURE_CASES_WITHOUT_MODEL = (
+    "input_mismatch_datatype",
+    "input_mismatch_dims",
+    "output_mismatch_datatype",
+    "output_mismatch_dims",
+)
+
+
+def grep_pattern(text: str) -> str:
+    """A grep basic regular expression (the expected files') as a Python one."""
+    return text.strip().replace("(", r"\(").replace(")", r"\)")
+
+
+def autofill_failures() -> list[Scenario]:
+    """L0_model_config: every python case of autofill_noplatform must stop the server
+    (--strict-model-config=false) with one of its ``expected*`` texts in an error line
+    (``grep ^E[0-9][0-9][0-9][0-9].*"$EX"``). The cases are read from the qa tree."""
+    found: list[Scenario] = []
+    for case in AUTOFILL_FAILURE_CASES:
+
+        def lay(qa: Path, repo: Path, case: str = case) -> None:
+            source = qa / AUTOFILL_FAILURE / case
+            shutil.copytree(source, repo / case)
+            (repo / case / "1").mkdir(exist_ok=True)
+            own = source / "model.py"
+            if case in FAILURE_CASES_WITHOUT_MODEL or not own.exists():
+                own = qa / "python_models/auto_complete/model.py"
+            shutil.copy(own, repo / case / "1" / "model.py")
+            expected = [grep_pattern(p.read_text()) for p in sorted(source.glob("expected*"))]
+            (repo.parent / f"{case}.expected").write_text("\n".join(expected))
+
+        found.append(
+            Scenario(
+                f"L0_model_config/autofill_python_errors/{case}",
+                "L0_model_config",
+                lay,
+                flags=["--strict-model-config=false"],
+                expect_start=False,
+                log_checks=[LogCheck("expected_error", "", expected_file=f"{case}.expected")],
+            )
+        )
+    return found
+
+
+AUTOFILL_FAILURE_CASES = (
+    "conflicting_max_batch_size",
+    "conflicting_scheduler_sequence",
+    "input_mismatch_datatype",
+    "input_mismatch_dims",
+    "input_missing_datatype",
+    "input_missing_dims",
+    "input_missing_name",
+    "input_wrong_property",
+    "model_transaction_policy_invalid_args",
+    "model_transaction_policy_mismatch",
+    "no_return",
+    "output_mismatch_datatype",
+    "output_mismatch_dims",
+    "output_missing_datatype",
+    "output_missing_dims",
+    "output_missing_name",
+    "output_wrong_property",
+)
+
+
 def scenarios() -> list[Scenario]:
     return [
         *top_level(),
@@ -727,4 +796,5 @@ def scenarios() -> list[Scenario]:
         *io(),
         *logging(),
         *autofill(),
+        *autofill_failures(),
     ]

@@ -114,6 +114,23 @@ def test_model_config_auto_complete_rules() -> None:
         config.add_output({"name": "C", "data_type": "TYPE_FP32"})
     with pytest.raises(ValueError, match="contains property other than"):
         config.set_model_transaction_policy({"streaming": True})
+    # Triton's wording (L0_model_config autofill_noplatform/python/*_wrong_property)
+    with pytest.raises(ValueError) as wrong:
+        config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [4], "shape": [4]})
+    assert str(wrong.value).endswith(
+        "contains property other than 'name', 'data_type', 'dims' and 'optional'."
+    )
+    with pytest.raises(ValueError) as wrong:
+        config.add_output({"name": "Y", "data_type": "TYPE_FP32", "dims": [4], "optional": True})
+    assert str(wrong.value).endswith("contains property other than 'name', 'data_type' and 'dims'.")
+    # a policy the config file sets cannot be changed, only repeated
+    config.set_model_transaction_policy({"decoupled": False})
+    with pytest.raises(ValueError) as changed:
+        config.set_model_transaction_policy({"decoupled": True})
+    assert str(changed.value) == (
+        "trying to change decoupled property in auto-complete-config for model 'm', which is "
+        "already set to 'False'."
+    )
     assert config.as_dict()["input"] == [{"name": "A", "data_type": "TYPE_FP32", "dims": [4]}]
     assert config.as_dict()["dynamic_batching"] == {}
 

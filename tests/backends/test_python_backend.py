@@ -414,6 +414,12 @@ async def test_auto_complete_config_result_is_kept(tmp_path: Path) -> None:
     error = await load_error(tmp_path / "f", "auto", failing)
     assert error.code is Code.INTERNAL
     assert error.message.startswith("ValueError: input 'EXTRA' in auto-complete-config")
+    no_return = code.replace("        return auto_complete_model_config\n", "")
+    error = await load_error(tmp_path / "n", "auto", no_return)
+    assert error.code is Code.INTERNAL
+    assert error.message == (  # Triton's text (L0_model_config autofill_noplatform/no_return)
+        "auto_complete_config function in model 'auto' must return a valid pb.ModelConfig object."
+    )
 
 
 async def test_model_imports_its_folder_as_triton_does(tmp_path: Path) -> None:

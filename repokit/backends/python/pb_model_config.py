@@ -10,6 +10,12 @@ import json
 from typing import Any
 
 
+def _listed(names: tuple[str, ...]) -> str:
+    """'a', 'b' and 'c' (Triton's wording)."""
+    quoted = [f"'{name}'" for name in names]
+    return ", ".join(quoted[:-1]) + " and " + quoted[-1] if len(quoted) > 1 else quoted[0]
+
+
 class ModelConfig:
     """The config handed to ``auto_complete_config``; models may add inputs/outputs etc."""
 
@@ -54,7 +60,7 @@ class ModelConfig:
             if prop not in allowed:
                 raise ValueError(
                     f"{side} '{tensor['name']}' in auto-complete-config function for model "
-                    f"'{self._name()}' contains property other than {', '.join(allowed)}."
+                    f"'{self._name()}' contains property other than {_listed(allowed)}."
                 )
         for prop in ("data_type", "dims"):
             if prop not in tensor:
@@ -97,4 +103,10 @@ class ModelConfig:
                 )
         policy = self._config.setdefault("model_transaction_policy", {})
         if "decoupled" in transaction_policy_dict:
-            policy["decoupled"] = bool(transaction_policy_dict["decoupled"])
+            wanted = bool(transaction_policy_dict["decoupled"])
+            if "decoupled" in policy and bool(policy["decoupled"]) != wanted:
+                raise ValueError(
+                    "trying to change decoupled property in auto-complete-config for model "
+                    f"'{self._name()}', which is already set to '{bool(policy['decoupled'])}'."
+                )
+            policy["decoupled"] = wanted

@@ -188,7 +188,11 @@ class Instance:
                 return "ok", {"config": None}
             completed = complete(pb_utils.ModelConfig(args["model_config"]))
             if not isinstance(completed, pb_utils.ModelConfig):
-                return "ok", {"config": None}
+                model = args.get("model_name", "")
+                return "error", (
+                    f"auto_complete_config function in model '{model}' must return a valid "
+                    "pb.ModelConfig object."
+                )
             return "ok", {"config": json.dumps(completed.as_dict())}
         except BaseException as exc:
             return "error", format_exception(exc)
