@@ -595,10 +595,29 @@ class PythonBackend(Backend):
         if status != "ok":
             if status == "rescheduled":
                 items, indexes = body
-                return self._reschedule(target, requests, batch, items, indexes), timing
+                results = self._reschedule(target, requests, batch, items, indexes)
+                return await self._answers_later(target, batch, items, results), timing
             error = RepokitError(Code.INTERNAL, str(body))
             return [BackendResult(error=error) for _ in requests], timing
-        return [self._result(item) for item in body], timing
+        results = [self._result(item) for item in body]
+        return await self._answers_later(target, batch, body, results), timing
+
+    @staticmethod
+    async def _answers_later(
+        target: _Instance,
+        batch: list[tuple[Any, ...]],
+        items: list[Any],
+        results: list[BackendResult],
+    ) -> list[BackendResult]:
+        """Wait for the answers a non-decoupled model sends through response senders after
+        its ``execute`` returned (the item :data:`~repokit.backends.python.ipc.SENT_LATER`)."""
+        link = target.link
+        if link is None or ipc.SENT_LATER not in items:
+            return results
+        for index, item in enumerate(items):
+            if item == ipc.SENT_LATER:
+                results[index] = await link.answer(batch[index][-1])
+        return results
 
     async def execute_wire(
         self, instance: int, protocol: str, raw: bytes, plan: WirePlan, limit: int
@@ -640,6 +659,8 @@ class PythonBackend(Backend):
             return WireOutcome(body=payload, batch_size=batch_size, timing=timing)
         if kind == "ok":
             result = self._result(payload[0])
+            if payload[0] == ipc.SENT_LATER and target.link is not None:
+                result = await target.link.answer(key)
         elif kind == "rescheduled":  # only the sequence batcher can run a request again
             result = BackendResult(error=RepokitError(Code.UNSUPPORTED, NOT_ITERATIVE))
             self._log_release_failure(result.error)
@@ -707,7 +728,7 @@ class PythonBackend(Backend):
         return name
 
     def _result(self, item: tuple[Any, ...] | None) -> BackendResult:
-        if item is None:  # a decoupled model: its responses go to the request's sink
+        if item is None or item == ipc.SENT_LATER:  # the response comes (or came) another way
             return BackendResult()
         if item[0] == "error":
             _, code_name, message = item

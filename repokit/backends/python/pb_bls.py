@@ -10,7 +10,10 @@ run many BLS requests at once (``asyncio.gather``).
 
 A :class:`ResponseSender` of a decoupled model sends each response to the server at once
 (``("@response", request key, response, flags)``), from ``execute`` or from any thread the
-model started.
+model started. A non-decoupled model may answer a request through its sender too (one
+response): while ``execute`` runs the response is kept and goes back with ``execute``'s reply;
+once ``execute`` has returned (:meth:`ResponseSender.detach`) it goes at once as
+``("@answer", request key, response)``, and the server is waiting for it.
 """
 
 from __future__ import annotations
@@ -180,7 +183,10 @@ class ResponseSender:
         self._closed = False
         self._sent = 0
         self._lock = threading.Lock()
-        self.kept: list[tuple[InferenceResponse | None, int]] = []  # non-decoupled models
+        # non-decoupled models: what was sent while execute ran; after execute returned
+        # (detached) responses go to the server at once
+        self.kept: list[tuple[InferenceResponse | None, int]] = []
+        self._detached = False
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
         pb = _pb()
@@ -216,12 +222,29 @@ class ResponseSender:
             if response is not None:
                 self._sent += 1
             if not RUNTIME.decoupled:
-                self.kept.append((response, flags))
+                if not self._detached:
+                    self.kept.append((response, flags))
+                elif response is not None:
+                    wire = response_to_wire(response, self._request.requested_output_names())
+                    RUNTIME.require_link("response sender").send(
+                        ("@answer", self._request.key(), wire)
+                    )
                 return
             wire = response_to_wire(response, self._request.requested_output_names())
             RUNTIME.require_link("response sender").send(
                 ("@response", self._request.key(), wire, final)
             )
+
+    def detach(self, answered: bool) -> InferenceResponse | None:
+        """A non-decoupled model's ``execute`` returned: the response sent meanwhile (if any);
+        from now on responses go to the server at once. ``answered``: the request's answer is
+        settled (``execute`` returned a response or failed), so the sender closes."""
+        with self._lock:
+            self._detached = True
+            sent = next((r for r, _ in self.kept if r is not None), None)
+            if answered:
+                self._closed = True
+            return sent
 
     def is_cancelled(self) -> bool:
         return self._request.is_cancelled()

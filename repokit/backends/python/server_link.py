@@ -9,7 +9,10 @@
 - ``("@log", level, message, file, line)``: a model log line for the server's log;
 - ``("@metric", handle, op, value)`` / ``("@metric_release", handle)``: custom metric updates;
 - ``("@response", key, response, final)``: a decoupled model's response for request ``key``,
-  handed to that request's sink.
+  handed to that request's sink;
+- ``("@answer", key, response)``: the answer of a non-decoupled model's request ``key`` that it
+  sent through the request's response sender after ``execute`` returned
+  (:meth:`ServerLink.answer` waits for it).
 
 A BLS request carries the keys of the requests whose ``execute`` made it (``parents``). When
 all of them are cancelled (the client went away, closed its stream or cancelled the call) the
@@ -119,6 +122,9 @@ class ServerLink:
         self._cancelled: set[int] = set()  # keys of cancelled requests still at the instance
         self._bls_parents: dict[int, set[int]] = {}  # BLS call id -> parents not cancelled yet
         self._cancelled_calls: set[int] = set()  # BLS calls cancelled with their parents
+        self._answers: dict[int, BackendResult] = {}  # "@answer"s nobody waits for yet
+        self._awaited: dict[int, asyncio.Future[BackendResult]] = {}
+        self._abandoned: set[int] = set()  # keys whose waiter went away (cancelled)
 
     def close(self) -> None:
         for task in self._tasks.values():
@@ -131,6 +137,12 @@ class ServerLink:
         self._metric_families.clear()
         self._cancelled.clear()
         self._bls_parents.clear()
+        self._answers.clear()
+        self._abandoned.clear()
+        for future in self._awaited.values():
+            if not future.done():
+                future.set_result(BackendResult(error=closed_stream_error(self._instance)))
+        self._awaited.clear()
 
     # --- cancellation of the requests BLS calls are made for -------------------------------
     def parent_cancelled(self, key: int) -> None:
@@ -163,6 +175,8 @@ class ServerLink:
         tag = message[0]
         if tag == "@response":
             self._response(message[1], message[2], message[3])
+        elif tag == "@answer":
+            self._answer(message[1], message[2])
         elif tag == "@call":
             self._call(message[1], message[2], message[3])
         elif tag == "@log":
@@ -189,6 +203,32 @@ class ServerLink:
         if control is None or control.sink is None:
             return  # nobody listens (warmup, or the client went away)
         control.sink(None if wire is None else self._result(wire), final)
+
+    # --- non-decoupled answers sent after execute returned -------------------------------
+    def _answer(self, key: int, wire: Any) -> None:
+        if key in self._abandoned:
+            self._abandoned.discard(key)
+            return
+        result = self._result(wire)
+        future = self._awaited.pop(key, None)
+        if future is None:
+            self._answers[key] = result
+        elif not future.done():
+            future.set_result(result)
+
+    async def answer(self, key: int) -> BackendResult:
+        """The answer request ``key`` gets through its response sender (it may have come)."""
+        found = self._answers.pop(key, None)
+        if found is not None:
+            return found
+        future: asyncio.Future[BackendResult] = asyncio.get_running_loop().create_future()
+        self._awaited[key] = future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self._awaited.pop(key, None) is not None:
+                self._abandoned.add(key)
+            raise
 
     # --- logging --------------------------------------------------------------------------------
     def _log(self, level: int, message: str, filename: str, line: int) -> None:
@@ -290,11 +330,16 @@ class ServerLink:
                 return
             self._reply(call_id, "ok", response_to_wire(response))
             return
+        final = False
         try:
             async for item in server.infer_stream(request):
+                final = item.final
                 self._reply(call_id, "more", response_to_wire(item))
         except RepokitError as exc:
             self._reply(call_id, "more", error_to_wire(exc))
+            final = True
+        if not final:  # the model ended with a bare final flag: Triton yields an empty response
+            self._reply(call_id, "more", ("ok", [], {}))
         self._reply(call_id, "end", None)
 
 

@@ -138,13 +138,29 @@ class Instance:
             return self._loop.run_until_complete(result)
         return result
 
-    def _run_in_background(self, coroutine: Any) -> None:
-        """A decoupled ``async def execute``: run it without waiting (its own loop thread)."""
+    def _background_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop (in its own thread) where ``async def execute`` runs, so that tasks
+        the model starts go on running after ``execute`` returns, as in Triton."""
         if self._background is None:
             loop = self._background = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, daemon=True).start()
+        return self._background
+
+    def _run_execute(self, requests: list[pb_utils.InferenceRequest]) -> Any:
+        """A non-decoupled ``execute``; a coroutine runs on the background loop and is
+        waited for."""
+        returned = self.model.execute(requests)
+        if not inspect.isawaitable(returned):
+            return returned
         future = asyncio.run_coroutine_threadsafe(
-            _on_behalf_of(RUNTIME.parents.get(), coroutine), self._background
+            _on_behalf_of(RUNTIME.parents.get(), returned), self._background_loop()
+        )
+        return future.result()
+
+    def _run_in_background(self, coroutine: Any) -> None:
+        """A decoupled ``async def execute``: run it without waiting."""
+        future = asyncio.run_coroutine_threadsafe(
+            _on_behalf_of(RUNTIME.parents.get(), coroutine), self._background_loop()
         )
         future.add_done_callback(self._background_done)
 
@@ -331,24 +347,24 @@ class Instance:
         ``wire`` a successful single response comes back unconverted (status ``"wire"``)."""
         parents = RUNTIME.parents.set(tuple(request.key() for request in requests))
         rescheduled: tuple[int, ...] = ()
+        responses: Any = None
         try:
             if self.decoupled:
                 return self._execute_decoupled(requests, started, built)
             try:
-                responses = self._run(self.model.execute(requests))
+                responses = self._run_execute(requests)
                 if RUNTIME.reschedule_requested:
                     rescheduled = self._rescheduled(requests)
-                if responses is None:
-                    responses = self._sent_responses(requests, rescheduled)
-                if rescheduled:
-                    problem = self._check_rescheduled(responses, len(requests), rescheduled)
-                else:
-                    problem = self._check(responses, len(requests))
+                problem = self._check_returned(responses, requests, rescheduled)
             except BaseException as exc:
                 problem = format_exception(exc)
         finally:
             RUNTIME.parents.reset(parents)
         executed = time.perf_counter_ns()
+        if any(request.response_sender_if_used() is not None for request in requests):
+            return self._answers_with_senders(
+                requests, responses, problem, rescheduled, (built - started, executed - built)
+            )
         if problem is not None:
             message = (
                 f"Failed to process the request(s) for model '{self.name}', message: {problem}"
@@ -359,7 +375,9 @@ class Instance:
                 None
                 if response is None
                 else pb_bls.response_to_wire(response, request.requested_output_names())
-                for response, request in zip(responses, requests, strict=True)
+                for response, request in zip(
+                    responses or [None] * len(requests), requests, strict=True
+                )
             ]
             finished = time.perf_counter_ns()
             timing = (built - started, executed - built, finished - executed)
@@ -396,23 +414,72 @@ class Instance:
             found.append(index)
         return tuple(found)
 
-    @staticmethod
-    def _sent_responses(
-        requests: list[pb_utils.InferenceRequest], rescheduled: tuple[int, ...] = ()
-    ) -> Any:
-        """A non-decoupled model that answered through response senders and returned None
-        (None stands for a rescheduled request)."""
-        responses: list[pb_utils.InferenceResponse | None] = []
+    def _answers_with_senders(
+        self,
+        requests: list[pb_utils.InferenceRequest],
+        responses: Any,
+        problem: str | None,
+        rescheduled: tuple[int, ...],
+        timing: tuple[int, int],
+    ) -> BatchReply:
+        """The answers of a non-decoupled batch where requests used their response sender
+        (Triton's rules): a response sent while ``execute`` ran is the request's answer (a
+        returned response or a later failure no longer reaches the client); a request answered
+        by neither is answered later through the sender (``ipc.SENT_LATER``); one that
+        ``execute`` answered or failed for has its sender closed."""
+        returned = responses if problem is None and isinstance(responses, (list, tuple)) else None
+        message = f"Failed to process the request(s) for model '{self.name}', message: {problem}"
+        items: list[Any] = []
+        answered = False  # some request has its answer in spite of a problem
         for index, request in enumerate(requests):
+            response = returned[index] if returned is not None else None
+            requested = request.requested_output_names()
             sender = request.response_sender_if_used()
-            kept = [r for r, _ in sender.kept if r is not None] if sender is not None else []
+            settled = index not in rescheduled and (problem is not None or response is not None)
+            sent = sender.detach(settled) if sender is not None else None
+            if sent is not None:
+                items.append(pb_bls.response_to_wire(sent, requested))
+                answered = True
+            elif index in rescheduled:
+                items.append(None)
+            elif problem is not None:
+                items.append(("error", "INTERNAL", message))
+            elif response is not None:
+                items.append(pb_bls.response_to_wire(response, requested))
+            else:
+                items.append(ipc.SENT_LATER)
+                answered = True
+        output_ns = 0
+        if problem is not None and not answered:
+            return "error", message, (timing[0], timing[1], output_ns)
+        if rescheduled:
+            return "rescheduled", (items, rescheduled), (timing[0], timing[1], output_ns)
+        return "ok", items, (timing[0], timing[1], output_ns)
+
+    @staticmethod
+    def _check_returned(
+        responses: Any, requests: list[pb_utils.InferenceRequest], rescheduled: tuple[int, ...]
+    ) -> str | None:
+        """Triton's checks of a non-decoupled ``execute``'s return: None, or a list with one
+        InferenceResponse per request, where None stands for a rescheduled request or one
+        answered through its response sender."""
+        count = len(requests)
+        if responses is None:
+            for index, request in enumerate(requests):
+                if index not in rescheduled and request.response_sender_if_used() is None:
+                    return _none_returned()
+            return None
+        if not isinstance(responses, (list, tuple)) or len(responses) != count:
+            return Instance._check(responses, count)
+        for index, response in enumerate(responses):
             if index in rescheduled:
-                responses.append(None)
+                if response is not None:
+                    return Instance._check_rescheduled([response], 1, (0,))
+            elif response is None and requests[index].response_sender_if_used() is not None:
                 continue
-            if not kept:
-                return None
-            responses.append(kept[0])
-        return responses
+            elif not isinstance(response, pb_utils.InferenceResponse):
+                return Instance._check([response], 1)
+        return None
 
     def _execute_decoupled(
         self, requests: list[pb_utils.InferenceRequest], started: int, built: int
