@@ -80,6 +80,12 @@ class ChildLink:
             self._wait(lambda: bool(pending))
         return pending.popleft()
 
+    def wait_pending(self, call_id: int) -> None:
+        """Wait until a reply to ``call_id`` is there, leaving it for :meth:`wait_reply`."""
+        pending = self._replies[call_id]
+        if not pending:
+            self._wait(lambda: bool(pending))
+
     def forget(self, call_id: int) -> None:
         with self._cond:
             self._replies.pop(call_id, None)

@@ -5,8 +5,9 @@ A BLS request goes to the server as a call (``("@call", id, "infer", {...})``); 
 it through its core (the called model's checks, scheduler, batching and statistics) and
 replies with the response, or, for ``exec(decoupled=True)``, with one ``"more"`` reply per
 response and an ``"end"`` reply, which :class:`ResponseIterator` yields as they arrive.
-``async_exec`` waits for the reply on the event loop's default executor, so a coroutine can
-run many BLS requests at once (``asyncio.gather``).
+``async_exec`` waits for the reply (with ``decoupled=True``: the first one) on the event loop's
+default executor, so a coroutine can run many BLS requests at once (``asyncio.gather``), and
+several ``async def execute`` calls of one instance run concurrently.
 
 A :class:`ResponseSender` of a decoupled model sends each response to the server at once
 (``("@response", request key, response, flags)``), from ``execute`` or from any thread the
@@ -132,11 +133,14 @@ def execute(request: InferenceRequest, decoupled: bool) -> InferenceResponse | R
 def async_execute(request: InferenceRequest, decoupled: bool) -> asyncio.Future[Any]:
     call_id = _start(request, decoupled)
     loop = asyncio.get_running_loop()
-    if decoupled:
-        future: asyncio.Future[Any] = loop.create_future()
-        future.set_result(ResponseIterator(call_id))
-        return future
+    if decoupled:  # ready once the first response is in: iterating it does not block the loop
+        return loop.run_in_executor(None, _first_ready, call_id)
     return loop.run_in_executor(None, _finish, call_id, False)
+
+
+def _first_ready(call_id: int) -> ResponseIterator:
+    RUNTIME.require_link("BLS").wait_pending(call_id)
+    return ResponseIterator(call_id)
 
 
 class ResponseIterator:

@@ -22,7 +22,7 @@ from repokit.errors import Code, RepokitError, unsupported
 from repokit.frontends.grpc import messages
 from repokit.frontends.grpc.codec import decode_infer_request, encode_infer_response
 from repokit.frontends.grpc.parsing import UNPARSABLE_REQUEST, Unparsable
-from repokit.frontends.grpc.stream import StreamSession
+from repokit.frontends.grpc.stream import GRPC_ERROR_HEADER, StreamSession
 from repokit.frontends.heap import HeapTrimmer
 from repokit.frontends.status import grpc_status_name
 from repokit.protocol.generated import grpc_service_pb2 as pb
@@ -200,8 +200,15 @@ class InferenceServicer:
         context: Context,
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         # grpc.aio needs an async generator function here, not one returning a generator
-        async for response in StreamSession(self._service, request_iterator).responses():
+        grpc_error = any(
+            key == GRPC_ERROR_HEADER and value == "true"
+            for key, value in context.invocation_metadata() or ()
+        )
+        session = StreamSession(self._service, request_iterator, grpc_error)
+        async for response in session.responses():
             yield response
+        if session.failure is not None:
+            await abort_with(context, session.failure)
 
     # --- repository ----------------------------------------------------------------------
     async def RepositoryIndex(

@@ -15,6 +15,11 @@ final (true). A model that ends with an empty final flag gets an empty final res
 request's id, model name and version, ``triton_final_response=true``) only if the request set
 ``triton_enable_empty_final_response=true``, as Triton does. A client that closes the stream
 cancels its open requests (the model sees ``request.is_cancelled()``).
+
+``triton_grpc_error: true`` in the stream's metadata (Triton's "GRPC status codes" mode): the
+first request that fails while it runs (an error from the model or the core, not a request that
+cannot be decoded) ends the stream with that error's gRPC status and message instead of an
+in-band ``error_message``; the other requests' responses are dropped from then on.
 """
 
 from __future__ import annotations
@@ -35,6 +40,19 @@ FINAL_RESPONSE_PARAM = "triton_final_response"
 _log = logging.getLogger(__name__)
 
 _END = None
+GRPC_ERROR_HEADER = "triton_grpc_error"
+
+
+class StreamFailed:
+    """The stream ends with ``error`` as its gRPC status (``triton_grpc_error`` mode)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: RepokitError) -> None:
+        self.error = error
+
+
+_Item = pb.ModelStreamInferResponse | StreamFailed | None
 
 
 def _sequence_key(msg: pb.ModelInferRequest) -> Hashable | None:
@@ -81,17 +99,25 @@ class StreamSession:
         self,
         service: InferenceService,
         requests: AsyncIterator[pb.ModelInferRequest | Unparsable],
+        grpc_error: bool = False,
     ) -> None:
         self._service = service
         self._requests = requests
+        self._grpc_error = grpc_error
+        self.failure: RepokitError | None = None  # set when the stream ends with a status
 
     async def responses(self) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        """The stream's responses; in ``triton_grpc_error`` mode they stop at the first
+        failure, which is then in :attr:`failure`."""
+        out: asyncio.Queue[_Item] = asyncio.Queue()
         reader = asyncio.create_task(self._read(out))
         try:
             while True:
                 item = await out.get()
                 if item is _END:
+                    break
+                if isinstance(item, StreamFailed):
+                    self.failure = item.error
                     break
                 yield item
         finally:
@@ -99,7 +125,7 @@ class StreamSession:
                 reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
 
-    async def _read(self, out: asyncio.Queue[pb.ModelStreamInferResponse | None]) -> None:
+    async def _read(self, out: asyncio.Queue[_Item]) -> None:
         tasks: set[asyncio.Task[None]] = set()
         last_of_sequence: dict[Hashable, asyncio.Task[None]] = {}
         try:
@@ -131,25 +157,32 @@ class StreamSession:
         self,
         msg: pb.ModelInferRequest,
         previous: asyncio.Task[None] | None,
-        out: asyncio.Queue[pb.ModelStreamInferResponse | None],
+        out: asyncio.Queue[_Item],
     ) -> None:
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
+        issued = [False]  # the request reached the core (its errors may end the stream)
         try:
-            async for response in self._run(msg):
+            async for response in self._run(msg, issued):
                 await out.put(response)
         except RepokitError as error:
-            await out.put(error_response(msg, error.message))
+            if self._grpc_error and issued[0]:
+                await out.put(StreamFailed(error))
+            else:
+                await out.put(error_response(msg, error.message))
         except Exception as exc:  # never let one request kill the stream
             _log.exception("stream request failed")
             await out.put(error_response(msg, f"internal error: {type(exc).__name__}: {exc}"))
 
-    async def _run(self, msg: pb.ModelInferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    async def _run(
+        self, msg: pb.ModelInferRequest, issued: list[bool]
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         service = self._service
         version = parse_model_version(msg.model_version)
         decoupled = service.is_decoupled(msg.model_name, version)
         decoded = decode_infer_request(msg)
         decoded.request.model_version = version
+        issued[0] = True
         if not decoupled:
             response = await service.infer(decoded.request)
             yield _final_flagged(encode_infer_response(response), True)
