@@ -20,6 +20,7 @@ from tests.e2e.test_python_senders import (
     _mode_input,
     _n_input,
     grpc_error_stream,
+    refused_then_answered,
     stream_answers,
 )
 from tests.frontends.http.server_thread import Endpoints, running_server
@@ -89,3 +90,7 @@ def test_grpc_error_streams_match(
 ) -> None:
     theirs = grpc_error_stream(triton.grpc, headers)
     assert grpc_error_stream(repokit.grpc, headers) == theirs
+
+
+def test_refused_requests_with_grpc_error_match(triton: Endpoints, repokit: Endpoints) -> None:
+    assert refused_then_answered(repokit.grpc) == refused_then_answered(triton.grpc)

@@ -168,6 +168,31 @@ def test_triton_grpc_error_ends_the_stream_with_the_status(grpc_url: str) -> Non
     ]
 
 
+def refused_then_answered(url: str) -> list[Any]:
+    """With ``triton_grpc_error``: a request with an input of the wrong datatype (the core
+    refuses it before it runs), then a good one."""
+    received: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    with grpcclient.InferenceServerClient(url) as client:
+        client.start_stream(
+            lambda result, error: received.put((result, error)),
+            headers={"triton_grpc_error": "true"},
+        )
+        try:
+            wrong = grpcclient.InferInput("MODE", [1, 1], "FP32")
+            wrong.set_data_from_numpy(np.zeros([1, 1], dtype=np.float32))
+            client.async_stream_infer("sender", [wrong], request_id="x")
+            first = _describe(*received.get(timeout=30))
+            client.async_stream_infer("sender", _mode_input(0), request_id="y")
+            second = _describe(*received.get(timeout=30))
+        finally:
+            client.stop_stream()
+    return [first[0], first[1][0], second]
+
+
+def test_triton_grpc_error_keeps_refused_requests_in_band(grpc_url: str) -> None:
+    assert refused_then_answered(grpc_url) == ["error", "None", ("ok", ["y", [[100]]])]
+
+
 def test_without_triton_grpc_error_the_stream_goes_on(grpc_url: str) -> None:
     assert grpc_error_stream(grpc_url, None) == [
         ("ok", "a"),

@@ -17,9 +17,11 @@ request's id, model name and version, ``triton_final_response=true``) only if th
 cancels its open requests (the model sees ``request.is_cancelled()``).
 
 ``triton_grpc_error: true`` in the stream's metadata (Triton's "GRPC status codes" mode): the
-first request that fails while it runs (an error from the model or the core, not a request that
-cannot be decoded) ends the stream with that error's gRPC status and message instead of an
-in-band ``error_message``; the other requests' responses are dropped from then on.
+first request that fails while it runs (an error from the model or its scheduler) ends the
+stream with that error's gRPC status and message instead of an in-band ``error_message``; the
+other requests' responses are dropped from then on. A request the core refuses before it runs
+(it cannot be decoded, names an unknown model, has wrong inputs) is still answered in-band, as
+Triton 2.51 does (``stream_infer_handler.cc``: only response errors finish the stream).
 """
 
 from __future__ import annotations
@@ -182,11 +184,15 @@ class StreamSession:
         decoupled = service.is_decoupled(msg.model_name, version)
         decoded = decode_infer_request(msg)
         decoded.request.model_version = version
-        issued[0] = True
         if not decoupled:
-            response = await service.infer(decoded.request)
+            loaded, prepared = service.admit(decoded.request)
+            issued[0] = True
+            response = await service.run_admitted(loaded, decoded.request, prepared)
             yield _final_flagged(encode_infer_response(response), True)
             return
+        if self._grpc_error:  # a request the core refuses is answered in-band all the same
+            service.admit(decoded.request)
+        issued[0] = True
         async for item in self._run_decoupled(decoded):
             yield item
 
