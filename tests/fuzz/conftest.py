@@ -8,8 +8,9 @@ so every run draws fresh examples from its own seed; a failure prints the exampl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -30,10 +31,19 @@ _COMMON = {
 
 #: pure decoders: fast, so many examples and a tight deadline per example
 PURE = settings(max_examples=200, deadline=timedelta(seconds=1), **_COMMON)
-PURE_SLOW = settings(max_examples=20_000, deadline=timedelta(seconds=1), **_COMMON)
+PURE_SLOW = settings(max_examples=5_000, deadline=timedelta(seconds=1), **_COMMON)
 #: requests to a real server (models run): fewer examples; the deadline bounds each answer
 SERVED = settings(max_examples=150, deadline=timedelta(seconds=10), **_COMMON)
-SERVED_SLOW = settings(max_examples=5_000, deadline=timedelta(seconds=10), **_COMMON)
+SERVED_SLOW = settings(max_examples=2_000, deadline=timedelta(seconds=10), **_COMMON)
+
+
+#: the longer runs need more than the suite's per-test timeout
+LONG_RUN_TIMEOUT_S = 1200
+
+
+def long_run(test: Callable[..., Any]) -> Callable[..., Any]:
+    """A long fuzz run: only under ``-m slow``, with its own timeout."""
+    return pytest.mark.slow(pytest.mark.timeout(LONG_RUN_TIMEOUT_S)(test))
 
 
 @pytest.fixture(scope="session")

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from repokit.config.parse import ConfigParseError, parse_json, parse_text
 from repokit.config.report import ValidateOptions
 from repokit.config.validate import validate_repository
-from tests.fuzz.conftest import PURE, PURE_SLOW
+from tests.fuzz.conftest import PURE, PURE_SLOW, long_run
 from tests.fuzz.strategies import json_values
 
 TYPES = ("TYPE_FP32", "TYPE_INT32", "TYPE_STRING", "TYPE_BOOL", "TYPE_FP16", "TYPE_INVALID", "X")
@@ -104,7 +103,7 @@ def _parse_json(value: object) -> None:
 
 
 test_parse_text = PURE(given(config_texts())(_parse_text))
-test_parse_text_long = pytest.mark.slow(PURE_SLOW(given(config_texts())(_parse_text)))
+test_parse_text_long = long_run(PURE_SLOW(given(config_texts())(_parse_text)))
 json_configs = json_values | st.dictionaries(
     st.sampled_from(
         [
@@ -124,7 +123,7 @@ json_configs = json_values | st.dictionaries(
     max_size=5,
 )
 test_parse_json = PURE(given(json_configs | st.text(max_size=40))(_parse_json))
-test_parse_json_long = pytest.mark.slow(PURE_SLOW(given(json_configs)(_parse_json)))
+test_parse_json_long = long_run(PURE_SLOW(given(json_configs)(_parse_json)))
 
 
 def _validate(tmp_path: Path, text: str, with_file: bool) -> None:
@@ -141,6 +140,6 @@ def _validate(tmp_path: Path, text: str, with_file: bool) -> None:
 
 
 test_validate = PURE(given(text=config_texts(), with_file=st.booleans())(_validate))
-test_validate_long = pytest.mark.slow(
+test_validate_long = long_run(
     PURE_SLOW(given(text=config_texts(), with_file=st.booleans())(_validate))
 )

@@ -6,7 +6,6 @@ message), and a stream answers every message it was sent."""
 from __future__ import annotations
 
 import grpc
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,7 +14,7 @@ from repokit.frontends.grpc.codec import decode_infer_request
 from repokit.frontends.runner import ServerHandle
 from repokit.frontends.status import grpc_status_name
 from repokit.protocol.generated import grpc_service_pb2 as pb
-from tests.fuzz.conftest import PURE, PURE_SLOW, SERVED, SERVED_SLOW
+from tests.fuzz.conftest import PURE, PURE_SLOW, SERVED, SERVED_SLOW, long_run
 from tests.fuzz.grpc_strategies import infer_requests
 from tests.fuzz.strategies import mangled
 
@@ -40,7 +39,7 @@ def _decode(msg: pb.ModelInferRequest) -> None:
 
 
 test_decoder = PURE(given(infer_requests())(_decode))
-test_decoder_long = pytest.mark.slow(PURE_SLOW(given(infer_requests())(_decode)))
+test_decoder_long = long_run(PURE_SLOW(given(infer_requests())(_decode)))
 
 
 @st.composite
@@ -85,7 +84,7 @@ test_served_unary = SERVED(given(raw=wire_messages())(_unary))
 test_served_stream = SERVED(
     given(messages=st.lists(wire_messages(), min_size=1, max_size=4))(_stream)
 )
-test_served_unary_long = pytest.mark.slow(SERVED_SLOW(given(raw=wire_messages())(_unary)))
-test_served_stream_long = pytest.mark.slow(
+test_served_unary_long = long_run(SERVED_SLOW(given(raw=wire_messages())(_unary)))
+test_served_stream_long = long_run(
     SERVED_SLOW(given(messages=st.lists(wire_messages(), min_size=1, max_size=4))(_stream))
 )

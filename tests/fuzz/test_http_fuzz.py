@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,7 +12,7 @@ from repokit.errors import RepokitError
 from repokit.frontends.http.infer_request import decode_infer_request
 from repokit.frontends.runner import ServerHandle
 from repokit.frontends.status import http_status
-from tests.fuzz.conftest import PURE, PURE_SLOW, SERVED, SERVED_SLOW
+from tests.fuzz.conftest import PURE, PURE_SLOW, SERVED, SERVED_SLOW, long_run
 from tests.fuzz.http_client import FuzzClient
 from tests.fuzz.strategies import MODELS, encode_json, infer_documents, mangled
 
@@ -69,8 +68,8 @@ def _binary_decode(case: tuple[bytes, str]) -> None:
 
 test_json_decoder = PURE(given(json_bodies())(_json_decode))
 test_binary_decoder = PURE(given(binary_bodies())(_binary_decode))
-test_json_decoder_long = pytest.mark.slow(PURE_SLOW(given(json_bodies())(_json_decode)))
-test_binary_decoder_long = pytest.mark.slow(PURE_SLOW(given(binary_bodies())(_binary_decode)))
+test_json_decoder_long = long_run(PURE_SLOW(given(json_bodies())(_json_decode)))
+test_binary_decoder_long = long_run(PURE_SLOW(given(binary_bodies())(_binary_decode)))
 
 
 def _assert_client_answer(status: int, body: bytes) -> None:
@@ -104,9 +103,9 @@ test_served_json = SERVED(
 test_served_binary = SERVED(
     given(model=models, case=binary_bodies(), chunked=st.booleans())(_served_binary)
 )
-test_served_json_long = pytest.mark.slow(
+test_served_json_long = long_run(
     SERVED_SLOW(given(model=models, body=json_bodies(), chunked=st.booleans())(_served_json))
 )
-test_served_binary_long = pytest.mark.slow(
+test_served_binary_long = long_run(
     SERVED_SLOW(given(model=models, case=binary_bodies(), chunked=st.booleans())(_served_binary))
 )

@@ -6,7 +6,6 @@ that is never INTERNAL or UNKNOWN."""
 from __future__ import annotations
 
 import grpc
-import pytest
 from google.protobuf import text_format
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -17,7 +16,7 @@ from repokit.frontends.v1.http_api import parse_request_header
 from repokit.protocol.generated.v1 import api_pb2
 from repokit.protocol.generated.v1 import grpc_service_pb2 as pb
 from repokit.protocol.generated.v1 import request_status_pb2 as rs
-from tests.fuzz.conftest import PURE, PURE_SLOW, SERVED, SERVED_SLOW
+from tests.fuzz.conftest import PURE, PURE_SLOW, SERVED, SERVED_SLOW, long_run
 from tests.fuzz.http_client import FuzzClient
 from tests.fuzz.strategies import BIG, MODELS, names
 
@@ -80,7 +79,7 @@ def _parse(text: str) -> None:
 
 
 test_header_codec = PURE(given(header_texts())(_parse))
-test_header_codec_long = pytest.mark.slow(PURE_SLOW(given(header_texts())(_parse)))
+test_header_codec_long = long_run(PURE_SLOW(given(header_texts())(_parse)))
 
 
 def _served_http(fuzz_server: ServerHandle, model: str, text: str, body: bytes) -> None:
@@ -120,9 +119,9 @@ test_served_http = SERVED(
 test_served_grpc = SERVED(
     given(model=models, header=request_headers(), raw=raw_inputs)(_served_grpc)
 )
-test_served_http_long = pytest.mark.slow(
+test_served_http_long = long_run(
     SERVED_SLOW(given(model=models, text=header_texts(), body=bodies)(_served_http))
 )
-test_served_grpc_long = pytest.mark.slow(
+test_served_grpc_long = long_run(
     SERVED_SLOW(given(model=models, header=request_headers(), raw=raw_inputs)(_served_grpc))
 )
