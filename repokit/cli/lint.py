@@ -71,7 +71,8 @@ def lint(
         bool,
         typer.Option(
             "--deep/--no-deep",
-            help="Read the model files and check the config against them (as validate does).",
+            help="Read the model files (ONNX, graphdef, model.py) and check the config "
+            "against them, as validate does.",
         ),
     ] = True,
 ) -> None:
@@ -90,7 +91,7 @@ def lint(
         print_error(errors, f"repository '{root}' is not a directory")
         raise typer.Exit(2)
     report = lint_repository(
-        root, ValidateOptions(strict=strict, deep=deep), LintOptions(cores=cores)
+        root, ValidateOptions(strict=strict, deep=deep, read_sources=deep), LintOptions(cores=cores)
     )
     render(report, output, console)
     raise typer.Exit(exit_code(report, fail_on))

@@ -104,6 +104,7 @@ def register(app: typer.Typer) -> None:
                 "--deep/--no-deep",
                 help="Read the model files and check the config against them, as the backend "
                 "does at load time (ONNX and TensorFlow graphdef: names, datatypes, shapes). "
+                "Python models: model.py must compile and define TritonPythonModel. "
                 "--no-deep checks the configs and the layout only.",
             ),
         ] = True,
@@ -125,5 +126,6 @@ def register(app: typer.Typer) -> None:
             models=models,
             model_config_name=model_config_name,
             deep=deep,
+            read_sources=deep,
         )
         raise typer.Exit(run_validate(root, options, output, console, err_console))

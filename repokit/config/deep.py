@@ -9,8 +9,9 @@ the config, as the backend compares them at load time:
 * tensorflow graphdef: ``model.graphdef`` placeholders and nodes
   (:mod:`repokit.config.graphdef_io`).
 
-Python models need no file read here: their ``model.py`` is always checked by the load-time
-rules (:mod:`repokit.config.rules.python_backend`). Other formats are not read.
+Python models' ``model.py`` is read by the load-time rules (:mod:`repokit.config.rules.
+python_backend`: it must compile and define TritonPythonModel), which ``--no-deep`` turns off
+too (``ValidateOptions.read_sources``). Other formats are not read.
 
 A finding about a config field names the config file (so it gets the field's line) and says
 which model file contradicts it.

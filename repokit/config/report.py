@@ -16,6 +16,7 @@ class ValidateOptions:
     target: Literal["cpu", "gpu"] = "cpu"  # the server the repository is validated for
     models: tuple[str, ...] = ()  # only these models (and what their ensembles need); () = all
     deep: bool = False  # also read the model files (config.deep); the CLI turns it on
+    read_sources: bool = True  # parse python models' model.py (the CLI's --no-deep turns it off)
     model_config_name: str = ""  # Triton's --model-config-name
 
 

@@ -303,3 +303,20 @@ def test_real_pipe_at_80_columns(tmp_path: Path) -> None:
     )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == f"error: path '{deep}' is not a directory (or a JSON config)\n"
+
+
+@pytest.mark.parametrize("env", [PIPED, TERMINAL], ids=["piped", "terminal"])
+def test_build_report(tmp_path: Path, env: dict[str, str | None]) -> None:
+    source = tmp_path / "src"
+    make_model(source, "m")
+    out = tmp_path / ("a-long-output-directory-name-" * 3) / "out"
+    code, output = _invoke(["build", str(source), "-o", str(out)], env)
+    assert code == 0, output
+    text = ANSI.sub("", output)
+    summary = [line for line in text.splitlines() if line.startswith(f"{out}: ")]
+    if env is PIPED:
+        assert "\x1b" not in output
+        assert summary and summary[0].split(": ", 1)[1].startswith("1 ")  # one line, whole
+    else:
+        assert ANSI.search(output)
+        assert str(out).replace("\n", "")[:40] in text.replace("\n", "")

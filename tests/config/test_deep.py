@@ -216,3 +216,20 @@ def test_strict_does_not_autocomplete_before_comparing(tmp_path: Path) -> None:
     repo = _repo(tmp_path, "onnx")
     report = validate_repository(repo, ValidateOptions(deep=True, strict=True))
     assert report.models["simple"].ok
+
+
+def test_python_sources_are_read_unless_no_deep(tmp_path: Path) -> None:
+    model = tmp_path / "repo" / "py"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text("class NotTheModel:\n    pass\n")
+    (model / "config.pbtxt").write_text(
+        'backend: "python"\ninput [ { name: "I" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "O" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    )
+    for command in ("validate", "lint"):
+        code, out = _invoke(command, str(tmp_path / "repo"), "--format", "json")
+        assert code == 1
+        rules = [d["rule"] for d in json.loads(out)["models"]["py"]["diagnostics"]]
+        assert "python-model-class-missing" in rules
+        code, out = _invoke(command, str(tmp_path / "repo"), "--no-deep")
+        assert code == 0, out

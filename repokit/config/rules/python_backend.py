@@ -126,6 +126,8 @@ def check_python_sources(ctx: RuleContext) -> None:
             path="default_model_filename",
         )
         return
+    if not ctx.options.read_sources:
+        return
     for version in ctx.versions:
         path = ctx.model.path / version_folder_name(version) / filename
         try:
