@@ -184,15 +184,13 @@ class StreamSession:
         decoupled = service.is_decoupled(msg.model_name, version)
         decoded = decode_infer_request(msg)
         decoded.request.model_version = version
-        if not decoupled:
-            loaded, prepared = service.admit(decoded.request)
-            issued[0] = True
-            response = await service.run_admitted(loaded, decoded.request, prepared)
-            yield _final_flagged(encode_infer_response(response), True)
-            return
         if self._grpc_error:  # a request the core refuses is answered in-band all the same
             service.admit(decoded.request)
         issued[0] = True
+        if not decoupled:
+            response = await service.infer(decoded.request)
+            yield _final_flagged(encode_infer_response(response), True)
+            return
         async for item in self._run_decoupled(decoded):
             yield item
 
