@@ -113,16 +113,16 @@ class Installation:
         """The installation in ``home``, or None when there is no complete one."""
         try:
             data = json.loads((home / MARKER).read_text())
-        except (OSError, ValueError):
-            return None
-        if data.get("pytriton") != PYTRITON_VERSION:
-            return None
-        installation = cls(
-            home,
-            home / data["site_packages"],
-            str(data["python_libdir"]),
-            str(data["python_version"]),
-        )
+            if data["pytriton"] != PYTRITON_VERSION:
+                return None
+            installation = cls(
+                home,
+                home / data["site_packages"],
+                str(data["python_libdir"]),
+                str(data["python_version"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # none, or not one this launcher wrote: installed again
         # the venv's python links to the interpreter it was made with: gone, it is no use
         usable = installation.binary.exists() and (home / "bin" / "python").exists()
         return installation if usable else None

@@ -178,6 +178,14 @@ def test_an_installation_whose_interpreter_is_gone_is_made_again(
     assert (installation.home / "bin" / "python").exists()
 
 
+@pytest.mark.parametrize("marker", ["", "{", "[]", '{"pytriton": "0.7.0"}', '{"pytriton": "0.1"}'])
+def test_a_marker_this_launcher_did_not_write_means_not_installed(
+    tmp_path: Path, marker: str
+) -> None:
+    (tmp_path / tr.MARKER).write_text(marker)
+    assert Installation.read(tmp_path) is None
+
+
 def test_an_unwritable_cache_folder_is_a_reason(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
