@@ -1,23 +1,43 @@
 """Choose a backend implementation by the config's backend / platform name.
 
 Each backend module is imported only when a model needs it, so a server without onnxruntime
-(or tensorrt) installed still serves python models.
+(or tensorrt) installed still serves python models. The imports are plain ``from ... import``
+statements inside small loader functions (the backend modules import this one, so they cannot
+sit at the top): a renamed module or class fails the type check and the tests, not a request.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 from repokit.backends.base import Backend, ModelContext
 from repokit.errors import Code, RepokitError
 from repokit.protocol.generated import model_config_pb2 as mc
 
-# backend name -> (module, class); platforms are mapped onto backend names first
-_BACKENDS: dict[str, tuple[str, str]] = {
-    "python": ("repokit.backends.python.backend", "PythonBackend"),
-    "onnxruntime": ("repokit.backends.onnxruntime", "OnnxRuntimeBackend"),
-    "tensorrt": ("repokit.backends.tensorrt", "TensorRTBackend"),
+
+def _python() -> Callable[[ModelContext], Backend]:
+    from repokit.backends.python.backend import PythonBackend
+
+    return PythonBackend
+
+
+def _onnxruntime() -> Callable[[ModelContext], Backend]:
+    from repokit.backends.onnxruntime import OnnxRuntimeBackend
+
+    return OnnxRuntimeBackend
+
+
+def _tensorrt() -> Callable[[ModelContext], Backend]:
+    from repokit.backends.tensorrt import TensorRTBackend
+
+    return TensorRTBackend
+
+
+# backend name -> its loader; platforms are mapped onto backend names first
+_BACKENDS: dict[str, Callable[[], Callable[[ModelContext], Backend]]] = {
+    "python": _python,
+    "onnxruntime": _onnxruntime,
+    "tensorrt": _tensorrt,
 }
 _PLATFORMS: dict[str, str] = {
     "onnxruntime_onnx": "onnxruntime",
@@ -47,12 +67,10 @@ def _unknown(name: str) -> RepokitError:
 
 def backend_factory(name: str) -> Callable[[ModelContext], Backend]:
     """The Backend class registered under ``name`` (imports its module)."""
-    entry = _BACKENDS.get(name)
-    if entry is None:
+    load = _BACKENDS.get(name)
+    if load is None:
         raise _unknown(name)
-    module = importlib.import_module(entry[0])
-    factory: Callable[[ModelContext], Backend] = getattr(module, entry[1])
-    return factory
+    return load()
 
 
 def create_backend(context: ModelContext) -> Backend:

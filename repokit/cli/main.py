@@ -6,16 +6,17 @@ command (and sub-command) gets the help and output behaviour of :mod:`repokit.cl
 
 from __future__ import annotations
 
-import importlib
 from importlib import metadata
 from typing import Annotated
 
 import typer
 from typer.core import TyperCommand
 
+from repokit.cli import build, explain, lint, perf, serve, validate
 from repokit.cli.output import RepokitCommand, RepokitGroup, examples, make_console
 
-COMMAND_MODULES = ("validate", "lint", "explain", "serve", "build", "perf")
+# the order the commands are listed in ``repokit --help``
+COMMAND_MODULES = (validate, lint, explain, serve, build, perf)
 HELP_OPTION_NAMES = ["-h", "--help"]
 
 
@@ -77,8 +78,8 @@ def make_app() -> typer.Typer:
     ) -> None:
         """Validate, compile, serve and load-test Triton-style model repositories."""
 
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"repokit.cli.{name}").register(app)
+    for command in COMMAND_MODULES:
+        command.register(app)
     _apply_output_discipline(app)
     return app
 

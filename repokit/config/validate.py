@@ -1,18 +1,17 @@
 """Triton's load-time verdict for every model of a repository, without a server.
 
 ``validate_repository(root, options)`` scans the repository once, validates each model
-(``validate_model``) and then lets the ensemble rules (``repokit.config.ensemble_rules``, when
-present) look across models. Each config is parsed once; no user code is imported.
+(``validate_model``) and then lets the ensemble rules (``repokit.config.ensemble_rules``) look
+across models. Each config is parsed once; no user code is imported.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from pathlib import Path
 
 from repokit.config.deep import deep_check_model
 from repokit.config.diagnostics import Diagnostic, Severity
+from repokit.config.ensemble_rules import check_ensembles
 from repokit.config.normalize import normalize_instance_groups, normalize_model_config
 from repokit.config.parse import ConfigParseError, parse_text
 from repokit.config.positions import locate_findings
@@ -36,7 +35,6 @@ from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.repository.backends import AUTOCOMPLETE_BACKENDS, autocomplete_backend_fields
 from repokit.repository.layout import ModelDir, list_model_names, scan_model_dir
 
-ENSEMBLE_RULES_MODULE = "repokit.config.ensemble_rules"
 _CPU_TARGET_GPUS: tuple[int, ...] = ()
 _GPU_TARGET_GPUS: tuple[int, ...] = (0,)
 
@@ -249,13 +247,6 @@ def validate_repository(root: Path, options: ValidateOptions | None = None) -> R
         repository.models[name] = model_report
         if options.models:
             queue.extend(n for n in _ensemble_step_models(model_report) if n in present)
-    _run_ensemble_rules(repository, options)
+    check_ensembles(repository, options)
     locate_findings(repository)
     return repository
-
-
-def _run_ensemble_rules(report: RepositoryReport, options: ValidateOptions) -> None:
-    if importlib.util.find_spec(ENSEMBLE_RULES_MODULE) is None:
-        return
-    module = importlib.import_module(ENSEMBLE_RULES_MODULE)
-    module.check_ensembles(report, options)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib
-import importlib.util
 import inspect
 import signal
 import socket
@@ -27,13 +25,13 @@ from sanic import Sanic
 from sanic.http import Http
 from sanic.server.protocols.http_protocol import HttpProtocol
 
+from repokit.core.compose import build_service
 from repokit.core.service import InferenceService
 from repokit.core.settings import ServerSettings
+from repokit.frontends.grpc.server import create_grpc_server
 from repokit.frontends.http.app import create_http_app
 from repokit.frontends.http.fast_protocol import FastInferProtocol
 from repokit.frontends.http.metrics import create_metrics_app
-
-GRPC_MODULE = "repokit.frontends.grpc"
 
 
 @dataclass
@@ -235,31 +233,9 @@ async def _start_sanic(
     return _SanicServer(app, server, int(bound))
 
 
-def _default_service_factory(settings: ServerSettings) -> Any:
+def _default_service_factory(settings: ServerSettings) -> InferenceService:
     """The core's composition root ``build_service(settings)``."""
-    for name in ("repokit.core.compose", "repokit.core", "repokit.core.service"):
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError:
-            continue
-        build = getattr(module, "build_service", None)
-        if build is not None:
-            return build(settings)
-    raise RuntimeError("repokit.core provides no build_service(settings)")
-
-
-def _grpc_factory() -> Callable[[InferenceService, Any], Any] | None:
-    """``create_grpc_server`` from the gRPC frontend, if that module exists."""
-    for name in (f"{GRPC_MODULE}.server", GRPC_MODULE):
-        try:
-            if importlib.util.find_spec(name) is None:
-                continue
-        except ModuleNotFoundError:
-            return None
-        factory = getattr(importlib.import_module(name), "create_grpc_server", None)
-        if factory is not None:
-            return factory  # type: ignore[no-any-return]
-    return None
+    return build_service(settings)
 
 
 class ModelsFailedToLoad(Exception):
@@ -319,12 +295,10 @@ async def start_server(
             handle.metrics_port = entry.port
         # --- gRPC hook: the gRPC frontend (repokit/frontends/grpc/) shares this loop --------
         if settings.allow_grpc:
-            create_grpc_server = _grpc_factory()
-            if create_grpc_server is not None:
-                grpc_server = create_grpc_server(service, settings)
-                await grpc_server.start()
-                handle._grpc = grpc_server
-                handle.grpc_port = int(grpc_server.port)
+            grpc_server = create_grpc_server(service, settings)
+            await grpc_server.start()
+            handle._grpc = grpc_server
+            handle.grpc_port = int(grpc_server.port)
     except BaseException:
         await handle.stop()
         raise
