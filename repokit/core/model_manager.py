@@ -24,7 +24,6 @@ import functools
 import json
 import logging
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -58,6 +57,7 @@ from repokit.core.settings import ServerSettings
 from repokit.core.statistics import ModelStats
 from repokit.errors import RepokitError, internal, invalid_arg, not_found, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
+from repokit.protocol.model_version import parse_model_version
 from repokit.scheduler.base import ScheduledResult
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,6 @@ READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNL
 UNLOADED_REASON = "unloaded"
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
 DUPLICATE_REASON = "model appears in two or more repositories"
-_LEADING_INT = re.compile(r"^\s*([+-]?\d+)")
 
 
 @dataclass
@@ -265,7 +264,7 @@ class ModelManager:
             if best is None:
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
             return best
-        number = parse_version(version)
+        number = int(parse_model_version(version))
         status = record.versions.get(number)
         if status is None:
             raise not_found(f"Request for unknown model: '{name}' version {number} is not found")
@@ -667,19 +666,3 @@ def _load_failed(name: str, failures: dict[int, str]) -> RepokitError:
         f"version {v} is at UNAVAILABLE state: {r};\n" for v, r in sorted(failures.items())
     )
     return invalid_arg(f"load failed for model '{name}': {text}")
-
-
-def parse_version(text: str) -> int:
-    """A version string as Triton's GetModelVersionFromString (std::stol prefix parsing)."""
-    match = _LEADING_INT.match(text)
-    if match is None:
-        raise invalid_arg(
-            f"failed to get model version from specified version string '{text}' "
-            "(details: stol), version should be an integral value > 0"
-        )
-    value = int(match.group(1))
-    if value < 0:
-        raise invalid_arg(
-            f"invalid model version specified '{text}' , version should be an integral value > 0"
-        )
-    return value

@@ -8,7 +8,6 @@ versions in gRPC requests are strings parsed like Triton's ``GetModelVersionFrom
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,27 +15,7 @@ from google.protobuf import json_format
 
 from repokit.errors import invalid_arg
 from repokit.protocol.generated import grpc_service_pb2 as pb
-
-_STOL_PREFIX = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
-_INT64_MAX = 2**63 - 1
-
-
-def parse_model_version(text: str) -> str:
-    """The version a gRPC request names, as the core expects it ("" = policy's choice)."""
-    if text == "":
-        return ""
-    match = _STOL_PREFIX.match(text)
-    if match is None or abs(int(match.group(1))) > _INT64_MAX:
-        raise invalid_arg(
-            f"failed to get model version from specified version string '{text}' "
-            "(details: stol), version should be an integral value > 0"
-        )
-    value = int(match.group(1))
-    if value < 0:
-        raise invalid_arg(
-            f"invalid model version specified '{text}' , version should be an integral value > 0"
-        )
-    return str(value)
+from repokit.protocol.model_version import parse_model_version as parse_model_version
 
 
 def server_metadata(meta: Mapping[str, Any]) -> pb.ServerMetadataResponse:

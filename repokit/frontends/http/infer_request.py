@@ -27,6 +27,7 @@ from repokit.errors import RepokitError, invalid_arg
 from repokit.protocol import datatypes
 from repokit.protocol.array_shape import shaped
 from repokit.protocol.json_codec import array_from_json
+from repokit.protocol.model_version import parse_model_version as parse_model_version
 from repokit.protocol.plain_json import plain_json_input, plain_output
 from repokit.protocol.tensor_codec import array_from_bytes
 from repokit.protocol.types import (
@@ -169,19 +170,6 @@ def _valid_unicode(document: Any) -> bool:
         elif isinstance(item, list):
             pending.extend(item)
     return True
-
-
-def parse_model_version(version: str) -> str:
-    """A URL version (digits) normalised like Triton's ``std::stol`` ("007" -> "7")."""
-    if not version:
-        return ""
-    number = int(version)
-    if number > INT64_MAX:
-        raise invalid_arg(
-            f"failed to get model version from specified version string '{version}' "
-            "(details: stol), version should be an integral value > 0"
-        )
-    return str(number)
 
 
 # --- request -----------------------------------------------------------------------------------
