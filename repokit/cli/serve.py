@@ -194,7 +194,7 @@ def serve(
     )
     from repokit.core import server_log
     from repokit.core.settings import LogSettings, ServerSettings
-    from repokit.frontends.http.restricted import parse_restricted_apis
+    from repokit.frontends.restricted_apis import parse_restricted_apis
     from repokit.frontends.runner import ServeSettings
     from repokit.paths import default_sample_repository
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from repokit.frontends.http.restricted import parse_restricted_apis
+from repokit.frontends.restricted_apis import parse_restricted_apis
 
 MAX_GRPC_MESSAGE_SIZE = 2**31 - 1
 RESTRICTED_HEADER_PREFIX = "triton-grpc-protocol-"

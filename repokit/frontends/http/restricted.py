@@ -1,24 +1,14 @@
-"""Restricted API categories (``--http-restricted-api=<apis>:<key>=<value>``), Triton's
-``restricted_features.h``: a request to an endpoint of a restricted category must carry the
-header ``<key>`` with exactly ``<value>``, else 403."""
+"""The HTTP endpoints of each restricted API category (``--http-restricted-api``, parsed by
+:mod:`repokit.frontends.restricted_apis`): a request to an endpoint of a restricted category must
+carry the header ``<key>`` with exactly ``<value>``, else 403."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from repokit.frontends.http.routing import Endpoint
-
-CATEGORIES: tuple[str, ...] = (
-    "health",
-    "metadata",
-    "inference",
-    "shared-memory",
-    "model-config",
-    "model-repository",
-    "statistics",
-    "trace",
-    "logging",
-)
+from repokit.frontends.restricted_apis import Restrictions, restricted_message
+from repokit.frontends.restricted_apis import parse_restricted_apis as parse_restricted_apis
 
 ENDPOINT_CATEGORY: dict[Endpoint, str] = {
     Endpoint.HEALTH_LIVE: "health",
@@ -39,32 +29,6 @@ ENDPOINT_CATEGORY: dict[Endpoint, str] = {
     Endpoint.LOGGING: "logging",
 }
 
-Restrictions = Mapping[str, tuple[str, str]]  # category -> (header key, expected value)
-
-
-def parse_restricted_apis(
-    specs: Iterable[str], option: str = "http-restricted-api", key_prefix: str = ""
-) -> dict[str, tuple[str, str]]:
-    """Parse ``<api>[,<api>...]:<key>=<value>`` options; ValueError with Triton's wording."""
-    restrictions: dict[str, tuple[str, str]] = {}
-    for spec in specs:
-        colon = spec.find(":")
-        equals = spec.find("=", colon + 1) if colon >= 0 else -1
-        names = spec[:colon] if colon >= 0 else ""
-        key = spec[colon + 1 : equals] if equals >= 0 else ""
-        value = spec[equals + 1 :] if equals >= 0 else ""
-        if not names or not key or not value:
-            raise ValueError(f"--{option} option format is '<apis>:<setting>=<value>'. Got {spec}")
-        for name in names.split(","):
-            if name not in CATEGORIES:
-                raise ValueError(f"unknown restricted api '{name}'")
-            if name in restrictions:
-                raise ValueError(
-                    f"restricted api '{name}' can not be specified in multiple config groups"
-                )
-            restrictions[name] = (key_prefix + key, value)
-    return restrictions
-
 
 def restriction_error(
     restrictions: Restrictions, endpoint: Endpoint, headers: Mapping[str, str]
@@ -79,7 +43,3 @@ def restriction_error(
     if headers.get(key) != expected:
         return restricted_message(key)
     return None
-
-
-def restricted_message(key: str) -> str:
-    return f"This API is restricted, expecting header '{key}'"

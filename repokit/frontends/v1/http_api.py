@@ -27,7 +27,7 @@ from sanic import HTTPResponse, Request
 from repokit.core.service import InferenceService
 from repokit.errors import Code, RepokitError, invalid_arg
 from repokit.frontends.http.responses import error_response
-from repokit.frontends.http.restricted import restricted_message
+from repokit.frontends.restricted_apis import restricted_message
 from repokit.frontends.v1 import request_status as rstatus
 from repokit.frontends.v1.infer_codec import RequestHeader
 from repokit.frontends.v1.operations import V1Operations, model_version

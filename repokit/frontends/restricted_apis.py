@@ -1,0 +1,51 @@
+"""Restricted API categories shared by every frontend (Triton's ``restricted_features.h``):
+``--http-restricted-api`` / ``--grpc-restricted-protocol`` name categories and the header
+``<key>=<value>`` a request to them must carry. Each frontend maps its own endpoints onto these
+categories (:mod:`repokit.frontends.http.restricted`, :mod:`repokit.frontends.grpc.restricted`,
+:mod:`repokit.frontends.v1.restricted`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+CATEGORIES: tuple[str, ...] = (
+    "health",
+    "metadata",
+    "inference",
+    "shared-memory",
+    "model-config",
+    "model-repository",
+    "statistics",
+    "trace",
+    "logging",
+)
+
+Restrictions = Mapping[str, tuple[str, str]]  # category -> (header key, expected value)
+
+
+def parse_restricted_apis(
+    specs: Iterable[str], option: str = "http-restricted-api", key_prefix: str = ""
+) -> dict[str, tuple[str, str]]:
+    """Parse ``<api>[,<api>...]:<key>=<value>`` options; ValueError with Triton's wording."""
+    restrictions: dict[str, tuple[str, str]] = {}
+    for spec in specs:
+        colon = spec.find(":")
+        equals = spec.find("=", colon + 1) if colon >= 0 else -1
+        names = spec[:colon] if colon >= 0 else ""
+        key = spec[colon + 1 : equals] if equals >= 0 else ""
+        value = spec[equals + 1 :] if equals >= 0 else ""
+        if not names or not key or not value:
+            raise ValueError(f"--{option} option format is '<apis>:<setting>=<value>'. Got {spec}")
+        for name in names.split(","):
+            if name not in CATEGORIES:
+                raise ValueError(f"unknown restricted api '{name}'")
+            if name in restrictions:
+                raise ValueError(
+                    f"restricted api '{name}' can not be specified in multiple config groups"
+                )
+            restrictions[name] = (key_prefix + key, value)
+    return restrictions
+
+
+def restricted_message(key: str) -> str:
+    return f"This API is restricted, expecting header '{key}'"
