@@ -444,6 +444,9 @@ class PythonBackend(Backend):
             except RepokitError as exc:
                 self._fail(f"restarting model instance '{old.name}' failed: {exc.message}")
                 return
+            except asyncio.CancelledError:  # unloaded meanwhile: the new process goes too
+                await self._stop(new, graceful=False)
+                raise
             if self._unloading or self._failure:
                 await self._stop(new, graceful=False)
                 return
