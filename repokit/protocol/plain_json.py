@@ -17,18 +17,17 @@ from typing import Any
 
 import numpy as np
 
+from repokit.protocol.datatypes import numpy_dtype
 from repokit.protocol.types import InputSpec
 
 INT64_MAX = 2**63 - 1
 
-_FLOAT_DTYPES: dict[str, np.dtype[Any]] = {"FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}
+_FLOAT_DTYPES: dict[str, np.dtype[Any]] = {name: numpy_dtype(name) for name in ("FP32", "FP64")}
+# integer datatype -> (its dtype, the 64-bit dtype JSON numbers are read as before the range check)
 _INT_DTYPES: dict[str, tuple[np.dtype[Any], str]] = {
-    name: (np.dtype(code), "<i8" if name[0] == "I" else "<u8")
-    for name, code in (
-        ("INT8", "i1"), ("INT16", "<i2"), ("INT32", "<i4"), ("INT64", "<i8"),
-        ("UINT8", "u1"), ("UINT16", "<u2"), ("UINT32", "<u4"), ("UINT64", "<u8"),
-    )
-}  # fmt: skip
+    name: (numpy_dtype(name), "<i8" if name[0] == "I" else "<u8")
+    for name in ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64")
+}
 _NUMBER_TYPES = frozenset({int, float})
 _INT_TYPES = frozenset({int})
 

@@ -46,6 +46,7 @@ from repokit.backends.python.pb_services import MetricKind as MetricKind
 from repokit.backends.python.pb_services import is_model_ready as is_model_ready
 from repokit.backends.python.pb_services import load_model as load_model
 from repokit.backends.python.pb_services import unload_model as unload_model
+from repokit.protocol import datatypes
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -53,37 +54,14 @@ TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
+# TYPE_* name -> numpy type, as Triton's helper (``bool`` for TYPE_BOOL; no TYPE_BF16)
 _CONFIG_TO_NUMPY: dict[str, Any] = {
-    "TYPE_BOOL": bool,
-    "TYPE_UINT8": np.uint8,
-    "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32,
-    "TYPE_UINT64": np.uint64,
-    "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16,
-    "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16,
-    "TYPE_FP32": np.float32,
-    "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
-}
-# TYPE_* enum values of model_config.proto, in order from TYPE_BOOL = 1
+    d.config_name: d.numpy.type for d in datatypes.BY_CONFIG_NAME.values() if d.numpy is not None
+} | {"TYPE_BOOL": bool}
+# TYPE_* enum values of model_config.proto, in order from TYPE_BOOL = 1 to TYPE_STRING = 13
 _ENUM_TO_NUMPY: tuple[Any, ...] = (
     None,
-    np.bool_,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.float16,
-    np.float32,
-    np.float64,
-    np.object_,
+    *(datatypes.numpy_dtype(datatypes.protocol_name(value)).type for value in range(1, 14)),
 )
 
 

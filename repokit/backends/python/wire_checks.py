@@ -1,6 +1,6 @@
 """What both wire-lane codecs (:mod:`.wire_grpc`, :mod:`.wire_http`) share in the instance
-process: the outputs of a response that the instance may encode itself. Standard library and
-numpy only."""
+process: the outputs of a response that the instance may encode itself. Standard library,
+numpy and the package's numpy-only datatype table."""
 
 from __future__ import annotations
 
@@ -8,25 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from repokit.protocol import datatypes
+
 if TYPE_CHECKING:
     from repokit.backends.python.pb_utils import InferenceResponse
 
-# numpy dtypes (native byte order) sent as they are, and their protocol names (the server's
-# ``datatypes.from_numpy`` gives the same names)
-OUTPUT_DATATYPES: dict[np.dtype[Any], str] = {
-    np.dtype(np.bool_): "BOOL",
-    np.dtype(np.uint8): "UINT8",
-    np.dtype(np.uint16): "UINT16",
-    np.dtype(np.uint32): "UINT32",
-    np.dtype(np.uint64): "UINT64",
-    np.dtype(np.int8): "INT8",
-    np.dtype(np.int16): "INT16",
-    np.dtype(np.int32): "INT32",
-    np.dtype(np.int64): "INT64",
-    np.dtype(np.float16): "FP16",
-    np.dtype(np.float32): "FP32",
-    np.dtype(np.float64): "FP64",
-}
+# numpy dtypes (native byte order) sent as they are, and their protocol names
+OUTPUT_DATATYPES: dict[np.dtype[Any], str] = datatypes.NUMPY_TO_PROTOCOL
 
 # a requested output: (name, array, protocol datatype)
 NumericOutput = tuple[str, "np.ndarray[Any, Any]", str]

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from repokit.errors import RepokitError, invalid_arg
+from repokit.protocol import datatypes
 from repokit.protocol.generated import grpc_service_pb2 as pb
 
 # field name -> (datatypes it may carry, the protocol type Triton names when it does not fit)
@@ -45,11 +46,9 @@ _SOURCE_DTYPE: dict[str, str] = {
     "FP64": "<f8",
 }
 
-_TARGET_DTYPE: dict[str, str] = {
-    "INT8": "<i1",
-    "INT16": "<i2",
-    "UINT8": "<u1",
-    "UINT16": "<u2",
+# datatype -> the narrower dtype the values are cast to after reading
+_TARGET_DTYPE: dict[str, np.dtype[Any]] = {
+    name: datatypes.numpy_dtype(name) for name in ("INT8", "INT16", "UINT8", "UINT16")
 }
 
 
