@@ -6,7 +6,8 @@ along dimension 0 once per input, run once, and the outputs are split back per r
 ``session.run`` releases the GIL, so it runs on a per-backend thread pool with one thread per
 instance while the event loop keeps serving; but an instance whose runs keep finishing within
 ``INLINE_BELOW_NS`` runs on the event loop itself, where the thread hop would cost more than the
-run (add_sub_onnx in-process: CPU per request at concurrency 1 ~89 -> ~35 us).
+run (for a model like add_sub_onnx, less than half the CPU per request; figures in
+``benchmarks/README.md``).
 
 Config parameters honoured (as Triton's onnxruntime backend): ``intra_op_thread_count``
 (default 1 per instance, so instances do not oversubscribe the cores) and
@@ -51,8 +52,8 @@ _ORT_TYPES: dict[str, str] = {
 
 
 # A run shorter than this costs less on the event loop than the thread hop it saves (a wake of
-# the pool thread, a GIL hand-off and a wake of the loop: ~40-60 us of CPU on the shared 2-core
-# box, measured in-process with add_sub_onnx at concurrency 1; its session.run takes ~10 us).
+# the pool thread, a GIL hand-off and a wake of the loop: several times what add_sub_onnx's own
+# session.run takes; figures in benchmarks/README.md).
 INLINE_BELOW_NS = 150_000
 INLINE_AFTER_RUNS = 8
 

@@ -19,14 +19,10 @@ backend receives them); every other backend gets the batch merged into one reque
 Instances run in parallel: each active instance has its own worker in the batchers (one free
 instance per request in the default scheduler). The python backend runs one stub process per
 instance; onnxruntime runs its sessions on a thread pool with one thread per instance
-(``session.run`` releases the GIL). Measured with wrk over HTTP, 16 connections, default
-scheduler, on the shared 2-core box (``tests/e2e/test_scheduling.py::
-test_two_instances_run_in_parallel`` checks the parallelism itself):
-
-* python model sleeping 2 ms per execute: count 1 = 461 req/s, count 2 = 912 req/s (1.98x),
-  count 4 = 1,692 req/s (3.67x);
-* onnx ``add_sub`` (FP32[1,16] twice, dynamic batching): count 1 = 9,192 req/s, count 2 =
-  9,768 req/s (+6%): the model costs microseconds, the event loop's HTTP work is the limit.
+(``session.run`` releases the GIL). More instances scale a model whose own time dominates
+almost linearly; for a model that costs microseconds the event loop's HTTP work is the limit
+(figures in ``benchmarks/README.md``; ``tests/e2e/test_scheduling.py::
+test_two_instances_run_in_parallel`` checks the parallelism itself).
 
 Warmup (Triton §4.9): the ``model_warmup`` samples are built once per version and run on every
 instance (all of them in parallel) after the backend loaded and before the scheduler starts, so

@@ -308,10 +308,9 @@ async def start_server(
 def freeze_startup_objects() -> None:
     """Move everything alive after startup (modules, descriptors, configs, loaded models) out of
     the cyclic garbage collector's reach. Under load, requests in flight survive the young
-    collections, so full collections come often, and each one walked every startup object:
-    the batcher sample at wrk concurrency 64 spent 41 full collections of ~28 ms each in 8 s
-    (14% of the time, the model idle meanwhile) and served 11.0k req/s; with the startup
-    objects frozen a full collection takes ~0.5 ms and it serves 13.5k req/s. Objects frozen
+    collections, so full collections come often, and each one walked every startup object
+    while the model sat idle; frozen, a full collection walks only what requests made
+    (figures in ``benchmarks/README.md``). Objects frozen
     here are still freed by reference counting when they go away; only reference cycles among
     them (say, of a model unloaded later) stay, once: models loaded later are not frozen."""
     gc.collect()

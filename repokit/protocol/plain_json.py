@@ -7,8 +7,8 @@ hence here, importing only numpy.
 Each function returns None for anything else and
 :mod:`repokit.frontends.http.infer_request`'s checked path then
 decodes the item and raises every error in Triton's words, so both paths agree on every item
-they both accept (``tests/frontends/http/test_fast_paths.py`` compares them). For add_sub's two
-FP32[1,16] inputs this halves the decoding time (about 12 us -> 7 us per request).
+they both accept (``tests/frontends/http/test_fast_paths.py`` compares them). For small numeric
+inputs this roughly halves the decoding time (figures in ``benchmarks/README.md``).
 """
 
 from __future__ import annotations

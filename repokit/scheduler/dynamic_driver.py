@@ -14,11 +14,9 @@ models with one priority level and no queue timeouts do this, so no request that
 gone first (a higher priority) or been rejected in the queue (a timeout) is affected. What
 changes is that the instance starts the next batch without waiting for this loop to turn
 around. Such a worker also hands the instance its next batch before the answers of the batch
-that just finished go out (the loop would otherwise write those first). The batcher sample
-(2 ms sleep per execute, max_batch_size 32) at wrk concurrency 64 went from 10.4k to 13.4k req/s
-with these and the garbage-collector freeze in ``repokit.frontends.runner``; the instance's own
-time per batch (~2.3 ms: the sleep, the model's Python, the tensor conversions) is now most of
-the cycle.
+that just finished go out (the loop would otherwise write those first). With these and the
+garbage-collector freeze in ``repokit.frontends.runner`` the instance's own time per batch is
+most of the cycle (figures in ``benchmarks/README.md``).
 
 A worker whose instance comes free tells the planner (``BatchPlanner.instance_freed``) how many
 requests it just answered and how long their batch ran, so that requests still pending can wait
