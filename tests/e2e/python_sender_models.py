@@ -7,8 +7,9 @@ against Triton's documented API only, so real Triton 2.51 serves them unchanged.
 - ``bls_counts``: counts the responses of a decoupled BLS request to ``ends_bare`` (N
   responses, then a bare final flag) and to ``ends_flagged`` (the last response flagged final);
 - ``async_peak`` (decoupled, ``async def execute``): each request makes a decoupled BLS request
-  to ``slow_stream`` (answers after a second) and answers with how many of its requests were in
-  ``execute`` at once.
+  to ``slow_stream`` and answers with how many of its requests were in ``execute`` at once;
+  ``slow_stream`` answers once it holds three requests (or ten seconds after the first, so a
+  server that runs them one after another answers each alone: the peak is then 1).
 """
 
 from __future__ import annotations
@@ -152,19 +153,35 @@ class TritonPythonModel:
 """
 
 SLOW_STREAM = """
-import time
+import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        self.waiting = []
+        self.lock = threading.Lock()
+
     def execute(self, requests):
-        for request in requests:
-            time.sleep(1.0)
-            request.get_response_sender().send(
+        with self.lock:
+            self.waiting.extend(request.get_response_sender() for request in requests)
+            if len(self.waiting) >= 3:
+                self.answer_all()
+            elif len(self.waiting) == len(requests):
+                threading.Timer(10.0, self.answer_waiting).start()
+        return None
+
+    def answer_waiting(self):
+        with self.lock:
+            self.answer_all()
+
+    def answer_all(self):
+        senders, self.waiting = self.waiting, []
+        for sender in senders:
+            sender.send(
                 pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([1], np.int32))]),
                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
 """
 
 ASYNC_PEAK = """

@@ -113,8 +113,8 @@ def _none_returned() -> str:
 
 
 async def _on_behalf_of(parents: tuple[int, ...], coroutine: Any) -> Any:
-    """Run a decoupled ``async def execute`` on the background loop with the BLS parents of
-    the execute call that started it (a task there does not inherit the caller's context)."""
+    """Run a coroutine of the model on the background loop with the BLS parents of the
+    execute call that started it (a task there does not inherit the caller's context)."""
     RUNTIME.parents.set(parents)
     return await coroutine
 
@@ -126,17 +126,19 @@ class Instance:
         self.model: Any = None
         self.name = ""
         self.decoupled = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._background: asyncio.AbstractEventLoop | None = None
         self._dtypes: dict[str, Any] = {}
         self._wire_plan: WirePlan | None = None
 
     def _run(self, result: Any) -> Any:
-        if inspect.isawaitable(result):
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-            return self._loop.run_until_complete(result)
-        return result
+        """``result``, or what it gives when awaited on the background loop (where every
+        coroutine of the model runs: ``initialize``, ``execute`` and ``finalize`` share it)."""
+        if not inspect.isawaitable(result):
+            return result
+        future = asyncio.run_coroutine_threadsafe(
+            _on_behalf_of(RUNTIME.parents.get(), result), self._background_loop()
+        )
+        return future.result()
 
     def _background_loop(self) -> asyncio.AbstractEventLoop:
         """The event loop (in its own thread) where ``async def execute`` runs, so that tasks
@@ -149,13 +151,7 @@ class Instance:
     def _run_execute(self, requests: list[pb_utils.InferenceRequest]) -> Any:
         """A non-decoupled ``execute``; a coroutine runs on the background loop and is
         waited for."""
-        returned = self.model.execute(requests)
-        if not inspect.isawaitable(returned):
-            return returned
-        future = asyncio.run_coroutine_threadsafe(
-            _on_behalf_of(RUNTIME.parents.get(), returned), self._background_loop()
-        )
-        return future.result()
+        return self._run(self.model.execute(requests))
 
     def _run_in_background(self, coroutine: Any) -> None:
         """A decoupled ``async def execute``: run it without waiting."""
