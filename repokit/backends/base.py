@@ -84,7 +84,7 @@ class Timing:
 class WireOutcome:
     """What :meth:`Backend.execute_wire` gives back: the encoded response (``body``), or a
     result in the usual form for the server to finish (``result``: errors, outputs the instance
-    could not encode), or neither when the request must take the server's full path (then
+    could not encode), or neither when the request must take the server's standard path (then
     nothing ran). ``batch_size`` is the request's (0 when the model does not batch)."""
 
     body: bytes | None = None

@@ -108,7 +108,7 @@ class ModelIO:
         self.input_order = [item.name for item in config.input]
         self.required = [name for name in self.input_order if not self.inputs[name].optional]
         self.all_outputs = tuple(self.outputs)
-        # inputs the unchecked fast path (repokit.core.request_fast_path) may take as they come:
+        # inputs the unchecked plain path (repokit.core.plain_path) may take as they come:
         # name -> (datatype, dims, dtype, elements per batch item or -1 with variable dims);
         # None when some input needs the full checks every time (BYTES, reshape, shape
         # tensor, ragged)

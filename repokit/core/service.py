@@ -23,8 +23,8 @@ from repokit.core.metrics import MetricSource, render_metrics
 from repokit.core.model_bridge import ServiceBridge
 from repokit.core.model_manager import ModelManager
 from repokit.core.outputs import finish_outputs
+from repokit.core.plain_path import prepare_plain
 from repokit.core.request_checks import PreparedRequest, prepare
-from repokit.core.request_fast_path import prepare_plain
 from repokit.core.server_log import VERBOSE, VERBOSE_DETAIL
 from repokit.core.settings import ServerSettings
 from repokit.core.shared_memory import SystemSharedMemory
@@ -282,7 +282,7 @@ class InferenceService:
 
     def wire_lane(self, name: str, version: str = "") -> WireLane | None:
         """The wire lane of the version a request names (:mod:`repokit.core.wire_lane`), or
-        None: the model does not qualify, or it is not there and the full path says why."""
+        None: the model does not qualify, or it is not there and the standard path says why."""
         if self._exiting:
             return None
         try:
@@ -302,7 +302,7 @@ class InferenceService:
         "json": an HTTP JSON body, ``limit`` the maximum input size) on its model's lane: the
         encoded response, an InferResponse when the instance answered in the usual form
         (``decode`` gives the request to finish it with; errors raise as for :meth:`infer`), or
-        None when the request must take the full path (nothing ran, nothing was counted)."""
+        None when the request must take the standard path (nothing ran, nothing was counted)."""
         loaded = lane.loaded
         started = time.perf_counter_ns()
         self._inflight += 1

@@ -8,12 +8,12 @@ none of that: it hands the bytes it received to the instance process
 the response (:mod:`repokit.backends.python.wire_grpc`). That work then runs beside the
 model, in the instance process, instead of on the event loop every client shares.
 
-The lane never changes an answer. The instance takes only requests that the full path would
-accept without a second look (the fast path's rules); for anything else it answers "take the
-full path" before the model runs, and the frontend runs the request as usual, which decides
-any error and its message. Scheduling, cancellation and statistics are those of the full path:
+The lane never changes an answer. The instance takes only requests that the standard path would
+accept without a second look (the plain path's rules); for anything else it answers "take the
+standard path" before the model runs, and the frontend runs the request as usual, which decides
+any error and its message. Scheduling, cancellation and statistics are those of the standard path:
 the same instance queues and merging, the same counters. A model qualifies when it is a
-non-decoupled python model on the default scheduler whose inputs all take the fast path (no
+non-decoupled python model on the default scheduler whose inputs all take the plain path (no
 BYTES, reshape, shape-tensor or ragged inputs) and whose outputs are not reshaped.
 
 Measured on a 2-core machine, add_sub at 8 clients: unary gRPC went from 7.5-8.4k to 8.9-13.3k
@@ -34,7 +34,7 @@ from repokit.scheduler.default import DefaultScheduler
 if TYPE_CHECKING:
     from repokit.core.loaded_model import LoadedVersion
 
-# larger requests take the full path: their tensors travel out of band there, without copies
+# larger requests take the standard path: their tensors travel out of band there, without copies
 WIRE_LANE_MAX_BYTES = 64 * 1024
 
 

@@ -1,4 +1,4 @@
-"""Fast paths of the HTTP infer decoder for the common well-formed shapes: an input given as
+"""Plain paths of the HTTP infer decoder for the common well-formed shapes: an input given as
 ``{"name", "datatype", "shape", "data"}`` with flat numeric data, and an output given as
 ``{"name"}`` or ``{"name", "parameters": {"binary_data": <bool>}}``. Also used by python
 instance processes for requests on the wire lane (:mod:`repokit.backends.python.wire_http`),
@@ -7,7 +7,7 @@ hence here, importing only numpy.
 Each function returns None for anything else and
 :mod:`repokit.frontends.http.infer_request`'s checked path then
 decodes the item and raises every error in Triton's words, so both paths agree on every item
-they both accept (``tests/frontends/http/test_fast_paths.py`` compares them). For small numeric
+they both accept (``tests/frontends/http/test_plain_paths.py`` compares them). For small numeric
 inputs this roughly halves the decoding time (figures in ``benchmarks/README.md``).
 """
 

@@ -1,6 +1,6 @@
-"""The shape check of the request fast paths: does an input's shape fit the config as it is?
+"""The shape check of the request plain paths: does an input's shape fit the config as it is?
 
-Shared by the server's fast path (:func:`repokit.core.request_fast_path.prepare_plain`) and the
+Shared by the server's plain path (:func:`repokit.core.plain_path.prepare_plain`) and the
 wire lane's decoders in python instance processes (:mod:`repokit.backends.python.wire_grpc`,
 :mod:`repokit.backends.python.wire_http`), so both take exactly the same requests. Standard
 library only.

@@ -152,7 +152,7 @@ class DefaultScheduler(Scheduler):
         queue time. An outcome with neither body nor result ran nothing and is not counted."""
         outstanding = self._outstanding
         if self._free is None or self._stopped or not outstanding:
-            return WireOutcome(), 0  # the full path gives the error
+            return WireOutcome(), 0  # the standard path gives the error
         instance = self._least_busy()
         enqueued = time.perf_counter_ns()
         try:

@@ -1,6 +1,6 @@
 """The instance side of the gRPC wire lane (repokit.backends.python.wire_grpc): which requests
 it takes, the arrays it gives the model, and the response bytes it builds; every request it
-does not take is None (the server's full path then answers it)."""
+does not take is None (the server's standard path then answers it)."""
 
 from __future__ import annotations
 

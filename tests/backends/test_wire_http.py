@@ -61,7 +61,7 @@ def test_plain_body_is_decoded() -> None:
     no_id = decode(
         body(id=None) | {"outputs": [{"name": "Z", "parameters": {"binary_data": False}}]}
     )
-    assert no_id is None  # a null id is the full path's error to give
+    assert no_id is None  # a null id is the standard path's error to give
     assert decode({"inputs": body()["inputs"]})[1:] == ({"Y", "Z"}, "", 2)
 
 

@@ -1,8 +1,8 @@
 """The wire lane (repokit.core.wire_lane) through tritonclient.grpc and over HTTP against a
 real server on port 0: plain ModelInfer requests and plain JSON infer bodies for python models
 go to the instance process as their bytes, and their answers (outputs, errors, statistics) are
-those of the full path; requests the lane does not take, and models it does not serve, get
-the full path's answers.
+those of the standard path; requests the lane does not take, and models it does not serve, get
+the standard path's answers.
 
 A gRPC client cancelling a lane request cancels it at the instance: covered by
 tests/e2e/test_python_cancellation.py (its ``slow`` model's requests take the lane).
@@ -184,7 +184,7 @@ def test_model_errors_are_the_full_paths(server: Server) -> None:
     before = server.outcomes["raised"]
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         lane = _error(lambda: client.infer("picky", _inputs(grpcclient, x)))
-        # a request parameter takes the full path
+        # a request parameter takes the standard path
         full = _error(lambda: client.infer("picky", _inputs(grpcclient, x), parameters={"k": 1}))
     assert server.outcomes["raised"] == before + 1
     assert lane == full == ("StatusCode.INVALID_ARGUMENT", "negative input")
@@ -260,7 +260,7 @@ def _add_sub_json(**extra: Any) -> dict[str, Any]:
 def test_json_bodies_answer_byte_for_byte_as_the_full_path(server: Server) -> None:
     before = dict(server.outcomes)
     lane = _post(server, "add_sub", _add_sub_json(outputs=[{"name": "OUTPUT0"}]))
-    # empty request parameters: the same request, which the lane leaves to the full path
+    # empty request parameters: the same request, which the lane leaves to the standard path
     full = _post(server, "add_sub", _add_sub_json(outputs=[{"name": "OUTPUT0"}], parameters={}))
     assert server.outcomes["body"] == before.get("body", 0) + 1
     assert server.outcomes["full"] == before.get("full", 0) + 1

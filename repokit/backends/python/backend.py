@@ -630,10 +630,10 @@ class PythonBackend(Backend):
         the first time each instance process gets this plan. A client that goes away cancels
         the request at the instance (``is_cancelled()``), as for :meth:`execute`."""
         if not self._instances:
-            return WireOutcome()  # the full path gives the error
+            return WireOutcome()  # the standard path gives the error
         target = self._instances[instance % len(self._instances)]
         if target.dead:
-            return WireOutcome()  # the full path waits for the restart or gives the error
+            return WireOutcome()  # the standard path waits for the restart or gives the error
         key = next(self._keys)
         # the plan goes along until a reply shows the process has it (a message cancelled
         # before it was sent never reached the process)

@@ -296,7 +296,7 @@ class Instance:
     def _execute_wire(self, item: WireItem) -> BatchReply:
         """One request in its wire form (:mod:`repokit.backends.python.wire_grpc`). The reply is
         ``("fallback", None, (0, 0, 0))`` when the server must take the request through its
-        full path (nothing ran), else ``("wire", (kind, payload, batch size), timing)``: kind
+        standard path (nothing ran), else ``("wire", (kind, payload, batch size), timing)``: kind
         ``"body"`` with the encoded response, or the status and payload of the usual reply of a
         batch of one (``"ok"`` with the packed response, ``"error"``, ``"rescheduled"``)."""
         started = time.perf_counter_ns()
@@ -309,7 +309,7 @@ class Instance:
             decoded = (
                 None if plan is None or codec is None else codec.decode_request(raw, plan, limit)
             )
-        except Exception:  # bytes the lane's decoder cannot take: the full path answers them
+        except Exception:  # bytes the lane's decoder cannot take: the standard path answers them
             decoded = None
         if plan is None or codec is None or decoded is None:
             return "fallback", None, (0, 0, 0)

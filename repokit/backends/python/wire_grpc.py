@@ -4,13 +4,13 @@ The server hands a plain ModelInferRequest to the instance as the bytes it recei
 the serialized ModelInferResponse back (:mod:`repokit.core.wire_lane`): the decoding, the
 checks and the encoding then run here, beside the model, instead of on the server's event loop.
 
-:func:`decode_request` accepts exactly the requests the server's fast path accepts
-(:func:`repokit.core.request_fast_path.prepare_plain` after
+:func:`decode_request` accepts exactly the requests the server's plain path accepts
+(:func:`repokit.core.plain_path.prepare_plain` after
 :func:`repokit.frontends.grpc.codec.decode_infer_request`): every input once, in
 ``raw_input_contents``, with the model's datatype, a shape matching the config and the exact
 byte size, no parameters anywhere (sequence ids, priorities, shared memory, classification),
 requested outputs that exist. Anything else returns None, before the model runs, and the server
-takes the request through its full path, which decides any error and its message; so this path
+takes the request through its standard path, which decides any error and its message; so this path
 never changes an answer, it only moves work. :func:`encode_response` builds the response the
 server would build for a successful response with numeric outputs and no parameters; for
 anything else it returns None and the reply travels in the usual packed form.

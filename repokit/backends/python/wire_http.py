@@ -8,7 +8,7 @@ look: a JSON object with ``inputs`` (each ``{"name", "datatype", "shape", "data"
 numeric data), optionally ``id`` (a string) and ``outputs`` (each ``{"name"}``, or with
 ``"parameters": {"binary_data": false}``), nothing else (no request parameters, no binary
 data, no shared memory, no classification). Anything else returns None before the model runs
-and the server's full path answers the request, errors included. :func:`encode_response`
+and the server's standard path answers the request, errors included. :func:`encode_response`
 writes the JSON the server writes for a successful response whose outputs are JSON numbers or
 booleans (finite floats); anything else travels in the packed form and the server encodes it.
 """

@@ -178,12 +178,12 @@ class InferenceServicer:
         self, request: pb.ModelInferRequest, raw: bytes
     ) -> bytes | pb.ModelInferResponse | None:
         """The answer of the request's model's wire lane, or None: no lane, or the request must
-        take the full path."""
+        take the standard path."""
         service = self._service
         try:
             version = messages.parse_model_version(request.model_version)
         except RepokitError:
-            return None  # the full path reports it
+            return None  # the standard path reports it
         lane = service.wire_lane(request.model_name, version)
         if lane is None:
             return None

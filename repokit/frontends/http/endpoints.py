@@ -139,7 +139,7 @@ class Endpoints:
         self, model: str, version: str, body: bytes, header_length_value: str | None
     ) -> EncodedResponse:
         """Decode an (uncompressed) infer body, run it and encode the response: the part
-        shared by this endpoint and the fast infer path of :mod:`.fast_protocol`."""
+        shared by this endpoint and the protocol lane of :mod:`.fast_protocol`."""
         limit = self.max_input_size
         if header_length_value is None and len(body) <= min(WIRE_LANE_MAX_BYTES, limit):
             lane = self.service.wire_lane(model, version)

@@ -1,4 +1,4 @@
-"""Sanic's HTTP/1.1 protocol with a fast lane for well-formed infer requests.
+"""Sanic's HTTP/1.1 protocol with a protocol lane for well-formed infer requests.
 
 Why: on add_sub (JSON, FP32[1,16] x 2, wrk at concurrency 8) Sanic's own request machinery
 (its pure-Python header parser, the ``Request`` and ``HTTPResponse`` objects, the connection
@@ -7,7 +7,7 @@ process spent per request, more than the whole core (~21 us). Inference is the o
 whose speed matters, so this protocol, a subclass of Sanic's ``HttpProtocol`` handed to
 ``create_server(protocol=...)``, answers it directly and leaves everything else to Sanic.
 
-A connection starts in the fast lane. Each complete request in the buffer is looked at once:
+A connection starts in the protocol lane. Each complete request in the buffer is looked at once:
 
 * ``POST /v2/models/<name>[/versions/<v>]/infer HTTP/1.1`` with one ``Content-Length``, no
   ``Transfer-Encoding``, ``Content-Encoding``, ``Expect`` or ``Upgrade``, no ``Connection``
@@ -20,11 +20,11 @@ A connection starts in the fast lane. Each complete request in the buffer is loo
   malformed heads, restricted APIs, access logging) is handed to Sanic's own machinery as the
   raw bytes, together with everything after it, and Sanic answers it exactly as before.
 
-Requests of one connection are answered in order: the fast lane serves one request at a time
+Requests of one connection are answered in order: the protocol lane serves one request at a time
 and hands over to Sanic only when its own response is written; the connection comes back to
-the fast lane when Sanic is idle again with nothing buffered. A client that disconnects cancels
+the protocol lane when Sanic is idle again with nothing buffered. A client that disconnects cancels
 the running request (the model sees ``is_cancelled()``), and Sanic's timeouts still apply: a
-request in the fast lane counts as a request in progress, not as an idle keep-alive
+request in the protocol lane counts as a request in progress, not as an idle keep-alive
 connection.
 
 Backpressure: requests pipelined behind the running one wait in the connection's buffer; once
@@ -76,7 +76,7 @@ _SANIC_HEADERS = frozenset(
 
 
 class FastInfer:
-    """A parsed infer request of the fast lane."""
+    """A parsed infer request of the protocol lane."""
 
     __slots__ = ("body_end", "body_start", "header_length", "route")
 
@@ -176,8 +176,8 @@ class FastInferProtocol(HttpProtocol):
         frontend: HttpFrontend | None = getattr(self.app.ctx, "frontend", None)
         self._limits = frontend.limits if frontend is not None else ConnectionLimits()
         self._head_since = 0.0  # when Sanic's lane started receiving the current head
-        self._last_data = 0.0  # when the fast lane last received bytes
-        # restricted APIs and access logs are Sanic's business: no fast lane then
+        self._last_data = 0.0  # when the protocol lane last received bytes
+        # restricted APIs and access logs are Sanic's business: no protocol lane then
         if frontend is not None and (frontend.restrictions or self.app.config.ACCESS_LOG):
             frontend = None
         self._frontend = frontend
@@ -289,7 +289,7 @@ class FastInferProtocol(HttpProtocol):
         )
 
     def check_timeouts(self) -> None:
-        """A request in the fast lane is in progress: the keep-alive timeout does not apply to
+        """A request in the protocol lane is in progress: the keep-alive timeout does not apply to
         it; a partly received one gets the header or body timeout. In Sanic's lane the head
         gets the header timeout from its first byte and a body the body timeout."""
         now = current_time()
@@ -326,7 +326,7 @@ class FastInferProtocol(HttpProtocol):
         return late
 
     def _lane_expired(self, now: float) -> bool:
-        """A partial request of the fast lane ran out of time (head: since its first byte;
+        """A partial request of the protocol lane ran out of time (head: since its first byte;
         body: since its last byte)."""
         if self._body_parts is not None:
             return now - self._last_data > self._limits.body_timeout_s
@@ -382,7 +382,7 @@ class FastInferProtocol(HttpProtocol):
         """Part of a request has arrived."""
         return bool(self._fast_buffer) or self._body_parts is not None
 
-    # --- the fast lane -----------------------------------------------------------------------
+    # --- the protocol lane -------------------------------------------------------------------
     def _next_request(self) -> None:
         """Start the first complete request of the buffer, or hand the buffer to Sanic."""
         buffer = self._fast_buffer

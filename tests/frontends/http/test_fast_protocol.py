@@ -1,8 +1,8 @@
-"""The fast infer lane of the HTTP protocol (repokit.frontends.http.fast_protocol) against a real
+"""The HTTP protocol lane (repokit.frontends.http.fast_protocol) against a real
 server on port 0, over raw sockets so that pipelining, partial writes and HTTP/1.0 can be sent.
 
 Which lane answered is visible on the wire: Sanic adds an empty ``alt-svc`` header to every
-response it formats, the fast lane does not. Every test that checks a lane also checks that the
+response it formats, the protocol lane does not. Every test that checks a lane also checks that the
 answer is the one Sanic's route gives for the same request.
 """
 
@@ -169,7 +169,7 @@ BINARY_BODY = json.dumps(
         (INFER, ADD_SUB_BODY, {"Accept-Encoding": "identity"}, 200),
     ],
 )
-def test_fast_lane_answers_as_sanic_does(
+def test_protocol_lane_answers_as_sanic_does(
     conn: Connection, path: str, body: bytes, headers: dict[str, str], status: int
 ) -> None:
     conn.send(request(path, body, headers=headers))

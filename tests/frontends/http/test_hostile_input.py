@@ -1,5 +1,5 @@
 """Hostile or careless HTTP input gets an answer with a client status and the connection stays
-usable (issue 17, items 7 and 12), in both lanes (the fast infer lane and Sanic's route, which
+usable (issue 17, items 7 and 12), in both lanes (the protocol lane and Sanic's route, which
 reads the chunked form of the same request).
 
 Triton 2.51, asked the same, answers 500 "failed to parse the request JSON buffer: The surrogate

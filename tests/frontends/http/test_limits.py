@@ -152,7 +152,7 @@ INFER_HEAD = (
 READY_HEAD = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 2000 + b"\r\n"
 
 
-@pytest.mark.parametrize("head", [INFER_HEAD, READY_HEAD], ids=["fast lane", "sanic lane"])
+@pytest.mark.parametrize("head", [INFER_HEAD, READY_HEAD], ids=["protocol lane", "sanic lane"])
 def test_a_head_that_trickles_in_is_cut_at_the_header_timeout(
     strict: ServerThread, head: bytes
 ) -> None:
@@ -168,7 +168,7 @@ def test_a_head_that_trickles_in_is_cut_at_the_header_timeout(
         b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
         b"Content-Length: 200000\r\n\r\n",
     ],
-    ids=["fast lane", "sanic lane"],
+    ids=["protocol lane", "sanic lane"],
 )
 def test_a_body_that_stops_is_cut_at_the_body_timeout(strict: ServerThread, head: bytes) -> None:
     with connect(strict) as sock:

@@ -1,4 +1,4 @@
-"""The HTTP codec's fast paths (plain JSON inputs, plain outputs, the NaN check, the route
+"""The HTTP codec's plain paths (plain JSON inputs, plain outputs, the NaN check, the route
 cache) must give exactly what the checked paths give, and leave every error to them."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _decode(document: dict[str, Any], max_size: int = MAX) -> DecodedInfer:
 
 
 def _checked(item: dict[str, Any]) -> dict[str, Any]:
-    """The same input with an empty ``parameters``: the fast path declines it."""
+    """The same input with an empty ``parameters``: the plain path declines it."""
     return {**item, "parameters": {}}
 
 

@@ -1,4 +1,4 @@
-"""The request checks' fast path: a well-formed request for a plain model in one pass.
+"""The request checks' plain path: a well-formed request for a plain model in one pass.
 
 ``prepare_plain`` accepts what most requests are: every input of the model given once, inline
 (no shared memory, no raw binary body), with the model's datatype, a fully specified shape that

@@ -1,4 +1,4 @@
-"""The fast path of the request checks gives exactly what the full checks give, and hands every
+"""The plain path of the request checks gives exactly what the full checks give, and hands every
 request it does not fully vouch for (including every invalid one) to the full checks."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from repokit.config.parse import parse_text
+from repokit.core.plain_path import prepare_plain
 from repokit.core.request_checks import ModelIO, prepare
-from repokit.core.request_fast_path import prepare_plain
 from repokit.errors import RepokitError
 from repokit.protocol.types import InferRequest, InputSpec, RequestedOutput, SharedMemoryRef
 
@@ -62,7 +62,7 @@ def no_shm(ref: SharedMemoryRef) -> np.ndarray:
         ("4", 8, raw(request())),  # gRPC raw_input_contents: uint8 views of the bytes
     ],
 )
-def test_fast_path_equals_full_checks(dims: str, batch: int, req: InferRequest) -> None:
+def test_plain_path_equals_full_checks(dims: str, batch: int, req: InferRequest) -> None:
     io = model_io(dims, batch)
     fast = prepare_plain(io, req)
     full = prepare(io, req, no_shm)
