@@ -16,11 +16,9 @@ the same instance queues and merging, the same counters. A model qualifies when 
 non-decoupled python model on the default scheduler whose inputs all take the plain path (no
 BYTES, reshape, shape-tensor or ragged inputs) and whose outputs are not reshaped.
 
-Measured on a 2-core machine, add_sub at 8 clients: unary gRPC went from 7.5-8.4k to 8.9-13.3k
-requests/s (benchmarks/grpc_vs_triton.py; with the change in
-:mod:`repokit.frontends.grpc.registration`), HTTP JSON from 16-20k to 21-27k
-(benchmarks/http_vs_triton.py); the server process's CPU per HTTP request fell from about
-50 us to 22-27 us.
+It moves the decoding and encoding of small requests off the event loop that every client
+shares; the throughput and server CPU it saves are in ``benchmarks/README.md`` (measured with
+``benchmarks/grpc_vs_triton.py`` and ``benchmarks/http_vs_triton.py``).
 """
 
 from __future__ import annotations

@@ -28,24 +28,9 @@ batches the scheduler formed (one request per call with the default scheduler, w
 requests straight to this backend: ``pipelines_executions``). A queued call that is cancelled
 is never sent.
 
-Measured on this machine (2 cores shared with other work, Python 3.11, numpy 2; noisy):
-- add_sub (FP32[1,16] x 2 in and out) through ``PythonBackend.execute``: ~41-47 us per
-  sequential round trip (was ~75-90 us), ~30-35 us per request with many in flight;
-  ``InferenceService.infer`` in-process (a script run by hand; earlier, quieter run): ~14-16k
-  req/s at concurrency 1 and ~24-26k at concurrency 8 (was ~8.6k at both);
-- re-measured with cancellation and BLS-parent tracking in place, CPU time from /proc (the
-  server process, which here also builds the requests, and the instance process), 8000
-  requests per run, load average 6-9 on the 2 cores (no quiet moment came): server CPU
-  ~54-62 us per request at concurrency 1 and ~35-39 us at 8, instance CPU ~29-35 us at 1 and
-  ~16-19 us at 8; 7-12k req/s at concurrency 1 and 12-18k at 8 (throughput under that load
-  is noise; the CPU figures are the cost of isolation: the instance's share is the socket
-  round trip, unpickling and building the pb_utils objects around the model's ``execute``);
-- identity on a 1 MB FP32 tensor: ~0.14-0.17 ms per sequential round trip (2 MB across the
-  socket);
-- over HTTP (``benchmarks/http_vs_triton.py``, wrk): add_sub JSON at concurrency 8 ~8-10k
-  req/s (Triton 2.51 ~16-18k, a bare Sanic handler ~35k): the HTTP stack (Sanic, JSON decode
-  and encode) now costs more than this backend; identity 1 MB binary at concurrency 4
-  0.8-1.2x Triton, dominated by the body copies in Sanic and the response join.
+What isolation costs (the socket round trip, pickling, building the pb_utils objects around
+the model's ``execute``) and how it compares with Triton is measured by
+``benchmarks/http_vs_triton.py``; the figures behind the design are in ``benchmarks/README.md``.
 
 Cancellation
 ------------
@@ -157,9 +142,8 @@ MERGE_LIMIT_BYTES = 1024 * 1024
 # Messages at an instance process at a time. A batch of several requests (the dynamic batcher's)
 # may go while another message is there: it waits in the process's socket, so the process
 # starts it the moment it has answered the first, without a round trip through the server.
-# Single requests wait instead and go together in one merged message when the reply arrives
-# (measured: add_sub HTTP c=8 20.0k req/s this way, 18.4k when they go at once too; the
-# batcher at c=64 11.0k with the second batch waiting in the socket, 10.2k without).
+# Single requests wait instead and go together in one merged message when the reply arrives,
+# which serves more requests than sending them at once (figures in benchmarks/README.md).
 MESSAGES_IN_FLIGHT = 2
 # a queued message: (operation, payload, future of its reply, tensor bytes)
 _Queued = tuple[str, Any, "asyncio.Future[Any]", int]

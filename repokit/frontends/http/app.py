@@ -13,11 +13,8 @@ generate_stream as 501 (not implemented by repokit).
 
 Infer requests that are well formed skip this dispatch: the server runs the app with
 :class:`~repokit.frontends.http.fast_protocol.FastInferProtocol`, which answers them through the
-same :meth:`Endpoints.run_infer` (why and what qualifies: that module). Per-request CPU of the
-server process (add_sub JSON, FP32[1,16] twice, wrk c=8, python backend): ~80 us through
-Sanic's route, ~51 us through the protocol lane (decode ~5 us, encode ~3 us, the core and the
-python-backend exchange ~21 us, the rest reading, writing and the event loop); a bare Sanic
-handler doing the JSON work alone costs ~25 us.
+same :meth:`Endpoints.run_infer` (why and what qualifies: that module; the server's CPU per
+request on each lane is in ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
