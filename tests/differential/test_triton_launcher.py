@@ -143,6 +143,7 @@ def test_the_command_in_the_foreground_stops_on_sigterm(repository: Path, tmp_pa
         stderr=subprocess.PIPE,
         text=True,
     )
+    pid = 0
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -156,3 +157,5 @@ def test_the_command_in_the_foreground_stops_on_sigterm(repository: Path, tmp_pa
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if pid and group_members(pid):  # the launcher failed to stop it: do not leave it running
+            os.killpg(pid, signal.SIGKILL)
