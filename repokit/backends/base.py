@@ -32,6 +32,11 @@ if TYPE_CHECKING:
     from repokit.backends.wire_plan import WirePlan
 
 
+def instance_count(config: mc.ModelConfig) -> int:
+    """Total instances over every instance group (at least one)."""
+    return max(1, sum(max(0, group.count) for group in config.instance_group))
+
+
 @dataclass
 class BackendRequest:
     """One request as a backend sees it."""

@@ -26,8 +26,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from repokit.backends.base import Backend, BackendRequest, BackendResult, ModelContext, Timing
-from repokit.backends.registry import instance_count
+from repokit.backends.base import (
+    Backend,
+    BackendRequest,
+    BackendResult,
+    ModelContext,
+    Timing,
+    instance_count,
+)
 from repokit.errors import Code, RepokitError
 from repokit.protocol import datatypes
 from repokit.protocol.generated import model_config_pb2 as mc

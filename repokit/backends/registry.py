@@ -52,11 +52,6 @@ def backend_name(config: mc.ModelConfig) -> str:
     return _PLATFORMS.get(config.platform, config.platform)
 
 
-def instance_count(config: mc.ModelConfig) -> int:
-    """Total instances over every instance group (at least one)."""
-    return max(1, sum(max(0, group.count) for group in config.instance_group))
-
-
 def _unknown(name: str) -> RepokitError:
     return RepokitError(
         Code.INVALID_ARG,

@@ -11,8 +11,14 @@ import asyncio
 import time
 from typing import Any
 
-from repokit.backends.base import Backend, BackendRequest, BackendResult, ModelContext, Timing
-from repokit.backends.registry import instance_count
+from repokit.backends.base import (
+    Backend,
+    BackendRequest,
+    BackendResult,
+    ModelContext,
+    Timing,
+    instance_count,
+)
 from repokit.errors import Code, RepokitError
 from repokit.protocol import datatypes
 from repokit.protocol.types import InferTensor

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from repokit.backends.registry import backend_name, create_backend, instance_count
+from repokit.backends.base import instance_count
+from repokit.backends.registry import backend_name, create_backend
 from repokit.backends.tensorrt import NOT_INSTALLED, TensorRTBackend
 from repokit.config.parse import parse_text
 from repokit.errors import Code, RepokitError

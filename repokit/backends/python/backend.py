@@ -100,6 +100,7 @@ from repokit.backends.base import (
     ModelContext,
     Timing,
     WireOutcome,
+    instance_count,
 )
 from repokit.backends.python import ipc
 from repokit.backends.python.channel import Channel
@@ -111,7 +112,6 @@ from repokit.backends.python.restarts import (
     not_healthy,
 )
 from repokit.backends.python.server_link import ServerLink
-from repokit.backends.registry import instance_count
 from repokit.backends.server_api import RequestControl
 from repokit.backends.wire_plan import WirePlan
 from repokit.errors import Code, RepokitError
