@@ -196,7 +196,12 @@ class InferenceService:
         return self.manager.get(name, version).config_json
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
-        return self.manager.get(name, version).decoupled
+        try:
+            return self.manager.get(name, version).decoupled
+        except RepokitError:
+            if self._exiting:  # the models are unloading: say why, as admit() does
+                raise unavailable("Server exiting") from None
+            raise
 
     # --- inference ---------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:

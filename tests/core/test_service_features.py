@@ -462,6 +462,22 @@ async def test_shutdown_refuses_new_requests_but_lets_started_sequences_go_on(
     await stopping
 
 
+async def test_model_lookups_after_the_unload_say_the_server_is_exiting(
+    service: InferenceService,
+) -> None:
+    """A request that arrives once the models are unloading gets "Server exiting", never the
+    404 of a model that has no versions (the HTTP frontend asks is_decoupled before admit)."""
+    assert service.is_decoupled("add_sub") is False
+    await service.stop()
+    for call in (
+        lambda: service.is_decoupled("add_sub"),
+        lambda: service.is_decoupled("no_such_model"),
+    ):
+        with pytest.raises(RepokitError) as refused:
+            call()
+        assert (refused.value.code, refused.value.message) == (Code.UNAVAILABLE, "Server exiting")
+
+
 async def test_verbose_levels_say_what_requests_do(service: InferenceService) -> None:
     import io
 
