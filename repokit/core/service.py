@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from repokit.backends.base import BackendResult
@@ -342,7 +342,7 @@ class InferenceService:
 
     async def infer_stream(
         self, request: InferRequest, control: RequestControl | None = None
-    ) -> AsyncIterator[InferResponse]:
+    ) -> AsyncGenerator[InferResponse, None]:
         """The responses of a decoupled model as it sends them; the last one has ``final``
         set, unless the model ended with an empty final flag (see repokit.core.decoupled)."""
         loaded, prepared = self.admit(request)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import AsyncGenerator, Awaitable
 from typing import Any
 
 from sanic import HTTPResponse, Request
@@ -16,6 +17,14 @@ from repokit.core.service import InferenceService
 from repokit.core.wire_lane import WIRE_LANE_MAX_BYTES
 from repokit.errors import Code, RepokitError, invalid_arg
 from repokit.frontends.http.compression import choose_response_encoding, compress, decompress_body
+from repokit.frontends.http.generate import (
+    NOT_ONE_RESPONSE,
+    SSE_CONTENT_TYPE,
+    decode_generate_request,
+    encode_generate_response,
+    json_body,
+    sse_event,
+)
 from repokit.frontends.http.infer_request import (
     DecodedInfer,
     decode_infer_request,
@@ -28,10 +37,10 @@ from repokit.frontends.http.infer_response import (
     EncodedResponse,
     encode_infer_response,
 )
-from repokit.frontends.http.responses import empty_response, error_response, json_response
+from repokit.frontends.http.responses import JSON, empty_response, error_response, json_response
 from repokit.frontends.http.routing import Route
 from repokit.frontends.status import http_status
-from repokit.protocol.types import InferRequest
+from repokit.protocol.types import InferRequest, InferResponse
 
 CLIENT_SHM_DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
@@ -161,10 +170,59 @@ class Endpoints:
         result = await self.service.infer(decoded.request)
         return encode_infer_response(result, decoded)
 
-    async def generate(self, request: Request, route: Route) -> HTTPResponse:
-        raise RepokitError(
-            Code.UNSUPPORTED, "the generate extension is not supported by this server"
-        )
+    async def generate(self, request: Request, route: Route) -> HTTPResponse | None:
+        """``/generate`` and ``/generate_stream`` (:mod:`.generate`), through the service as
+        every inference; errors before the model runs are plain JSON errors."""
+        version = parse_model_version(route.version) if route.version else ""
+        metadata = self.service.model_metadata(route.model, version)
+        if request.headers.get("content-encoding", "identity").lower() != "identity":
+            raise invalid_arg("Unsupported content-encoding, only 'identity' is supported.")
+        document = parse_json_document(request.body, self.max_input_size)
+        infer_request = decode_generate_request(route.model, version, document, metadata)
+        if route.action == "generate_stream":
+            return await self._generate_stream(request, infer_request)
+        if not self.service.is_decoupled(route.model, version):
+            result = await self.service.infer(infer_request)
+            return HTTPResponse(json_body(encode_generate_response(result)), content_type=JSON)
+        # a decoupled model must send exactly one response; the status is the first one's
+        answers: list[InferResponse | RepokitError] = []
+        try:
+            async for response in self.service.infer_stream(infer_request):
+                answers.append(response)
+        except RepokitError as exc:  # refused or failed: the same plain JSON error
+            answers.append(exc)
+        first = answers[0] if answers else None
+        status = http_status(first.code) if isinstance(first, RepokitError) else 200
+        if len(answers) != 1:
+            body = json_body({"error": NOT_ONE_RESPONSE})
+        elif isinstance(first, RepokitError):
+            body = json_body({"error": first.message})
+        else:
+            assert first is not None
+            body = json_body(encode_generate_response(first))
+        return HTTPResponse(body, status=status, content_type=JSON)
+
+    async def _generate_stream(
+        self, request: Request, infer_request: InferRequest
+    ) -> HTTPResponse | None:
+        service = self.service
+        loaded, prepared = service.admit(infer_request)  # refusals: a plain JSON error
+        if loaded.decoupled:
+            answers = _answers(service.infer_stream(infer_request))
+        else:
+            answers = _single(service.run_admitted(loaded, infer_request, prepared))
+        try:
+            first = await anext(answers, None)  # None: only the final flag, no response
+            status = http_status(first.code) if isinstance(first, RepokitError) else 200
+            response = await request.respond(status=status, content_type=SSE_CONTENT_TYPE)
+            if first is not None:
+                await response.send(_event(first))
+            async for answer in answers:
+                await response.send(_event(answer))
+            await response.eof()
+        finally:
+            await answers.aclose()  # a client that went away cancels the request
+        return None
 
     # --- repository ------------------------------------------------------------------------
 
@@ -268,6 +326,34 @@ class Endpoints:
 
     async def trace(self, request: Request, route: Route) -> HTTPResponse:
         raise RepokitError(Code.UNAVAILABLE, "the server does not support tracing")
+
+
+async def _answers(
+    responses: AsyncGenerator[InferResponse, None],
+) -> AsyncGenerator[InferResponse | RepokitError, None]:
+    """A decoupled model's responses; an error is the last answer (it ends the request)."""
+    try:
+        async for response in responses:
+            yield response
+    except RepokitError as exc:
+        yield exc
+    finally:
+        await responses.aclose()  # cancels a request the client left
+
+
+async def _single(
+    result: Awaitable[InferResponse],
+) -> AsyncGenerator[InferResponse | RepokitError, None]:
+    try:
+        yield await result
+    except RepokitError as exc:
+        yield exc
+
+
+def _event(answer: InferResponse | RepokitError) -> bytes:
+    if isinstance(answer, RepokitError):
+        return sse_event({"error": answer.message})
+    return sse_event(encode_generate_response(answer))
 
 
 def _load_parameters(params: dict[str, Any]) -> tuple[str | None, dict[str, bytes] | None]:

@@ -1,0 +1,119 @@
+"""Triton's generate extension: ``/generate`` and ``/generate_stream`` JSON <-> core requests.
+
+As Triton 2.51's HTTP frontend (``HTTPAPIServer::HandleGenerate``): every top-level key of the
+request object (and every key of its ``parameters`` object) that names a model input becomes
+that input, with the datatype and shape of the model's metadata (a scalar is one element; the
+elements fill the fixed dimensions and the innermost variable one, other variable ones are 1);
+any other key becomes a request parameter (string, integer, boolean or number). ``id`` is also
+the request id. A response is one flat object: ``id`` (when set), ``model_name``,
+``model_version``, the response parameters and the outputs (a one-element output as a scalar),
+keys in name order as Triton's ``std::map`` gives them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+
+from repokit.errors import invalid_arg
+from repokit.protocol.json_codec import array_from_json, array_to_json
+from repokit.protocol.types import InferRequest, InferResponse, InputSpec, ParamValue
+
+SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
+NOT_ONE_RESPONSE = (
+    "generate expects model to produce exactly 1 response, use generate stream for model "
+    "that generates various number of responses"
+)
+_PARAMETERS = "parameters"
+
+
+def decode_generate_request(
+    model: str, version: str, document: Any, metadata: dict[str, Any]
+) -> InferRequest:
+    """The core request for a generate body (``metadata``: the model's metadata JSON)."""
+    if not isinstance(document, dict):
+        raise invalid_arg("the generate request body must be a JSON object")
+    inputs = {item["name"]: item for item in metadata.get("inputs", [])}
+    request = InferRequest(model_name=model, model_version=version)
+    if "id" in document:
+        request_id = document["id"]
+        if not isinstance(request_id, str):
+            raise invalid_arg("Unable to parse 'id': attempt to access JSON non-string as string")
+        request.id = request_id
+    for key, value in document.items():
+        if key == _PARAMETERS:
+            if key in inputs:
+                raise invalid_arg(
+                    f"Keyword '{key}' for nested schema also given as input tensor name"
+                )
+            if not isinstance(value, dict):
+                raise invalid_arg(f"Expected JSON object for keyword: '{key}'")
+            for nested_key, nested_value in value.items():
+                _map_key(request, nested_key, nested_value, inputs)
+        else:
+            _map_key(request, key, value, inputs)
+    return request
+
+
+def _map_key(request: InferRequest, key: str, value: Any, inputs: dict[str, Any]) -> None:
+    meta = inputs.get(key)
+    if meta is None:
+        request.parameters[key] = _parameter(key, value)
+        return
+    datatype = str(meta["datatype"])
+    elements = value if isinstance(value, list) else [value]
+    shape = _fill_shape(key, [int(d) for d in meta["shape"]], len(elements))
+    data = array_from_json(datatype, shape, elements, input_name=key)
+    request.inputs.append(InputSpec(key, datatype, shape, data))
+
+
+def _parameter(key: str, value: Any) -> ParamValue:
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    raise invalid_arg(
+        f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
+    )
+
+
+def _fill_shape(name: str, dims: list[int], count: int) -> tuple[int, ...]:
+    """Triton's two passes: fixed dims divide the count, the innermost -1 takes the rest."""
+    fixed = math.prod(d for d in dims if d != -1)
+    unfit = f"The schema can not convert input '{name}' to tensor with proper shape"
+    if (count % fixed if fixed else count) != 0:
+        raise invalid_arg(unfit)
+    remaining = count // fixed if fixed else 1
+    shape = list(dims)
+    for index in range(len(shape) - 1, -1, -1):
+        if shape[index] == -1:
+            shape[index] = remaining
+            remaining = 1
+    if remaining != 1:
+        raise invalid_arg(unfit)
+    return tuple(shape)
+
+
+def encode_generate_response(response: InferResponse) -> dict[str, Any]:
+    """The flat response object (first of equal names wins, as Triton's map emplace)."""
+    fields: dict[str, Any] = {}
+    if response.id:
+        fields["id"] = response.id
+    fields["model_name"] = response.model_name
+    fields["model_version"] = str(response.model_version)
+    for name, param in response.parameters.items():
+        fields.setdefault(name, param)
+    for tensor in response.outputs:
+        if tensor.name in fields:
+            continue
+        values = array_to_json(tensor.datatype, tensor.data, output_name=tensor.name)
+        fields[tensor.name] = values[0] if len(values) == 1 else values
+    return {name: fields[name] for name in sorted(fields)}
+
+
+def json_body(payload: dict[str, Any]) -> bytes:
+    return orjson.dumps(payload)
+
+
+def sse_event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"

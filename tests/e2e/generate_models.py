@@ -1,0 +1,116 @@
+"""Python models for the generate-extension tests, written against Triton's documented API
+only, so real Triton 2.51 serves them unchanged (tests/differential/test_generate_vs_triton.py).
+
+- ``text_echo`` (non-decoupled): TEXT (BYTES [1]) and COUNT (INT32 [1]) -> TEXT_OUT (the text
+  repeated COUNT times), COUNT_OUT (FP32 [2]: COUNT, COUNT/2) and a response parameter echoing
+  the request parameter ``tag``; COUNT < 0 fails the request;
+- ``token_stream`` (decoupled): N (INT32 [1]) -> N responses TOKEN (INT32 [1]) = 0..N-1, then
+  the final flag; N < 0 sends one error response;
+- ``batched_add`` (non-decoupled, max_batch_size 4): X (FP32 [-1]) -> Y = X + 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.e2e.python_parity_models import write_model
+
+_ECHO_CONFIG = """backend: "python"
+max_batch_size: 0
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] },
+        { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "TEXT_OUT" data_type: TYPE_STRING dims: [ 1 ] },
+         { name: "COUNT_OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+_ECHO_CODE = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])
+            if count < 0:
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("COUNT must not be negative")))
+                continue
+            word = text.reshape(-1)[0]
+            word = word.decode() if isinstance(word, bytes) else str(word)
+            params = json.loads(request.parameters() or "{}")
+            out = np.array([(word * count).encode()], dtype=np.object_)
+            counts = np.array([count, count / 2], dtype=np.float32)
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("TEXT_OUT", out), pb_utils.Tensor("COUNT_OUT", counts)],
+                parameters={"tag": str(params.get("tag", ""))}))
+        return responses
+"""
+
+_STREAM_CONFIG = """backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "TOKEN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+_STREAM_CODE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        for request in requests:
+            sender = request.get_response_sender()
+            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
+            if n < 0:
+                sender.send(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("N must not be negative")), flags=final)
+                continue
+            for i in range(n):
+                sender.send(pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("TOKEN", np.array([i], dtype=np.int32))]))
+            sender.send(flags=final)
+        return None
+"""
+
+_ADD_CONFIG = """backend: "python"
+max_batch_size: 4
+dynamic_batching { }
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+_ADD_CODE = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x + 1)]))
+        return responses
+"""
+
+MODELS = {
+    "text_echo": (_ECHO_CONFIG, _ECHO_CODE),
+    "token_stream": (_STREAM_CONFIG, _STREAM_CODE),
+    "batched_add": (_ADD_CONFIG, _ADD_CODE),
+}
+
+
+def build_generate_repository(repo: Path) -> Path:
+    repo.mkdir(parents=True, exist_ok=True)
+    for name, (config, code) in MODELS.items():
+        write_model(repo, name, config, code)
+    return repo
