@@ -2,8 +2,9 @@
 only, so real Triton 2.51 serves them unchanged (tests/differential/test_generate_vs_triton.py).
 
 - ``text_echo`` (non-decoupled): TEXT (BYTES [1]) and COUNT (INT32 [1]) -> TEXT_OUT (the text
-  repeated COUNT times), COUNT_OUT (FP32 [2]: COUNT, COUNT/2) and a response parameter echoing
-  the request parameter ``tag``; COUNT < 0 fails the request;
+  repeated COUNT times, then the request parameter ``tag``) and COUNT_OUT (FP32 [2]: COUNT,
+  COUNT/2); COUNT < 0 fails the request (Triton 2.51's python backend has no response
+  parameters, so the responses carry none);
 - ``token_stream`` (decoupled): N (INT32 [1]) -> N responses TOKEN (INT32 [1]) = 0..N-1, then
   the final flag; N < 0 sends one error response;
 - ``batched_add`` (non-decoupled, max_batch_size 4): X (FP32 [-1]) -> Y = X + 1.
@@ -43,11 +44,11 @@ class TritonPythonModel:
             word = text.reshape(-1)[0]
             word = word.decode() if isinstance(word, bytes) else str(word)
             params = json.loads(request.parameters() or "{}")
-            out = np.array([(word * count).encode()], dtype=np.object_)
+            tag = str(params.get("tag", ""))
+            out = np.array([(word * count + tag).encode()], dtype=np.object_)
             counts = np.array([count, count / 2], dtype=np.float32)
             responses.append(pb_utils.InferenceResponse(
-                [pb_utils.Tensor("TEXT_OUT", out), pb_utils.Tensor("COUNT_OUT", counts)],
-                parameters={"tag": str(params.get("tag", ""))}))
+                [pb_utils.Tensor("TEXT_OUT", out), pb_utils.Tensor("COUNT_OUT", counts)]))
         return responses
 """
 

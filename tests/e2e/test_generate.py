@@ -19,19 +19,19 @@ NOT_ONE = (
     "generate expects model to produce exactly 1 response, use generate stream for model "
     "that generates various number of responses"
 )
+NOT_OBJECT = "attempt to access JSON non-object as object"
 NOT_SIGNED = "attempt to access JSON non-signed-integer as signed-integer"
 PARAMETER_TYPES = "It should be either 'int', 'bool', or 'string'."
 JSON = "application/json"
 SSE = "text/event-stream"
 
 
-def _echo(text: str, counts: list[float], tag: str = "", **extra: str) -> dict[str, Any]:
+def _echo(text: str, counts: list[float], **extra: str) -> dict[str, Any]:
     return {
         "COUNT_OUT": counts,
         "TEXT_OUT": text,
         "model_name": "text_echo",
         "model_version": "1",
-        "tag": tag,
         **extra,
     }
 
@@ -49,7 +49,7 @@ def _missing(expected: int, got: list[str], missing: list[str], model: str) -> s
 
 
 EXPECTED: dict[str, tuple[int, str, Any]] = {
-    "echo": (200, JSON, _echo("ababab", [3.0, 1.5], "x", id="7")),
+    "echo": (200, JSON, _echo("abababx", [3.0, 1.5], id="7")),
     "echo_nested": (200, JSON, _echo("abab", [2.0, 1.0])),
     "echo_version": (200, JSON, _echo("a", [1.0, 0.5])),
     "batched": (
@@ -77,9 +77,9 @@ EXPECTED: dict[str, tuple[int, str, Any]] = {
     "parameters_not_object": (
         400,
         JSON,
-        {"error": "Expected JSON object for keyword: 'parameters'"},
+        {"error": "Expected JSON object for keyword: 'parameters': " + NOT_OBJECT},
     ),
-    "model_error": (500, JSON, {"error": "COUNT must not be negative"}),
+    "model_error": (400, JSON, {"error": "COUNT must not be negative"}),
     "unknown_model": (
         404,
         JSON,
@@ -87,13 +87,13 @@ EXPECTED: dict[str, tuple[int, str, Any]] = {
     ),
     "decoupled_one": (200, JSON, _token(0)),
     "decoupled_many": (200, JSON, {"error": NOT_ONE}),
-    "decoupled_error": (500, JSON, {"error": "N must not be negative"}),
+    "decoupled_error": (400, JSON, {"error": "N must not be negative"}),
     "stream_tokens": (200, SSE, [_token(0), _token(1), _token(2)]),
     "stream_none": (200, SSE, []),
-    "stream_error": (500, SSE, [{"error": "N must not be negative"}]),
+    "stream_error": (400, SSE, [{"error": "N must not be negative"}]),
     "stream_plain_model": (200, SSE, [_echo("aa", [2.0, 1.0])]),
     "stream_missing_input": (400, JSON, {"error": _missing(1, [], ["N"], "token_stream")}),
-    "stream_plain_error": (500, SSE, [{"error": "COUNT must not be negative"}]),
+    "stream_plain_error": (400, SSE, [{"error": "COUNT must not be negative"}]),
 }
 
 

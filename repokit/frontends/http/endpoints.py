@@ -19,6 +19,7 @@ from repokit.errors import Code, RepokitError, invalid_arg
 from repokit.frontends.http.compression import choose_response_encoding, compress, decompress_body
 from repokit.frontends.http.generate import (
     NOT_ONE_RESPONSE,
+    RESPONSE_ERROR_STATUS,
     SSE_CONTENT_TYPE,
     decode_generate_request,
     encode_generate_response,
@@ -179,32 +180,6 @@ class Endpoints:
             raise invalid_arg("Unsupported content-encoding, only 'identity' is supported.")
         document = parse_json_document(request.body, self.max_input_size)
         infer_request = decode_generate_request(route.model, version, document, metadata)
-        if route.action == "generate_stream":
-            return await self._generate_stream(request, infer_request)
-        if not self.service.is_decoupled(route.model, version):
-            result = await self.service.infer(infer_request)
-            return HTTPResponse(json_body(encode_generate_response(result)), content_type=JSON)
-        # a decoupled model must send exactly one response; the status is the first one's
-        answers: list[InferResponse | RepokitError] = []
-        try:
-            async for response in self.service.infer_stream(infer_request):
-                answers.append(response)
-        except RepokitError as exc:  # refused or failed: the same plain JSON error
-            answers.append(exc)
-        first = answers[0] if answers else None
-        status = http_status(first.code) if isinstance(first, RepokitError) else 200
-        if len(answers) != 1:
-            body = json_body({"error": NOT_ONE_RESPONSE})
-        elif isinstance(first, RepokitError):
-            body = json_body({"error": first.message})
-        else:
-            assert first is not None
-            body = json_body(encode_generate_response(first))
-        return HTTPResponse(body, status=status, content_type=JSON)
-
-    async def _generate_stream(
-        self, request: Request, infer_request: InferRequest
-    ) -> HTTPResponse | None:
         service = self.service
         loaded, prepared = service.admit(infer_request)  # refusals: a plain JSON error
         if loaded.decoupled:
@@ -212,17 +187,22 @@ class Endpoints:
         else:
             answers = _single(service.run_admitted(loaded, infer_request, prepared))
         try:
-            first = await anext(answers, None)  # None: only the final flag, no response
-            status = http_status(first.code) if isinstance(first, RepokitError) else 200
-            response = await request.respond(status=status, content_type=SSE_CONTENT_TYPE)
-            if first is not None:
-                await response.send(_event(first))
-            async for answer in answers:
-                await response.send(_event(answer))
-            await response.eof()
+            if route.action == "generate_stream":
+                await _send_events(request, answers)
+                return None
+            collected = [answer async for answer in answers]
         finally:
             await answers.aclose()  # a client that went away cancels the request
-        return None
+        # exactly one response is expected (a decoupled model may send more or none)
+        first = collected[0] if collected else None
+        if len(collected) != 1:
+            body = json_body({"error": NOT_ONE_RESPONSE})
+        elif isinstance(first, RepokitError):
+            body = json_body({"error": first.message})
+        else:
+            assert first is not None
+            body = json_body(encode_generate_response(first))
+        return HTTPResponse(body, status=_status_of(first), content_type=JSON)
 
     # --- repository ------------------------------------------------------------------------
 
@@ -348,6 +328,27 @@ async def _single(
         yield await result
     except RepokitError as exc:
         yield exc
+
+
+def _status_of(first: InferResponse | RepokitError | None) -> int:
+    """The status of a generate answer: its first response's. Triton 2.51 answers 400 for a
+    first response that is an error whatever its code (its generate handler reads the code of
+    an error it has already freed), so an error after admission is 400 here too."""
+    return RESPONSE_ERROR_STATUS if isinstance(first, RepokitError) else 200
+
+
+async def _send_events(
+    request: Request, answers: AsyncGenerator[InferResponse | RepokitError, None]
+) -> None:
+    """Server-Sent Events, one per answer; the status is set by the first one (or 200 when
+    the model sent only the final flag); the stream ends after the last."""
+    first = await anext(answers, None)
+    response = await request.respond(status=_status_of(first), content_type=SSE_CONTENT_TYPE)
+    if first is not None:
+        await response.send(_event(first))
+    async for answer in answers:
+        await response.send(_event(answer))
+    await response.eof()
 
 
 def _event(answer: InferResponse | RepokitError) -> bytes:

@@ -26,6 +26,8 @@ NOT_ONE_RESPONSE = (
     "generate expects model to produce exactly 1 response, use generate stream for model "
     "that generates various number of responses"
 )
+# an error response of the model: Triton 2.51's generate handler gives 400 whatever the code
+RESPONSE_ERROR_STATUS = 400
 _PARAMETERS = "parameters"
 
 
@@ -49,7 +51,10 @@ def decode_generate_request(
                     f"Keyword '{key}' for nested schema also given as input tensor name"
                 )
             if not isinstance(value, dict):
-                raise invalid_arg(f"Expected JSON object for keyword: '{key}'")
+                raise invalid_arg(
+                    f"Expected JSON object for keyword: '{key}': "
+                    "attempt to access JSON non-object as object"
+                )
             for nested_key, nested_value in value.items():
                 _map_key(request, nested_key, nested_value, inputs)
         else:
