@@ -49,8 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from sanic.helpers import STATUS_CODES
 from sanic.http import Http, Stage
-from sanic.log import error_logger
-from sanic.models.server_types import ConnInfo
+from sanic.server.protocols.base_protocol import SanicProtocol
 from sanic.server.protocols.http_protocol import HttpProtocol
 
 from repokit.errors import RepokitError
@@ -165,6 +164,7 @@ class FastInferProtocol(HttpProtocol):
         "_fast_task",
         "_frontend",
         "_head_since",
+        "_lane_can_write",
         "_last_data",
         "_limits",
         "_reading_paused",
@@ -190,6 +190,9 @@ class FastInferProtocol(HttpProtocol):
         self._fast_task: asyncio.Task[None] | None = None
         self._sanic_owned = frontend is None
         self._reading_paused = False  # by the lane's backpressure (Sanic pauses on its own)
+        # the transport is below its write high-water mark (pause_writing/resume_writing)
+        self._lane_can_write = asyncio.Event()
+        self._lane_can_write.set()
 
     # --- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -203,18 +206,13 @@ class FastInferProtocol(HttpProtocol):
         if self._frontend is None:
             super().connection_made(transport)  # type: ignore[no-untyped-call]
             return
-        try:
-            transport.set_write_buffer_limits(low=16384, high=65536)
-            self.connections.add(self)
-            self.transport = transport
-            self.recv_buffer = bytearray()
-            self.conn_info = ConnInfo(transport, unix=self._unix)
-            self._time = current_time()
-            self._callback_check_timeouts = self.loop.call_later(
-                self._timeout_interval(), self._lane_timeouts
-            )
-        except Exception:
-            error_logger.exception("protocol.connect_made")
+        # the generic setup (write limits, connection set, conn_info), without the task
+        SanicProtocol.connection_made(self, transport)  # type: ignore[no-untyped-call]
+        self.recv_buffer = bytearray()
+        self._time = current_time()
+        self._callback_check_timeouts = self.loop.call_later(
+            self._timeout_interval(), self._lane_timeouts
+        )
 
     def data_received(self, data: bytes) -> None:
         if self._sanic_owned:
@@ -242,6 +240,14 @@ class FastInferProtocol(HttpProtocol):
             if transport is not None and not self._sanic_owned:
                 self._reading_paused = True
                 transport.pause_reading()
+
+    def pause_writing(self) -> None:
+        self._lane_can_write.clear()
+        super().pause_writing()  # type: ignore[no-untyped-call]
+
+    def resume_writing(self) -> None:
+        self._lane_can_write.set()
+        super().resume_writing()  # type: ignore[no-untyped-call]
 
     def connection_lost(self, exc: Exception | None) -> None:
         task = self._fast_task
@@ -465,8 +471,8 @@ class FastInferProtocol(HttpProtocol):
             transport.write(part)
         self._time = current_time()
         if self._fast_buffer:
-            if not self._can_write.is_set():  # a slow reader: do not queue more responses
-                await self._can_write.wait()
+            if not self._lane_can_write.is_set():  # a slow reader: queue no more responses
+                await self._lane_can_write.wait()
             if self._fast_task is None and self.transport is not None:
                 self._next_request()
                 self._resume_reading()
