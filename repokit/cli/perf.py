@@ -31,6 +31,7 @@ from repokit.perf.errors import GENERIC_ERROR, OPTION_ERROR, PerfError
 from repokit.perf.options import (
     PerfOptions,
     parse_concurrency_range,
+    parse_endpoint,
     parse_header,
     parse_id_range,
     parse_rate_range,
@@ -144,6 +145,14 @@ class LiveView:
             f"us, p99 {_us(s.percentiles_ns.get(99, 0))} us ({state}, {len(result.windows)} "
             "windows)"
         )
+        if "first_response_avg_ns" in s.extra:
+            self.console.print(
+                f"  time to first response: avg {_us(s.extra['first_response_avg_ns'])} us, "
+                f"p50 {_us(s.extra['first_response_p50_ns'])} us, "
+                f"p99 {_us(s.extra['first_response_p99_ns'])} us",
+                markup=False,
+                highlight=False,
+            )
         if self.verbose and result.server is not None:
             b = result.server
             self.console.print(
@@ -271,6 +280,15 @@ def register(app: typer.Typer) -> None:
         max_threads: Annotated[int, typer.Option("--max-threads")] = 16,
         async_mode: Annotated[bool, typer.Option("-a", "--async")] = False,
         streaming: Annotated[bool, typer.Option("--streaming")] = False,
+        endpoint: Annotated[
+            str,
+            typer.Option(
+                "--endpoint",
+                help="HTTP endpoint: infer, generate or generate_stream (or a "
+                "v2/models/<model>/... path ending in one); generate_stream reports the time "
+                "to first response.",
+            ),
+        ] = "infer",
         measurement_mode: Annotated[str, typer.Option("--measurement-mode")] = "time_windows",
         measurement_interval: Annotated[
             float, typer.Option("-p", "--measurement-interval", help="ms")
@@ -401,6 +419,7 @@ def register(app: typer.Typer) -> None:
                 max_threads=max_threads,
                 async_mode=async_mode,
                 streaming=streaming,
+                endpoint=parse_endpoint(endpoint, streaming),
                 measurement_mode=measurement_mode,
                 measurement_interval_ms=measurement_interval,
                 measurement_request_count=measurement_request_count,

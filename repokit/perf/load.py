@@ -100,6 +100,7 @@ class _LoadBase:
                 timing.end - timing.received,
                 flags is not None and flags.end,
                 delayed,
+                timing.first - timing.start if timing.first else 0,
             )
         return True
 
@@ -201,7 +202,7 @@ class ThreadedConcurrencyLoad(_LoadBase):
             request = flat[position % count][0]
             position += 1
             log.sent += 1
-            start, sent, received, end, error, _ = infer(request, None, False)
+            start, sent, received, end, error, _, _ = infer(request, None, False)
             if error is not None:
                 self._fail(error)
                 break

@@ -65,6 +65,7 @@ class PerfOptions:
     max_threads: int = 16
     async_mode: bool = False
     streaming: bool = False
+    endpoint: str = "infer"  # HTTP: infer, generate or generate_stream (see parse_endpoint)
     measurement_mode: str = "time_windows"
     measurement_interval_ms: float = 5000.0
     measurement_request_count: int = 50
@@ -252,8 +253,15 @@ def validate_options(o: PerfOptions) -> None:
     validate_tls(o.tls, o.protocol)
     if o.request_intervals is not None and not o.request_intervals.is_file():
         raise option_error(f"--request-intervals file '{o.request_intervals}' does not exist")
-    if o.streaming and o.protocol != "grpc":
-        raise option_error("--streaming is only available with -i grpc")
+    if o.endpoint != "infer":
+        if o.protocol != "http":
+            raise option_error(f"--endpoint {o.endpoint} is only available with -i http")
+        if o.shared_memory != "none":
+            raise option_error(f"--endpoint {o.endpoint} sends JSON: use --shared-memory none")
+    elif o.streaming and o.protocol != "grpc":
+        raise option_error(
+            "--streaming is only available with -i grpc (or with --endpoint generate)"
+        )
     if o.measurement_interval_ms <= 0:
         raise option_error("--measurement-interval must be positive")
     if o.measurement_request_count < 1:
@@ -291,3 +299,19 @@ def validate_options(o: PerfOptions) -> None:
         raise option_error(f"--profile-export-file '{o.profile_export_file}' is a directory")
     if o.csv_file is not None and o.csv_file.is_dir():
         raise option_error(f"-f '{o.csv_file}' is a directory")
+
+
+ENDPOINTS = ("infer", "generate", "generate_stream")
+
+
+def parse_endpoint(text: str, streaming: bool = False) -> str:
+    """``--endpoint``: infer, generate or generate_stream, or a path that ends in one
+    (``v2/models/<model>/generate_stream``, as perf_analyzer's tools spell it); generate with
+    ``--streaming`` is generate_stream."""
+    name = text.strip().strip("/").rsplit("/", 1)[-1] or "infer"
+    if name not in ENDPOINTS:
+        raise option_error(
+            "--endpoint must be infer, generate or generate_stream (or a path ending in one), "
+            f"got '{text}'"
+        )
+    return "generate_stream" if streaming and name == "generate" else name

@@ -397,6 +397,7 @@ async def run_perf(
                 options.output_tensor_format,
                 options.streaming,
                 options.tls,
+                endpoint=options.endpoint,
             ),
             clock,
         )

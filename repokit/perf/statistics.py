@@ -39,12 +39,14 @@ class RecordBatch:
     recv: I64
     sequence_end: BOOLS
     delayed: BOOLS
+    # ns from start to the first streamed response (generate_stream); 0 for other requests
+    first: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @staticmethod
     def empty() -> RecordBatch:
         z = np.zeros(0, dtype=np.int64)
         b = np.zeros(0, dtype=np.bool_)
-        return RecordBatch(z, z, z, z, b, b)
+        return RecordBatch(z, z, z, z, b, b, z)
 
     def __len__(self) -> int:
         return int(self.end.shape[0])
@@ -57,6 +59,7 @@ class RecordBatch:
             self.recv[mask],
             self.sequence_end[mask],
             self.delayed[mask],
+            _firsts(self)[mask],
         )
 
     @staticmethod
@@ -70,11 +73,17 @@ class RecordBatch:
             np.concatenate([b.recv for b in batches]),
             np.concatenate([b.sequence_end for b in batches]),
             np.concatenate([b.delayed for b in batches]),
+            np.concatenate([_firsts(b) for b in batches]),
         )
 
     @property
     def latency(self) -> I64:
         return self.end - self.start
+
+
+def _firsts(batch: RecordBatch) -> I64:
+    """The batch's first-response times (zeros for a batch built without them)."""
+    return batch.first if len(batch.first) == len(batch) else np.zeros(len(batch), np.int64)
 
 
 class RequestLog:
@@ -83,7 +92,7 @@ class RequestLog:
     splits a record."""
 
     def __init__(self) -> None:
-        self._records: list[tuple[int, int, int, int, bool, bool]] = []
+        self._records: list[tuple[int, int, int, int, bool, bool, int]] = []
         self._lock = threading.Lock()
         self.sent = 0  # requests handed to the transport (for the send-rate line)
 
@@ -95,9 +104,10 @@ class RequestLog:
         recv: int,
         sequence_end: bool = False,
         delayed: bool = False,
+        first: int = 0,
     ) -> None:
         with self._lock:
-            self._records.append((start, end, send, recv, sequence_end, delayed))
+            self._records.append((start, end, send, recv, sequence_end, delayed, first))
 
     def __len__(self) -> int:
         return len(self._records)
@@ -107,10 +117,16 @@ class RequestLog:
             records, self._records = self._records, []
         if not records:
             return RecordBatch.empty()
-        table = np.array([r[:4] for r in records], dtype=np.int64)
-        flags = np.array([r[4:] for r in records], dtype=np.bool_)
+        table = np.array([r[:4] + r[6:] for r in records], dtype=np.int64)
+        flags = np.array([r[4:6] for r in records], dtype=np.bool_)
         return RecordBatch(
-            table[:, 0], table[:, 1], table[:, 2], table[:, 3], flags[:, 0], flags[:, 1]
+            table[:, 0],
+            table[:, 1],
+            table[:, 2],
+            table[:, 3],
+            flags[:, 0],
+            flags[:, 1],
+            table[:, 4],
         )
 
 
@@ -195,6 +211,13 @@ def summarize_window(
             duration_ns=duration,
             client_cpu=client_cpu,
         )
+    extra: dict[str, Any] = {}
+    firsts = _firsts(records)
+    if firsts.any():  # generate_stream: time to first response, as latency is reported
+        ordered = np.sort(firsts)
+        extra["first_response_avg_ns"] = int(ordered.sum() // n)
+        extra["first_response_p50_ns"] = int(ordered[percentile_index(50, n)])
+        extra["first_response_p99_ns"] = int(ordered[percentile_index(99, n)])
     latencies = np.sort(records.latency)
     avg = int(latencies.sum() // n)
     std = int(np.sqrt(np.sum((latencies - latencies.mean()) ** 2) / (n - 1))) if n > 1 else 0
@@ -216,6 +239,7 @@ def summarize_window(
         sent_count=sent_count,
         duration_ns=duration,
         client_cpu=client_cpu,
+        extra=extra,
     )
 
 

@@ -30,6 +30,7 @@ class TransportOptions:
     output_format: str = "binary"  # HTTP only
     streaming: bool = False  # gRPC only
     tls: TlsOptions = field(default_factory=TlsOptions)  # --ssl-grpc-* / --ssl-https-*
+    endpoint: str = "infer"  # HTTP only: infer, generate or generate_stream
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class InferTiming(NamedTuple):
     end: int  # response decoded
     error: str | None
     outputs: dict[str, npt.NDArray[Any]] | None = None
+    first: int = 0  # when the first streamed response (generate_stream event) arrived; 0: none
 
 
 class PreparedRequest(Protocol):

@@ -62,11 +62,13 @@ class HttpResponse:
 
 
 class _ClientProtocol(asyncio.Protocol):
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], int] | None = None) -> None:
         self.transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._waiter: asyncio.Future[HttpResponse] | None = None
         self._closed: Exception | None = None
+        self._clock = clock  # set: note when the first Server-Sent Event of a response arrives
+        self.first_event = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -80,9 +82,12 @@ class _ClientProtocol(asyncio.Protocol):
         if self._closed is not None:
             raise self._closed
         self._waiter = loop.create_future()
+        self.first_event = 0
         return self._waiter
 
     def data_received(self, data: bytes) -> None:
+        if self._clock is not None and not self.first_event and b"data: " in data:
+            self.first_event = self._clock()
         self._buffer += data
         response = parse_response(self._buffer)
         if response is None:
@@ -137,6 +142,9 @@ def _dechunk(buffer: bytearray, offset: int) -> tuple[bytes, int] | None:
         offset = start + size + 2
 
 
+GENERATE_NO_SEQUENCES = "generate requests carry no sequence controls: use --endpoint infer"
+
+
 @dataclass
 class PreparedHttp:
     path: bytes
@@ -144,6 +152,7 @@ class PreparedHttp:
     binary: bytes
     message: bytes  # the complete request for non-sequence use
     outputs: list[tuple[str, str]]  # (name, datatype) for decoding
+    kind: str = "infer"  # or generate / generate_stream (a generate JSON body)
 
 
 class HttpConnection:
@@ -167,6 +176,8 @@ class HttpConnection:
     ) -> InferTiming:
         clock = self._clock
         start = clock()
+        if sequence is not None and request.kind != "infer":
+            return InferTiming(start, start, start, start, GENERATE_NO_SEQUENCES)
         message = (
             request.message if sequence is None else self._owner.sequence_message(request, sequence)
         )
@@ -181,6 +192,8 @@ class HttpConnection:
             now = clock()
             return InferTiming(start, now, now, now, f"connection failed: {exc}")
         received = clock()
+        if request.kind != "infer":
+            return _generate_timing(request, response, (start, sent, received), proto, clock)
         if response.status != 200:
             return InferTiming(start, sent, received, clock(), _error_text(response))
         outputs = decode_outputs(response, request.outputs) if want_outputs else None
@@ -189,6 +202,50 @@ class HttpConnection:
     async def close(self) -> None:
         if self._proto.transport is not None:
             self._proto.transport.close()
+
+
+def _generate_timing(
+    request: PreparedHttp,
+    response: HttpResponse,
+    times: tuple[int, int, int],
+    proto: _ClientProtocol,
+    clock: Callable[[], int],
+) -> InferTiming:
+    """A generate answer: a JSON object, or Server-Sent Events whose first one's arrival is
+    the time to first response; an error event fails the request as an error status does."""
+    start, sent, received = times
+    if response.status != 200:
+        return InferTiming(start, sent, received, clock(), _error_text(response))
+    if request.kind == "generate_stream":
+        events = [
+            orjson.loads(chunk[6:])
+            for chunk in response.body.split(b"\n\n")
+            if chunk.startswith(b"data: ")
+        ]
+        first = proto.first_event or received
+    else:
+        events, first = [orjson.loads(response.body)], 0
+    for event in events:
+        if isinstance(event, dict) and "error" in event:
+            return InferTiming(start, sent, received, clock(), f"HTTP 200: {event['error']}")
+    outputs = _generate_outputs(events[-1], request.outputs) if events else {}
+    return InferTiming(start, sent, received, clock(), None, outputs, first)
+
+
+def _generate_outputs(
+    answer: dict[str, Any], outputs: list[tuple[str, str]]
+) -> dict[str, npt.NDArray[Any]]:
+    """The named outputs of a generate answer (the last event of a stream)."""
+    out: dict[str, npt.NDArray[Any]] = {}
+    for name, datatype in outputs:
+        if name in answer:
+            value = answer[name]
+            flat = value if isinstance(value, list) else [value]
+            out[name] = np.asarray(
+                [str(v).encode() for v in flat] if datatype == "BYTES" else flat,
+                dtype=object if datatype == "BYTES" else None,
+            )
+    return out
 
 
 def _error_text(response: HttpResponse) -> str:
@@ -294,7 +351,7 @@ class HttpTransport:
         loop = asyncio.get_running_loop()
         try:
             _, proto = await loop.create_connection(
-                _ClientProtocol,
+                lambda: _ClientProtocol(self.clock),
                 self.host,
                 self.port,
                 ssl=self.tls,
@@ -306,6 +363,10 @@ class HttpTransport:
                 f"{exc.strerror or exc}"
             ) from None
         return HttpConnection(self, proto)
+
+    def supports_blocking(self) -> bool:
+        """Generate requests run on the event loop (it notes the first event's arrival)."""
+        return self.options.endpoint == "infer"
 
     def connect_blocking(self) -> BlockingHttpConnection:
         try:
@@ -398,6 +459,8 @@ class HttpTransport:
         outputs: list[tuple[str, str]],
         shm: ShmBinding | None = None,
     ) -> PreparedHttp:
+        if self.options.endpoint != "infer":
+            return self._prepare_generate(model, version, inputs, outputs)
         binary_in = self.options.input_format == "binary"
         binary_out = self.options.output_format == "binary"
         parts: list[bytes] = []
@@ -441,6 +504,27 @@ class HttpTransport:
         prepared = PreparedHttp(path, header[1:], binary, b"", list(outputs))
         prepared.message = self._infer_message(path, header, binary)
         return prepared
+
+    def _prepare_generate(
+        self,
+        model: str,
+        version: str,
+        inputs: dict[str, tuple[str, npt.NDArray[Any]]],
+        outputs: list[tuple[str, str]],
+    ) -> PreparedHttp:
+        """A generate body: each input as a key, one element as a scalar (the server shapes
+        it from the model's metadata)."""
+        body: dict[str, Any] = {}
+        for name, (datatype, array) in inputs.items():
+            values = array_to_json(datatype, array)
+            body[name] = values[0] if len(values) == 1 else values
+        encoded = orjson.dumps(body)
+        kind = self.options.endpoint
+        path = f"{self._model_path(model, version)}/{kind}".encode()
+        message = (
+            self._head("POST", path, len(encoded), b"Content-Type: application/json\r\n") + encoded
+        )
+        return PreparedHttp(path, b"", b"", message, list(outputs), kind)
 
     def _infer_message(self, path: bytes, header: bytes, binary: bytes) -> bytes:
         if not binary:
