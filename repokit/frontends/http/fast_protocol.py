@@ -1,10 +1,10 @@
 """Sanic's HTTP/1.1 protocol with a protocol lane for well-formed infer requests.
 
-Why: on add_sub (JSON, FP32[1,16] x 2, wrk at concurrency 8) Sanic's own request machinery
-(its pure-Python header parser, the ``Request`` and ``HTTPResponse`` objects, the connection
-task's stage bookkeeping, the header formatting) cost about 30 us of the ~80 us the server
-process spent per request, more than the whole core (~21 us). Inference is the one endpoint
-whose speed matters, so this protocol, a subclass of Sanic's ``HttpProtocol`` handed to
+Why: for small infer requests, Sanic's own request machinery (its pure-Python header parser,
+the ``Request`` and ``HTTPResponse`` objects, the connection task's stage bookkeeping, the
+header formatting) cost more server time than the whole core (figures: benchmarks/README.md,
+"Measurements that shaped the code"). Inference is the one endpoint whose speed matters, so
+this protocol, a subclass of Sanic's ``HttpProtocol`` handed to
 ``create_server(protocol=...)``, answers it directly and leaves everything else to Sanic.
 
 A connection starts in the protocol lane. Each complete request in the buffer is looked at once:
@@ -39,6 +39,49 @@ must arrive within the header timeout of its first byte, a body may pause at mos
 timeout, in either lane (Sanic's own request timeout only counts silence, and it reads bodies
 under its response timeout); past the connection limit a new connection closes the one idle
 or sending a partial request the longest.
+
+What this relies on in Sanic (not its documented API, so pyproject.toml pins the Sanic and
+sanic-routing release lines it was checked against, and
+``tests/frontends/http/test_sanic_contract.py`` asserts that each item still exists with its
+kind; when Sanic is upgraded, re-read these against the new sources and move the pin, the test
+and this list together):
+
+* subclassing ``sanic.server.protocols.http_protocol.HttpProtocol`` (the ``protocol=`` option
+  of ``create_server`` is public, the class's insides are not), with ``__slots__`` of our own;
+* its slots ``_time`` (Sanic's timeout clock: the lane refreshes it so that Sanic's checks see
+  a request in progress), ``_task`` (Sanic's connection task: the lane starts it with
+  ``connection_task()`` only when a connection first needs Sanic, and reads it to know
+  whether Sanic's timeouts run), ``_callback_check_timeouts`` (the lane's timer sits there
+  so that Sanic's ``close()`` cancels it), ``recv_buffer`` (the lane only returns a
+  connection from Sanic when it is empty), and the settings ``request_max_size``,
+  ``keep_alive_timeout``, ``request_timeout``, ``response_timeout``, ``connections``,
+  ``transport``, ``loop``, ``app``;
+* its methods ``connection_made`` / ``data_received`` / ``connection_lost`` /
+  ``pause_writing`` / ``resume_writing`` (extended), ``check_timeouts``, ``close``,
+  ``close_if_idle`` (extended or called), the property ``http`` (the connection's ``Http``,
+  whose ``stage`` and ``request_body`` tell whether Sanic is idle or reading a body), and
+  ``SanicProtocol.connection_made``, the generic setup that starts no connection task;
+* ``Http.HEADER_MAX_SIZE``, the process-wide head limit Sanic derives from its config (a head
+  over it goes to Sanic, which refuses it), ``Stage`` and ``sanic.helpers.STATUS_CODES``
+  (reason phrases, so that status lines match Sanic's);
+* in :mod:`repokit.frontends.runner`: ``Http.__touched__`` (set once Sanic's TOUCHUP rewrote
+  ``Http``; a second TOUCHUP in one process fails) and the ``AsyncioServer`` handle of
+  ``create_server(return_asyncio_server=True)``: ``server`` (the asyncio server), the
+  ``connections`` set and the startup/stop hooks.
+
+Nothing of sanic-routing is used directly; it is pinned because Sanic's routing of what the
+lane hands over is part of the behaviour the tests compare.
+
+The decision: keep Sanic for now. Every other endpoint, compression, chunked bodies, HTTP/1.0,
+restricted APIs, access logs and Sanic's error pages stay Sanic's, and the lane answers with
+the status, body and headers of Sanic's route (tests/frontends/http/test_fast_protocol.py):
+the private surface above buys that for a small, pinned and tested contract. The alternative the
+design leaves open is to own HTTP/1.1 as uvicorn does: one ``asyncio.Protocol`` over a C
+parser, every endpoint dispatched through one router (``routing.Route``), so the lane *is*
+the frontend and Sanic goes. That needs its own chunked bodies, ``Expect: 100-continue``,
+HTTP/1.0 and keep-alive rules, compression negotiation, timeouts and error pages, and the
+streaming endpoints (generate_stream) that now use Sanic's ``request.respond``, all proven
+equal to today's answers before the switch.
 """
 
 from __future__ import annotations
