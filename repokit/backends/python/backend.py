@@ -12,7 +12,8 @@ the server's or another model's. The child imports only numpy and the standard l
 instance starts in about 0.1 s; the instances of a model start concurrently.
 
 The server talks to an instance over a Unix socketpair (4 MiB socket buffers) with framed
-pickle-5 messages (:mod:`repokit.backends.python.ipc`): tensors travel as (dtype, shape,
+pickle-5 messages (:mod:`repokit.backends.python.ipc`; every message is listed in
+:mod:`repokit.backends.python.messages`): tensors travel as (dtype, shape,
 buffer), those of 64 KiB and more out of band, written from and read into their own memory
 without extra copies. The server's end (:mod:`repokit.backends.python.channel`) is driven by
 event-loop reader/writer callbacks, so a busy or hung instance never blocks the loop.
@@ -104,6 +105,25 @@ from repokit.backends.base import (
 )
 from repokit.backends.python import ipc
 from repokit.backends.python.channel import Channel
+from repokit.backends.python.messages import (
+    AUTO_COMPLETE,
+    BODY,
+    CANCEL,
+    ERROR,
+    EXECUTE,
+    FALLBACK,
+    FINALIZE,
+    INIT,
+    NO_TIMING,
+    OK,
+    RESCHEDULED,
+    SENT_LATER,
+    WIRE,
+    PackedResult,
+    RequestBatch,
+    RequestItem,
+    WireItem,
+)
 from repokit.backends.python.restarts import (
     UNHEALTHY_LOG,
     RestartBudget,
@@ -131,7 +151,6 @@ _STUB_BOOT = (
     f"runpy.run_module({_STUB_MODULE!r}, run_name='__main__', alter_sys=True)"
 )
 _PACKAGE_PARENT = str(Path(repokit.__file__).resolve().parent.parent)
-_NO_TIMING = (0, 0, 0)
 NOT_ITERATIVE = (
     "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
     "configured to handle such a flag."
@@ -152,7 +171,7 @@ _Queued = tuple[str, Any, "asyncio.Future[Any]", int]
 def _cancel_at_instance(channel: Channel, link: ServerLink, key: int) -> None:
     """A request of this instance was cancelled: tell the process (``is_cancelled()``) and
     cancel the BLS requests it made."""
-    channel.send(("@cancel", key))
+    channel.send((CANCEL, key))
     link.parent_cancelled(key)
 
 
@@ -284,7 +303,7 @@ class PythonBackend(Backend):
         try:
             if self._auto_complete:
                 body = await self._exchange(
-                    spawned[0], "auto_complete", "initialize (auto_complete_config)"
+                    spawned[0], AUTO_COMPLETE, "initialize (auto_complete_config)"
                 )
                 completed = body.get("config")
                 if completed:
@@ -299,7 +318,7 @@ class PythonBackend(Backend):
             await asyncio.gather(*(self._stop(i, graceful=False) for i in spawned))
             raise
         started = await asyncio.gather(
-            *(self._exchange(instance, "init", "initialize") for instance in spawned),
+            *(self._exchange(instance, INIT, "initialize") for instance in spawned),
             return_exceptions=True,
         )
         failures = [r for r in started if isinstance(r, BaseException)]
@@ -383,7 +402,7 @@ class PythonBackend(Backend):
                 f"{not_healthy(name)} (It {exit_description(code)} during {phase}.)",
             ) from None
         status, body = reply
-        if status != "ok":
+        if status != OK:
             await self._stop(instance, graceful=False)
             raise RepokitError(Code.INTERNAL, str(body))
         result: dict[str, Any] = body
@@ -424,7 +443,7 @@ class PythonBackend(Backend):
             log.error(UNHEALTHY_LOG, old.name, why)
             new = self._spawn(old.name)
             try:
-                await self._exchange(new, "init", "initialize")
+                await self._exchange(new, INIT, "initialize")
             except RepokitError as exc:
                 self._fail(f"restarting model instance '{old.name}' failed: {exc.message}")
                 return
@@ -481,9 +500,9 @@ class PythonBackend(Backend):
         in_flight = instance.in_flight
         if in_flight == 0 or (
             in_flight < MESSAGES_IN_FLIGHT
-            and op == "execute"
+            and op == EXECUTE
             and len(instance.queue) == 1
-            and type(payload) is list  # a batch of requests (a wire request is a tuple)
+            and type(payload) is list  # a RequestBatch (a WireItem is a tuple)
             and len(payload) > 1
         ):
             self._flush(instance)
@@ -495,26 +514,26 @@ class PythonBackend(Backend):
             queue.pop(0)
         if not queue:
             return
-        if queue[0][0] != "execute":
+        if queue[0][0] != EXECUTE:
             sent = [queue.pop(0)]
             message: tuple[str, Any] = (sent[0][0], sent[0][1])
         else:
             count = 1
             total = queue[0][3]
-            while count < len(queue) and queue[count][0] == "execute":
+            while count < len(queue) and queue[count][0] == EXECUTE:
                 total += queue[count][3]
                 if total > MERGE_LIMIT_BYTES:
                     break
                 count += 1
             sent = [item for item in queue[:count] if not item[2].done()]
             del queue[:count]
-            message = ("execute", [item[1] for item in sent])
+            message = (EXECUTE, [item[1] for item in sent])
         channel = instance.channel
         assert channel is not None
         instance.in_flight += 1
         if self._execute_timeout_s > 0:
             timer = None
-            if message[0] == "execute":
+            if message[0] == EXECUTE:
                 loop = self._loop or asyncio.get_running_loop()
                 timer = loop.call_later(self._execute_timeout_s, self._hung, instance)
             instance.timers.append(timer)
@@ -524,7 +543,7 @@ class PythonBackend(Backend):
             self._delivered(instance, sent, exc)
         except Exception as exc:  # a payload that cannot be pickled
             error = f"failed to send the request(s) to model instance '{instance.name}': {exc}"
-            self._delivered(instance, sent, ("error", error))
+            self._delivered(instance, sent, (ERROR, error))
 
     def _delivered(self, instance: _Instance, sent: list[_Queued], reply: Any) -> None:
         instance.in_flight -= 1
@@ -540,17 +559,17 @@ class PythonBackend(Backend):
                 if not future.done():
                     future.set_exception(ipc.ChannelClosed(str(reply)))
             return
-        if sent[0][0] != "execute":
+        if sent[0][0] != EXECUTE:
             if not sent[0][2].done():
                 sent[0][2].set_result(reply)
-        elif reply[0] == "ok":
+        elif reply[0] == OK:
             for (_, _, future, _), batch_reply in zip(sent, reply[1], strict=True):
                 if not future.done():
                     future.set_result(batch_reply)
         else:
             for _, _, future, _ in sent:
                 if not future.done():
-                    future.set_result(("error", reply[1], _NO_TIMING))
+                    future.set_result((ERROR, reply[1], NO_TIMING))
         if instance.queue:
             self._flush(instance)
 
@@ -568,19 +587,19 @@ class PythonBackend(Backend):
             if usable is None:
                 return self._gone(target, requests), Timing()
             target = usable
-        batch = [self._request_tuple(target, r) for r in requests]
+        batch: RequestBatch = [self._request_item(target, r) for r in requests]
         size = sum(t.data.nbytes for r in requests for t in r.inputs.values())
         try:
             status, body, (input_ns, infer_ns, output_ns) = await self._call(
-                target, "execute", batch, size
+                target, EXECUTE, batch, size
             )
         except ipc.ChannelClosed:
             return self._dead(target, requests), Timing()
         if target.link is not None and not self._decoupled:
             target.link.requests_done(batch)
         timing = Timing(input_ns, infer_ns, output_ns)
-        if status != "ok":
-            if status == "rescheduled":
+        if status != OK:
+            if status == RESCHEDULED:
                 items, indexes = body
                 results = self._reschedule(target, requests, batch, items, indexes)
                 return await self._answers_later(target, batch, items, results), timing
@@ -592,17 +611,17 @@ class PythonBackend(Backend):
     @staticmethod
     async def _answers_later(
         target: _Instance,
-        batch: list[tuple[Any, ...]],
+        batch: RequestBatch,
         items: list[Any],
         results: list[BackendResult],
     ) -> list[BackendResult]:
         """Wait for the answers a non-decoupled model sends through response senders after
-        its ``execute`` returned (the item :data:`~repokit.backends.python.ipc.SENT_LATER`)."""
+        its ``execute`` returned (the item :data:`~repokit.backends.python.messages.SENT_LATER`)."""
         link = target.link
-        if link is None or ipc.SENT_LATER not in items:
+        if link is None or SENT_LATER not in items:
             return results
         for index, item in enumerate(items):
-            if item == ipc.SENT_LATER:
+            if item == SENT_LATER:
                 results[index] = await link.answer(batch[index][-1])
         return results
 
@@ -621,10 +640,10 @@ class PythonBackend(Backend):
         key = next(self._keys)
         # the plan goes along until a reply shows the process has it (a message cancelled
         # before it was sent never reached the process)
-        item = (protocol, raw, key, None if target.wire_plan is plan else plan, limit)
+        item: WireItem = (protocol, raw, key, None if target.wire_plan is plan else plan, limit)
         try:
             status, body, (input_ns, infer_ns, output_ns) = await self._call(
-                target, "execute", item, len(raw)
+                target, EXECUTE, item, len(raw)
             )
         except ipc.ChannelClosed:
             return WireOutcome(result=self._dead(target, [None])[0])
@@ -635,20 +654,20 @@ class PythonBackend(Backend):
         target.wire_plan = plan
         if target.link is not None:
             target.link.request_done(key)
-        if status == "fallback":
+        if status == FALLBACK:
             return WireOutcome()
         timing = Timing(input_ns, infer_ns, output_ns)
-        if status != "wire":  # the instance failed the message as a whole
+        if status != WIRE:  # the instance failed the message as a whole
             error = RepokitError(Code.INTERNAL, str(body))
             return WireOutcome(result=BackendResult(error=error), timing=timing)
         kind, payload, batch_size = body
-        if kind == "body":
+        if kind == BODY:
             return WireOutcome(body=payload, batch_size=batch_size, timing=timing)
-        if kind == "ok":
+        if kind == OK:
             result = self._result(payload[0])
-            if payload[0] == ipc.SENT_LATER and target.link is not None:
+            if payload[0] == SENT_LATER and target.link is not None:
                 result = await target.link.answer(key)
-        elif kind == "rescheduled":  # only the sequence batcher can run a request again
+        elif kind == RESCHEDULED:  # only the sequence batcher can run a request again
             result = BackendResult(error=RepokitError(Code.UNSUPPORTED, NOT_ITERATIVE))
             self._log_release_failure(result.error)
         else:
@@ -664,7 +683,7 @@ class PythonBackend(Backend):
         self,
         target: _Instance,
         requests: list[BackendRequest],
-        batch: list[tuple[Any, ...]],
+        batch: RequestBatch,
         items: list[Any],
         indexes: tuple[int, ...],
     ) -> list[BackendResult]:
@@ -684,7 +703,7 @@ class PythonBackend(Backend):
                 results[index] = BackendResult(error=exc)
         return results
 
-    def _request_tuple(self, target: _Instance, request: BackendRequest) -> tuple[Any, ...]:
+    def _request_item(self, target: _Instance, request: BackendRequest) -> RequestItem:
         inputs = [
             (name, ipc.pack_array(tensor.data), "BF16" if tensor.datatype == "BF16" else None)
             for name, tensor in request.inputs.items()
@@ -714,10 +733,10 @@ class PythonBackend(Backend):
             name = self._datatypes[dtype] = found.protocol if found is not None else "BYTES"
         return name
 
-    def _result(self, item: tuple[Any, ...] | None) -> BackendResult:
-        if item is None or item == ipc.SENT_LATER:  # the response comes (or came) another way
+    def _result(self, item: PackedResult | None) -> BackendResult:
+        if item is None or item == SENT_LATER:  # the response comes (or came) another way
             return BackendResult()
-        if item[0] == "error":
+        if item[0] == ERROR:
             _, code_name, message = item
             code = Code.__members__.get(code_name, Code.INTERNAL)
             return BackendResult(error=RepokitError(code, message))
@@ -770,7 +789,7 @@ class PythonBackend(Backend):
             graceful = graceful and limit > 0
         if graceful and instance.alive():
             with contextlib.suppress(ipc.ChannelClosed, TimeoutError):
-                await asyncio.wait_for(self._call(instance, "finalize", None), limit)
+                await asyncio.wait_for(self._call(instance, FINALIZE, None), limit)
         process = instance.process
         if process.poll() is None:
             try:

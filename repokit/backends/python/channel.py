@@ -3,8 +3,9 @@
 Messages are sent in order and the instance process answers each with exactly one reply, so
 replies are matched to requests first-in first-out. Messages the instance starts itself (BLS
 calls, log lines, metric updates, decoupled responses: a tuple whose first item starts with
-``@``) go to ``on_message`` instead; :meth:`Channel.send` writes a message that expects no
-reply (answers to those calls, cancellations). :meth:`Channel.request` hands the reply
+``@``; all are listed in :mod:`repokit.backends.python.messages`) go to ``on_message``
+instead; :meth:`Channel.send` writes a message that expects no reply (answers to those
+calls, cancellations). :meth:`Channel.request` hands the reply
 to a callback straight from the socket's reader callback: a reply costs one ``recv_into``
 and no task wake-up. A frame that does not fit in the socket buffer is finished by a writer
 callback, without copying it. When the process exits (the socket reads EOF or fails) every

@@ -1,14 +1,13 @@
 """The instance process's end of its socket, shared by every thread of the model.
 
-Traffic in both directions interleaves on the one socket:
+Traffic in both directions interleaves on the one socket (every message is listed in
+:mod:`repokit.backends.python.messages`):
 
-- server -> instance: operations (``("execute", ...)``, ``("init", ...)`` ...) that the main
-  thread answers in order, plus ``("@reply", call_id, status, payload)`` answering a call
-  the instance made and ``("@cancel", request_key)``;
-- instance -> server: the operation replies (``("ok", ...)`` / ``("error", ...)``), calls
-  (``("@call", call_id, op, payload)``: BLS requests, model control, metric reads) and one-way
-  notes (``("@log", ...)``, ``("@metric", ...)``, ``("@response", ...)`` of decoupled
-  senders).
+- server -> instance: operations (``EXECUTE``, ``INIT`` ...) that the main thread answers in
+  order, plus ``REPLY`` answering a call the instance made and ``CANCEL``;
+- instance -> server: the operation replies (``OK`` / ``ERROR``), calls (``CALL``: BLS
+  requests, model control, metric reads) and one-way notes (``LOG``, ``METRIC``, ``RESPONSE``
+  of decoupled senders ...).
 
 There is no reader thread: whichever thread waits for something (the main thread for its next
 operation, a BLS caller for its reply) reads the socket for everybody while it waits, and
@@ -28,9 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from repokit.backends.python import ipc
-
-_REPLY = "@reply"
-_CANCEL = "@cancel"
+from repokit.backends.python.messages import CALL, CANCEL, REPLY
 
 
 class ChildLink:
@@ -68,7 +65,7 @@ class ChildLink:
         with self._cond:
             self._replies[call_id] = deque()
         try:
-            self.send(("@call", call_id, op, payload))
+            self.send((CALL, call_id, op, payload))
         except BaseException:
             self.forget(call_id)
             raise
@@ -160,11 +157,11 @@ class ChildLink:
         """File received messages (the condition's lock is held)."""
         for message in messages:
             tag = message[0]
-            if tag == _REPLY:
+            if tag == REPLY:
                 pending = self._replies.get(message[1])
                 if pending is not None:  # else the caller stopped listening
                     pending.append((message[2], message[3]))
-            elif tag == _CANCEL:
+            elif tag == CANCEL:
                 self.cancelled.add(message[1])
             else:
                 self._ops.append(message)

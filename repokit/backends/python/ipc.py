@@ -32,9 +32,6 @@ _LENGTH = struct.Struct("<Q")
 _INITIAL_INBOX = 64 * 1024
 _MIN_FREE = 4096
 SOCKET_BUFFER = 4 * 1024 * 1024
-# an item of an execute reply: this (non-decoupled) request's answer comes separately, sent
-# through its response sender after execute returned (``("@answer", key, response)``)
-SENT_LATER = ("sender",)
 # numpy kinds sent as raw bytes: bool, signed/unsigned integers, floats, complex
 _RAW_KINDS = frozenset("biufc")
 # a packed tensor: (dtype string, shape, buffer) or (None, None, array) for other dtypes

@@ -1,20 +1,21 @@
 """BLS (``InferenceRequest.exec`` / ``async_exec``) and decoupled response senders, in the
 instance process.
 
-A BLS request goes to the server as a call (``("@call", id, "infer", {...})``); the server runs
-it through its core (the called model's checks, scheduler, batching and statistics) and
-replies with the response, or, for ``exec(decoupled=True)``, with one ``"more"`` reply per
-response and an ``"end"`` reply, which :class:`ResponseIterator` yields as they arrive.
+A BLS request goes to the server as a call (``(CALL, id, CALL_INFER, {...})``, see
+:mod:`repokit.backends.python.messages`); the server runs it through its core (the called
+model's checks, scheduler, batching and statistics) and replies with the response, or, for
+``exec(decoupled=True)``, with one ``MORE`` reply per response and an ``END`` reply, which
+:class:`ResponseIterator` yields as they arrive.
 ``async_exec`` waits for the reply (with ``decoupled=True``: the first one) on the event loop's
 default executor, so a coroutine can run many BLS requests at once (``asyncio.gather``), and
 several ``async def execute`` calls of one instance run concurrently.
 
 A :class:`ResponseSender` of a decoupled model sends each response to the server at once
-(``("@response", request key, response, flags)``), from ``execute`` or from any thread the
+(``(RESPONSE, request key, response, final)``), from ``execute`` or from any thread the
 model started. A non-decoupled model may answer a request through its sender too (one
 response): while ``execute`` runs the response is kept and goes back with ``execute``'s reply;
 once ``execute`` has returned (:meth:`ResponseSender.detach`) it goes at once as
-``("@answer", request key, response)``, and the server is waiting for it.
+``(ANSWER, request key, response)``, and the server is waiting for it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,17 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from repokit.backends.python import ipc
+from repokit.backends.python.messages import (
+    ANSWER,
+    CALL_INFER,
+    CANCEL_CALL,
+    ERROR,
+    MORE,
+    OK,
+    RESPONSE,
+    PackedResult,
+    pack_model_response,
+)
 from repokit.backends.python.pb_runtime import RUNTIME
 
 if TYPE_CHECKING:
@@ -45,28 +57,10 @@ def _error_response(message: str) -> InferenceResponse:
 
 
 # --- responses on the wire ------------------------------------------------------------------
-def response_to_wire(response: InferenceResponse | None, requested: set[str] | None) -> Any:
-    """``("error", code name, message)`` or ``("ok", [(name, packed)], parameters)``."""
-    if response is None:
-        return None
-    error = response.error()
-    if error is not None:
-        return ("error", error.code_name(), error.message())
-    pack = ipc.pack_array
-    if requested is None:
-        outputs = [(t.name(), pack(t.as_numpy())) for t in response.output_tensors()]
-    else:
-        outputs = [
-            (name, pack(t.as_numpy()))
-            for t in response.output_tensors()
-            if (name := t.name()) in requested
-        ]
-    return ("ok", outputs, response.parameter_dict())
-
-
-def response_from_wire(item: Any) -> InferenceResponse:
+def response_from_wire(item: PackedResult) -> InferenceResponse:
+    """The ``pb_utils.InferenceResponse`` of a BLS reply's packed result."""
     pb = _pb()
-    if item[0] == "error":
+    if item[0] == ERROR:
         _, code_name, message = item
         error = pb.TritonError(message, pb.TritonError.code_of(code_name))
         failed: InferenceResponse = pb.InferenceResponse(error=error)
@@ -110,7 +104,7 @@ def _check_phase() -> None:
 def _start(request: InferenceRequest, decoupled: bool) -> int:
     _check_phase()
     link = RUNTIME.require_link("BLS")
-    return link.start_call("infer", _payload(request, decoupled))
+    return link.start_call(CALL_INFER, _payload(request, decoupled))
 
 
 def _finish(call_id: int, decoupled: bool) -> InferenceResponse | ResponseIterator:
@@ -121,7 +115,7 @@ def _finish(call_id: int, decoupled: bool) -> InferenceResponse | ResponseIterat
         status, body = link.wait_reply(call_id)
     finally:
         link.forget(call_id)
-    if status != "ok":
+    if status != OK:
         return _error_response(str(body))
     return response_from_wire(body)
 
@@ -160,11 +154,11 @@ class ResponseIterator:
         link = RUNTIME.require_link("BLS")
         with self._lock:
             status, body = link.wait_reply(self._call_id)
-        if status == "more":
+        if status == MORE:
             return response_from_wire(body)
         self._done = True
         link.forget(self._call_id)
-        if status == "error":
+        if status == ERROR:
             return _error_response(str(body))
         raise StopIteration
 
@@ -175,7 +169,7 @@ class ResponseIterator:
         self._done = True
         link = RUNTIME.require_link("BLS")
         link.forget(self._call_id)
-        link.send(("@cancel_call", self._call_id))
+        link.send((CANCEL_CALL, self._call_id))
 
 
 # --- decoupled response senders --------------------------------------------------------------
@@ -229,14 +223,14 @@ class ResponseSender:
                 if not self._detached:
                     self.kept.append((response, flags))
                 elif response is not None:
-                    wire = response_to_wire(response, self._request.requested_output_names())
+                    wire = pack_model_response(response, self._request.requested_output_names())
                     RUNTIME.require_link("response sender").send(
-                        ("@answer", self._request.key(), wire)
+                        (ANSWER, self._request.key(), wire)
                     )
                 return
-            wire = response_to_wire(response, self._request.requested_output_names())
+            wire = pack_model_response(response, self._request.requested_output_names())
             RUNTIME.require_link("response sender").send(
-                ("@response", self._request.key(), wire, final)
+                (RESPONSE, self._request.key(), wire, final)
             )
 
     def detach(self, answered: bool) -> InferenceResponse | None:

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from repokit.backends.python.child_link import ChildLink
+from repokit.backends.python.messages import LOG, OK
 
 _LEVEL_NAMES = ("INFO", "WARNING", "ERROR", "VERBOSE")
 
@@ -49,7 +50,7 @@ class StubRuntime:
         from repokit.backends.python.pb_utils import TritonModelException
 
         status, body = self.require_link(what).call(op, payload)
-        if status != "ok":
+        if status != OK:
             raise TritonModelException(str(body))
         return body
 
@@ -59,7 +60,7 @@ class StubRuntime:
             name = _LEVEL_NAMES[level] if 0 <= level < len(_LEVEL_NAMES) else "INFO"
             sys.stderr.write(f"{name} {filename}:{line}] {message}\n")
             return
-        link.send(("@log", level, message, filename, line))
+        link.send((LOG, level, message, filename, line))
 
 
 RUNTIME = StubRuntime()

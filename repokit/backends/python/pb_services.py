@@ -18,6 +18,16 @@ import sys
 import weakref
 from typing import Any
 
+from repokit.backends.python.messages import (
+    CALL_IS_MODEL_READY,
+    CALL_LOAD_MODEL,
+    CALL_METRIC,
+    CALL_METRIC_FAMILY,
+    CALL_METRIC_VALUE,
+    CALL_UNLOAD_MODEL,
+    METRIC,
+    METRIC_RELEASE,
+)
 from repokit.backends.python.pb_args import MISSING, incompatible_call
 from repokit.backends.python.pb_runtime import RUNTIME
 
@@ -124,7 +134,7 @@ class Metric:
         problem = MetricFamily.refusal(self._kind, op)
         if problem:
             raise _exception(f"Failed to {what} metric value: {problem}")
-        RUNTIME.require_link("Metric").send(("@metric", self._handle, op, number))
+        RUNTIME.require_link("Metric").send((METRIC, self._handle, op, number))
 
     def increment(self, value: float) -> None:
         if not self.invalidated and self._kind == MetricKind.COUNTER and float(value) < 0:
@@ -152,14 +162,14 @@ class Metric:
                 "Failed to get metric value: TRITONSERVER_METRIC_KIND_HISTOGRAM does not "
                 "support Value"
             )
-        result = RUNTIME.call("Metric", "metric_value", self._handle)
+        result = RUNTIME.call("Metric", CALL_METRIC_VALUE, self._handle)
         return float(result)
 
     def __del__(self) -> None:
         link = RUNTIME.link
         if link is not None and not link.closed:
             with contextlib.suppress(Exception):  # the process may be shutting down
-                link.send(("@metric_release", self._handle))
+                link.send((METRIC_RELEASE, self._handle))
 
 
 _KIND_NAMES = {MetricKind.COUNTER: "COUNTER", MetricKind.GAUGE: "GAUGE"}
@@ -180,7 +190,7 @@ class MetricFamily:
         self._metrics: weakref.WeakSet[Metric] = weakref.WeakSet()
         try:
             self._handle = RUNTIME.call(
-                "MetricFamily", "metric_family", (str(name), str(description), _KIND_NAMES[kind])
+                "MetricFamily", CALL_METRIC_FAMILY, (str(name), str(description), _KIND_NAMES[kind])
             )
         except Exception as exc:
             raise _exception(f"Error when creating MetricFamily: {exc}") from None
@@ -221,7 +231,7 @@ class MetricFamily:
         try:
             handle = RUNTIME.call(
                 "Metric",
-                "metric",
+                CALL_METRIC,
                 (self._handle, json.dumps(label_map), [float(b) for b in buckets or []] or None),
             )
         except Exception as exc:
@@ -233,12 +243,12 @@ class MetricFamily:
 
 # --- model control ------------------------------------------------------------------------------
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
-    RUNTIME.call("load_model", "load_model", (model_name, config or None, dict(files or {})))
+    RUNTIME.call("load_model", CALL_LOAD_MODEL, (model_name, config or None, dict(files or {})))
 
 
 def unload_model(model_name: str, unload_dependents: bool = False) -> None:
-    RUNTIME.call("unload_model", "unload_model", (model_name, bool(unload_dependents)))
+    RUNTIME.call("unload_model", CALL_UNLOAD_MODEL, (model_name, bool(unload_dependents)))
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
-    return bool(RUNTIME.call("is_model_ready", "is_model_ready", (model_name, model_version)))
+    return bool(RUNTIME.call("is_model_ready", CALL_IS_MODEL_READY, (model_name, model_version)))

@@ -1,18 +1,18 @@
 """The server's side of what an instance process starts itself (see ``child_link``).
 
-- ``("@call", id, op, payload)``: a BLS request (``infer``), a metric family / metric creation
-  or value read, or model control; answered with ``("@reply", id, status, payload)`` (a
-  decoupled BLS request with one ``"more"`` reply per response and a closing ``"end"`` or
-  ``"error"``). BLS requests run as tasks through the core (``ServerApi``), so several of one
-  instance run concurrently and the instance keeps executing meanwhile;
-- ``("@cancel_call", id)``: the model stopped iterating a decoupled BLS request;
-- ``("@log", level, message, file, line)``: a model log line for the server's log;
-- ``("@metric", handle, op, value)`` / ``("@metric_release", handle)``: custom metric updates;
-- ``("@response", key, response, final)``: a decoupled model's response for request ``key``,
-  handed to that request's sink;
-- ``("@answer", key, response)``: the answer of a non-decoupled model's request ``key`` that it
-  sent through the request's response sender after ``execute`` returned
-  (:meth:`ServerLink.answer` waits for it).
+- ``CALL``: a BLS request (``CALL_INFER``), a metric family / metric creation or value read,
+  or model control; answered with ``REPLY`` (a decoupled BLS request with one ``MORE`` reply
+  per response and a closing ``END`` or ``ERROR``). BLS requests run as tasks through the core
+  (``ServerApi``), so several of one instance run concurrently and the instance keeps
+  executing meanwhile;
+- ``CANCEL_CALL``: the model stopped iterating a decoupled BLS request;
+- ``LOG``: a model log line for the server's log;
+- ``METRIC`` / ``METRIC_RELEASE``: custom metric updates;
+- ``RESPONSE``: a decoupled model's response for a request, handed to that request's sink;
+- ``ANSWER``: the answer of a non-decoupled model's request that it sent through the request's
+  response sender after ``execute`` returned (:meth:`ServerLink.answer` waits for it).
+
+The fields of each are in :mod:`repokit.backends.python.messages`.
 
 A BLS request carries the keys of the requests whose ``execute`` made it (``parents``). When
 all of them are cancelled (the client went away, closed its stream or cancelled the call) the
@@ -33,12 +33,35 @@ import numpy as np
 
 from repokit.backends.base import BackendResult
 from repokit.backends.python import ipc
+from repokit.backends.python.messages import (
+    ANSWER,
+    CALL,
+    CALL_INFER,
+    CALL_IS_MODEL_READY,
+    CALL_LOAD_MODEL,
+    CALL_METRIC,
+    CALL_METRIC_FAMILY,
+    CALL_METRIC_VALUE,
+    CALL_UNLOAD_MODEL,
+    CANCEL_CALL,
+    END,
+    ERROR,
+    LOG,
+    METRIC,
+    METRIC_RELEASE,
+    MORE,
+    OK,
+    REPLY,
+    RESPONSE,
+    RequestBatch,
+    pack_server_error,
+    pack_server_response,
+)
 from repokit.backends.server_api import NO_SERVER_MESSAGE, RequestControl, ServerApi
 from repokit.errors import Code, RepokitError, internal
 from repokit.protocol import datatypes
 from repokit.protocol.types import (
     InferRequest,
-    InferResponse,
     InputSpec,
     ParamValue,
     RequestedOutput,
@@ -89,15 +112,6 @@ def bls_request(payload: dict[str, Any], dtypes: dict[str, Any]) -> InferRequest
     )
 
 
-def response_to_wire(response: InferResponse) -> Any:
-    outputs = [(t.name, ipc.pack_array(t.data)) for t in response.outputs]
-    return ("ok", outputs, dict(response.parameters))
-
-
-def error_to_wire(error: RepokitError) -> Any:
-    return ("error", error.code.name, error.message)
-
-
 class ServerLink:
     """Handles the messages one instance process starts (runs on the event loop)."""
 
@@ -122,7 +136,7 @@ class ServerLink:
         self._cancelled: set[int] = set()  # keys of cancelled requests still at the instance
         self._bls_parents: dict[int, set[int]] = {}  # BLS call id -> parents not cancelled yet
         self._cancelled_calls: set[int] = set()  # BLS calls cancelled with their parents
-        self._answers: dict[int, BackendResult] = {}  # "@answer"s nobody waits for yet
+        self._answers: dict[int, BackendResult] = {}  # ANSWERs nobody waits for yet
         self._awaited: dict[int, asyncio.Future[BackendResult]] = {}
         self._abandoned: set[int] = set()  # keys whose waiter went away (cancelled)
 
@@ -158,7 +172,7 @@ class ServerLink:
                         self._cancelled_calls.add(call_id)
                         task.cancel()
 
-    def requests_done(self, batch: list[tuple[Any, ...]]) -> None:
+    def requests_done(self, batch: RequestBatch) -> None:
         """The requests of an execute batch (their keys last) finished at the instance: forget
         their cancellation."""
         if self._cancelled:
@@ -173,27 +187,27 @@ class ServerLink:
     # --- dispatch -------------------------------------------------------------------------------
     def handle(self, message: Any) -> None:
         tag = message[0]
-        if tag == "@response":
+        if tag == RESPONSE:
             self._response(message[1], message[2], message[3])
-        elif tag == "@answer":
+        elif tag == ANSWER:
             self._answer(message[1], message[2])
-        elif tag == "@call":
+        elif tag == CALL:
             self._call(message[1], message[2], message[3])
-        elif tag == "@log":
+        elif tag == LOG:
             self._log(message[1], message[2], message[3], message[4])
-        elif tag == "@metric":
+        elif tag == METRIC:
             self._metric_update(message[1], message[2], message[3])
-        elif tag == "@metric_release":
+        elif tag == METRIC_RELEASE:
             family = self._metric_families.pop(message[1], None)
             if family is not None and self._server is not None:
                 self._server.custom_metrics.release(family, message[1])
-        elif tag == "@cancel_call":
+        elif tag == CANCEL_CALL:
             task = self._tasks.pop(message[1], None)
             if task is not None:
                 task.cancel()
 
     def _reply(self, call_id: int, status: str, payload: Any) -> None:
-        self._send(("@reply", call_id, status, payload))
+        self._send((REPLY, call_id, status, payload))
 
     # --- decoupled responses ----------------------------------------------------------------
     def _response(self, key: int, wire: Any, final: bool) -> None:
@@ -252,34 +266,34 @@ class ServerLink:
     def _call(self, call_id: int, op: str, payload: Any) -> None:
         server = self._server
         if server is None:
-            self._reply(call_id, "error", NO_SERVER_MESSAGE)
+            self._reply(call_id, ERROR, NO_SERVER_MESSAGE)
             return
         try:
-            if op == "infer":
+            if op == CALL_INFER:
                 parents = set(payload.get("parents", ()))
                 if parents and parents <= self._cancelled:
-                    self._reply(call_id, "ok", error_to_wire(_parent_cancelled()))
+                    self._reply(call_id, OK, pack_server_error(_parent_cancelled()))
                     return
                 if parents:
                     self._bls_parents[call_id] = parents - self._cancelled
                 self._start(call_id, self._bls(call_id, server, payload))
-            elif op in ("load_model", "unload_model"):
+            elif op in (CALL_LOAD_MODEL, CALL_UNLOAD_MODEL):
                 self._start(call_id, self._control(call_id, server, op, payload))
-            elif op == "is_model_ready":
-                self._reply(call_id, "ok", server.model_ready(payload[0], payload[1]))
-            elif op == "metric_family":
-                self._reply(call_id, "ok", server.custom_metrics.family(*payload))
-            elif op == "metric":
+            elif op == CALL_IS_MODEL_READY:
+                self._reply(call_id, OK, server.model_ready(payload[0], payload[1]))
+            elif op == CALL_METRIC_FAMILY:
+                self._reply(call_id, OK, server.custom_metrics.family(*payload))
+            elif op == CALL_METRIC:
                 family, labels, buckets = payload
                 metric = server.custom_metrics.metric(family, json.loads(labels), buckets)
                 self._metric_families[metric] = family
-                self._reply(call_id, "ok", metric)
-            elif op == "metric_value":
-                self._reply(call_id, "ok", server.custom_metrics.value(payload))
+                self._reply(call_id, OK, metric)
+            elif op == CALL_METRIC_VALUE:
+                self._reply(call_id, OK, server.custom_metrics.value(payload))
             else:
-                self._reply(call_id, "error", f"unknown call {op!r}")
+                self._reply(call_id, ERROR, f"unknown call {op!r}")
         except RepokitError as exc:
-            self._reply(call_id, "error", exc.message)
+            self._reply(call_id, ERROR, exc.message)
 
     def _start(self, call_id: int, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -293,54 +307,54 @@ class ServerLink:
 
     async def _control(self, call_id: int, server: ServerApi, op: str, payload: Any) -> None:
         try:
-            if op == "load_model":
+            if op == CALL_LOAD_MODEL:
                 name, config, files = payload
                 await server.load_model(name, config, files or None)
             else:
                 await server.unload_model(payload[0], payload[1])
         except RepokitError as exc:
-            self._reply(call_id, "error", exc.message)
+            self._reply(call_id, ERROR, exc.message)
             return
-        self._reply(call_id, "ok", None)
+        self._reply(call_id, OK, None)
 
     async def _bls(self, call_id: int, server: ServerApi, payload: dict[str, Any]) -> None:
         try:
             await self._run_bls(call_id, server, payload)
         except asyncio.CancelledError:
             if call_id in self._cancelled_calls:  # with its parents: the caller still waits
-                wire = error_to_wire(_parent_cancelled())
+                wire = pack_server_error(_parent_cancelled())
                 if payload["decoupled"]:
-                    self._reply(call_id, "more", wire)
-                    self._reply(call_id, "end", None)
+                    self._reply(call_id, MORE, wire)
+                    self._reply(call_id, END, None)
                 else:
-                    self._reply(call_id, "ok", wire)
+                    self._reply(call_id, OK, wire)
             raise
 
     async def _run_bls(self, call_id: int, server: ServerApi, payload: dict[str, Any]) -> None:
         try:
             request = bls_request(payload, self._dtypes)
         except Exception as exc:  # inputs the protocol cannot carry
-            self._reply(call_id, "ok", error_to_wire(internal(f"invalid BLS request: {exc}")))
+            self._reply(call_id, OK, pack_server_error(internal(f"invalid BLS request: {exc}")))
             return
         if not payload["decoupled"]:
             try:
                 response = await server.infer(request)
             except RepokitError as exc:
-                self._reply(call_id, "ok", error_to_wire(exc))
+                self._reply(call_id, OK, pack_server_error(exc))
                 return
-            self._reply(call_id, "ok", response_to_wire(response))
+            self._reply(call_id, OK, pack_server_response(response))
             return
         final = False
         try:
             async for item in server.infer_stream(request):
                 final = item.final
-                self._reply(call_id, "more", response_to_wire(item))
+                self._reply(call_id, MORE, pack_server_response(item))
         except RepokitError as exc:
-            self._reply(call_id, "more", error_to_wire(exc))
+            self._reply(call_id, MORE, pack_server_error(exc))
             final = True
         if not final:  # the model ended with a bare final flag: Triton yields an empty response
-            self._reply(call_id, "more", ("ok", [], {}))
-        self._reply(call_id, "end", None)
+            self._reply(call_id, MORE, (OK, [], {}))
+        self._reply(call_id, END, None)
 
 
 def _parent_cancelled() -> RepokitError:

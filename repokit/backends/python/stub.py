@@ -1,25 +1,22 @@
 """The instance process of a python-backend model (Triton's "stub"): ``python -m ... <fd>``.
 
 It registers :mod:`repokit.backends.python.pb_utils` as ``triton_python_backend_utils``, imports
-the model file, and then answers framed messages (:mod:`repokit.backends.python.ipc`) on the
-inherited socket ``fd``:
-
-- ``("auto_complete", {...})``: import the model and run its ``auto_complete_config`` (the
-  server then starts every instance with the completed config);
-- ``("init", {...})``: import the model (if not yet) and run ``initialize``;
-- ``("execute", [batch, ...])``: for each batch (a list of requests) in turn, run ``execute``
-  once (a coroutine is run to completion) and check the responses as Triton does. The server
-  sends every batch that queued up for this instance while it was busy in one message; each
-  still gets its own ``execute`` call, so the model sees exactly the batches the scheduler
-  formed. The reply lists one ``(status, payload, (input_ns, infer_ns, output_ns))`` per batch,
-  timed here: building the pb_utils requests, ``execute``, converting the responses;
-- ``("finalize", None)``: run ``finalize`` and exit.
+the model file, and then answers the operations of
+:mod:`repokit.backends.python.messages` (framed by :mod:`repokit.backends.python.ipc`) on the
+inherited socket ``fd``: ``AUTO_COMPLETE`` runs the model's ``auto_complete_config`` (the
+server then starts every instance with the completed config), ``INIT`` its ``initialize``,
+``FINALIZE`` its ``finalize`` (then the process exits), and ``EXECUTE`` runs ``execute`` once
+per item, in order (a coroutine is run to completion), checking the responses as Triton does.
+The server sends every batch that queued up for this instance while it was busy in one
+message; each still gets its own ``execute`` call, so the model sees exactly the batches the
+scheduler formed. The reply lists one ``BatchReply`` per item, timed here: building the
+pb_utils requests, ``execute``, converting the responses.
 
 Rescheduling: a request the model released with
 ``set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)`` during ``execute`` (read when
 ``execute`` returns; an ``async def execute`` of a decoupled model runs on without being
 awaited, so its flags come too late and are ignored) is listed in the batch's reply, which is
-then ``("rescheduled", (results, indexes), timing)``: the server hands those requests back to
+then ``(RESCHEDULED, (results, indexes), timing)``: the server hands those requests back to
 the sequence batcher. A non-decoupled model puts None in its response list for them (anything
 else fails the batch with Triton's text); a decoupled one sends its responses so far without
 the final flag. A request whose final response was sent is complete and stays so.
@@ -38,7 +35,7 @@ The socket is shared with BLS calls, log lines and metric updates of any thread
 Requests on the wire lane (:mod:`repokit.core.wire_lane`) come as their protocol bytes with the
 model's plan, and the reply carries the encoded response (:mod:`.wire_grpc`, :mod:`.wire_http`).
 
-Replies are ``("ok", payload)`` or ``("error", message)``. Tensors travel packed
+Replies are ``(OK, payload)`` or ``(ERROR, message)``. Tensors travel packed
 (:func:`repokit.backends.python.ipc.pack_array`). Exceptions from model code, including
 ``SystemExit``, are formatted as Triton's stub formats them (``Type: message`` plus an ``At:``
 list of frames, innermost first). Only numpy and the standard library are imported here (the
@@ -62,22 +59,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repokit.backends.python import ipc, pb_bls, pb_utils, wire_grpc, wire_http
+from repokit.backends.python import ipc, pb_utils, wire_grpc, wire_http
 from repokit.backends.python.child_link import ChildLink
+from repokit.backends.python.messages import (
+    AUTO_COMPLETE,
+    BODY,
+    ERROR,
+    EXECUTE,
+    FALLBACK,
+    FINALIZE,
+    INIT,
+    NO_TIMING,
+    OK,
+    RESCHEDULED,
+    SENT_LATER,
+    WIRE,
+    BatchReply,
+    RequestBatch,
+    WireItem,
+    pack_model_response,
+)
 from repokit.backends.python.pb_runtime import RUNTIME
 from repokit.backends.python.prefetch import Prefetcher
 from repokit.backends.wire_plan import WirePlan
 
 _OWN_DIR = str(Path(__file__).resolve().parent)
-# request tuple: (inputs [(name, packed array, "BF16" or None)], requested output names, id,
-# correlation id, flags, parameters JSON, request key)
-RequestTuple = tuple[
-    list[tuple[str, Any, "str | None"]], tuple[str, ...], str, "int | str", int, str, int
-]
-BatchReply = tuple[str, Any, tuple[int, int, int]]
-# a request in its wire form: (protocol, the request's bytes, request key, the model's plan the
-# first time this instance gets one else None, the server's maximum input size)
-WireItem = tuple[str, bytes, int, "WirePlan | None", int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,17 +203,17 @@ class Instance:
             model_class = self._load_class(payload["model_file"])
             complete = getattr(model_class, "auto_complete_config", None)
             if complete is None:
-                return "ok", {"config": None}
+                return OK, {"config": None}
             completed = complete(pb_utils.ModelConfig(args["model_config"]))
             if not isinstance(completed, pb_utils.ModelConfig):
                 model = args.get("model_name", "")
-                return "error", (
+                return ERROR, (
                     f"auto_complete_config function in model '{model}' must return a valid "
                     "pb.ModelConfig object."
                 )
-            return "ok", {"config": json.dumps(completed.as_dict())}
+            return OK, {"config": json.dumps(completed.as_dict())}
         except BaseException as exc:
-            return "error", format_exception(exc)
+            return ERROR, format_exception(exc)
 
     def init(self, payload: dict[str, Any]) -> tuple[str, Any]:
         args: dict[str, str] = payload["args"]
@@ -223,9 +229,9 @@ class Instance:
             if initialize is not None:
                 self._run(initialize(args))
         except BaseException as exc:
-            return "error", format_exception(exc)
+            return ERROR, format_exception(exc)
         RUNTIME.executing = True
-        return "ok", {"config": None}
+        return OK, {"config": None}
 
     @staticmethod
     def _import(path: Path) -> Any:
@@ -252,11 +258,11 @@ class Instance:
         """An operation with its batches' requests built (the prefetch thread's part, see
         :mod:`repokit.backends.python.prefetch`); other operations as they are."""
         op, payload = message
-        if op != "execute":
+        if op != EXECUTE:
             return message
         prepared: list[_Prepared | WireItem] = []
         for batch in payload:
-            if isinstance(batch, tuple):
+            if isinstance(batch, tuple):  # a WireItem (a batch is a list)
                 prepared.append(batch)
                 continue
             started = time.perf_counter_ns()
@@ -264,8 +270,8 @@ class Instance:
             prepared.append(_Prepared(requests, time.perf_counter_ns() - started))
         return op, prepared
 
-    def execute(self, batch: list[RequestTuple] | WireItem | _Prepared) -> BatchReply:
-        if isinstance(batch, tuple):
+    def execute(self, batch: RequestBatch | WireItem | _Prepared) -> BatchReply:
+        if isinstance(batch, tuple):  # a WireItem (a batch is a list)
             return self._execute_wire(batch)
         if isinstance(batch, _Prepared):
             now = time.perf_counter_ns()
@@ -274,7 +280,7 @@ class Instance:
         requests = self._build(batch)
         return self._execute_requests(requests, started, time.perf_counter_ns())
 
-    def _build(self, batch: list[RequestTuple]) -> list[pb_utils.InferenceRequest]:
+    def _build(self, batch: RequestBatch) -> list[pb_utils.InferenceRequest]:
         tensor, unpack, dtypes = pb_utils.Tensor._wrap, ipc.unpack_array, self._dtypes
         received = pb_utils.InferenceRequest._received
         return [
@@ -295,10 +301,10 @@ class Instance:
 
     def _execute_wire(self, item: WireItem) -> BatchReply:
         """One request in its wire form (:mod:`repokit.backends.python.wire_grpc`). The reply is
-        ``("fallback", None, (0, 0, 0))`` when the server must take the request through its
-        standard path (nothing ran), else ``("wire", (kind, payload, batch size), timing)``: kind
-        ``"body"`` with the encoded response, or the status and payload of the usual reply of a
-        batch of one (``"ok"`` with the packed response, ``"error"``, ``"rescheduled"``)."""
+        ``(FALLBACK, None, NO_TIMING)`` when the server must take the request through its
+        standard path (nothing ran), else ``(WIRE, (kind, payload, batch size), timing)``: kind
+        ``BODY`` with the encoded response, or the status and payload of the usual reply of a
+        batch of one (``OK`` with the packed response, ``ERROR``, ``RESCHEDULED``)."""
         started = time.perf_counter_ns()
         protocol, raw, key, plan, limit = item
         if plan is not None:
@@ -312,7 +318,7 @@ class Instance:
         except Exception:  # bytes the lane's decoder cannot take: the standard path answers them
             decoded = None
         if plan is None or codec is None or decoded is None:
-            return "fallback", None, (0, 0, 0)
+            return FALLBACK, None, NO_TIMING
         arrays, requested, request_id, batch_size = decoded
         tensor = pb_utils.Tensor._wrap
         request = pb_utils.InferenceRequest._received(
@@ -321,16 +327,16 @@ class Instance:
         )  # fmt: skip
         built = time.perf_counter_ns()
         status, results, timing = self._execute_requests([request], started, built, wire=True)
-        if status != "wire":
-            return "wire", (status, results, batch_size), timing
+        if status != WIRE:
+            return WIRE, (status, results, batch_size), timing
         input_ns, infer_ns, _ = timing
         body = codec.encode_response(plan, results[0], requested, request_id)
         reply = (
-            ("body", body, batch_size)
+            (BODY, body, batch_size)
             if body is not None
-            else ("ok", [pb_bls.response_to_wire(results[0], requested)], batch_size)
+            else (OK, [pack_model_response(results[0], requested)], batch_size)
         )
-        return "wire", reply, (input_ns, infer_ns, time.perf_counter_ns() - built - infer_ns)
+        return WIRE, reply, (input_ns, infer_ns, time.perf_counter_ns() - built - infer_ns)
 
     def _execute_requests(
         self,
@@ -340,7 +346,7 @@ class Instance:
         wire: bool = False,
     ) -> BatchReply:
         """Run ``execute`` on built requests and check its responses as Triton does; with
-        ``wire`` a successful single response comes back unconverted (status ``"wire"``)."""
+        ``wire`` a successful single response comes back unconverted (status ``WIRE``)."""
         parents = RUNTIME.parents.set(tuple(request.key() for request in requests))
         rescheduled: tuple[int, ...] = ()
         responses: Any = None
@@ -365,27 +371,27 @@ class Instance:
             message = (
                 f"Failed to process the request(s) for model '{self.name}', message: {problem}"
             )
-            return "error", message, (built - started, executed - built, 0)
+            return ERROR, message, (built - started, executed - built, 0)
         if rescheduled:
             results: list[Any] = [
                 None
                 if response is None
-                else pb_bls.response_to_wire(response, request.requested_output_names())
+                else pack_model_response(response, request.requested_output_names())
                 for response, request in zip(
                     responses or [None] * len(requests), requests, strict=True
                 )
             ]
             finished = time.perf_counter_ns()
             timing = (built - started, executed - built, finished - executed)
-            return "rescheduled", (results, rescheduled), timing
+            return RESCHEDULED, (results, rescheduled), timing
         if wire:
-            return "wire", responses, (built - started, executed - built, 0)
+            return WIRE, responses, (built - started, executed - built, 0)
         results = [
-            pb_bls.response_to_wire(response, request.requested_output_names())
+            pack_model_response(response, request.requested_output_names())
             for response, request in zip(responses, requests, strict=True)
         ]
         finished = time.perf_counter_ns()
-        return "ok", results, (built - started, executed - built, finished - executed)
+        return OK, results, (built - started, executed - built, finished - executed)
 
     def _rescheduled(self, requests: list[pb_utils.InferenceRequest]) -> tuple[int, ...]:
         """Indexes of the requests the model released with RESCHEDULE in this execute call.
@@ -421,7 +427,7 @@ class Instance:
         """The answers of a non-decoupled batch where requests used their response sender
         (Triton's rules): a response sent while ``execute`` ran is the request's answer (a
         returned response or a later failure no longer reaches the client); a request answered
-        by neither is answered later through the sender (``ipc.SENT_LATER``); one that
+        by neither is answered later through the sender (``SENT_LATER``); one that
         ``execute`` answered or failed for has its sender closed."""
         returned = responses if problem is None and isinstance(responses, (list, tuple)) else None
         message = f"Failed to process the request(s) for model '{self.name}', message: {problem}"
@@ -434,23 +440,23 @@ class Instance:
             settled = index not in rescheduled and (problem is not None or response is not None)
             sent = sender.detach(settled) if sender is not None else None
             if sent is not None:
-                items.append(pb_bls.response_to_wire(sent, requested))
+                items.append(pack_model_response(sent, requested))
                 answered = True
             elif index in rescheduled:
                 items.append(None)
             elif problem is not None:
-                items.append(("error", "INTERNAL", message))
+                items.append((ERROR, "INTERNAL", message))
             elif response is not None:
-                items.append(pb_bls.response_to_wire(response, requested))
+                items.append(pack_model_response(response, requested))
             else:
-                items.append(ipc.SENT_LATER)
+                items.append(SENT_LATER)
                 answered = True
         output_ns = 0
         if problem is not None and not answered:
-            return "error", message, (timing[0], timing[1], output_ns)
+            return ERROR, message, (timing[0], timing[1], output_ns)
         if rescheduled:
-            return "rescheduled", (items, rescheduled), (timing[0], timing[1], output_ns)
-        return "ok", items, (timing[0], timing[1], output_ns)
+            return RESCHEDULED, (items, rescheduled), (timing[0], timing[1], output_ns)
+        return OK, items, (timing[0], timing[1], output_ns)
 
     @staticmethod
     def _check_returned(
@@ -508,8 +514,8 @@ class Instance:
                         sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         if rescheduled and problem is None:
             timing = (built - started, executed - built, 0)
-            return "rescheduled", ([None] * len(requests), rescheduled), timing
-        return "ok", [None] * len(requests), (built - started, executed - built, 0)
+            return RESCHEDULED, ([None] * len(requests), rescheduled), timing
+        return OK, [None] * len(requests), (built - started, executed - built, 0)
 
     @staticmethod
     def _check(responses: Any, count: int) -> str | None:
@@ -571,17 +577,17 @@ def _send_reply(link: ChildLink, instance: Instance, op: str, reply: Any) -> Non
         return
     except BaseException as exc:  # e.g. an output object array holding unpicklable objects
         problem = exc
-    if op == "execute" and reply[0] == "ok":
+    if op == EXECUTE and reply[0] == OK:
         batches = []
         for batch_reply in reply[1]:
             try:
                 ipc.encode(batch_reply)
             except BaseException as exc:
-                batch_reply = ("error", _unsendable(instance, exc), batch_reply[2])
+                batch_reply = (ERROR, _unsendable(instance, exc), batch_reply[2])
             batches.append(batch_reply)
-        link.send(("ok", batches))
+        link.send((OK, batches))
     else:
-        link.send(("error", _unsendable(instance, problem)))
+        link.send((ERROR, _unsendable(instance, problem)))
 
 
 def _unsendable(instance: Instance, exc: BaseException) -> str:
@@ -607,24 +613,24 @@ def serve(sock: socket.socket) -> None:
         except ipc.ChannelClosed:
             return
         armed = False
-        if op == "execute":
+        if op == EXECUTE:
             if queued:  # operations come back to back: fetch the next one meanwhile
                 armed = True
                 prefetcher.arm()
-            reply: tuple[str, Any] = ("ok", [instance.execute(batch) for batch in payload])
-        elif op == "init":
+            reply: tuple[str, Any] = (OK, [instance.execute(batch) for batch in payload])
+        elif op == INIT:
             reply = instance.init(payload)
-            if reply[0] == "ok":  # keep full collections off the model's startup objects
+            if reply[0] == OK:  # keep full collections off the model's startup objects
                 gc.collect()
                 gc.freeze()
-        elif op == "auto_complete":
+        elif op == AUTO_COMPLETE:
             reply = instance.auto_complete(payload)
-        elif op == "finalize":
+        elif op == FINALIZE:
             instance.finalize()
-            link.send(("ok", None))
+            link.send((OK, None))
             return
         else:
-            reply = ("error", f"unknown operation {op!r}")
+            reply = (ERROR, f"unknown operation {op!r}")
         _send_reply(link, instance, op, reply)
 
 

@@ -1,0 +1,160 @@
+"""Every message between the server and a python-backend instance process, in one place.
+
+Both ends import this module (the instance process too: besides :mod:`.ipc` it imports only
+the standard library). Messages are plain tuples pickled by :mod:`.ipc`; the aliases below
+name their fields. They stay plain tuples on purpose: a ``NamedTuple`` pickles through
+its class (``__reduce_ex__``, the class reference, a Python-level ``__new__`` per record when
+unpickled), which costs more than a tuple on both sides of every request.
+
+Server -> instance: operations, answered in order, one reply each
+-------------------------------------------------------------------
+- ``(AUTO_COMPLETE, {"model_file", "args"})`` -> ``(OK, {"config": json | None})`` or
+  ``(ERROR, message)``: import the model, run ``auto_complete_config``;
+- ``(INIT, {"model_file", "args"})`` -> ``(OK, {"config": None})`` or ``(ERROR, message)``:
+  import the model if not yet, run ``initialize``;
+- ``(EXECUTE, [item, ...])`` -> ``(OK, [BatchReply, ...])`` (one per item, in order) or
+  ``(ERROR, message)`` when the message as a whole failed. An item is a :data:`RequestBatch`
+  (a ``list`` of :data:`RequestItem`: one ``execute`` call) or a :data:`WireItem` (a ``tuple``:
+  one request as its protocol bytes): ``isinstance(item, tuple)`` tells them apart;
+- ``(FINALIZE, None)`` -> ``(OK, None)``: run ``finalize`` and exit.
+
+A :data:`BatchReply` is ``(status, body, (input_ns, infer_ns, output_ns))``:
+
+- ``OK``: body lists one :data:`PackedResult` per request;
+- ``ERROR``: body is the message; every request of the batch fails with it (INTERNAL);
+- ``RESCHEDULED``: body is ``(results, indexes)``: the model released the requests at
+  ``indexes`` with RESCHEDULE (their result is None);
+- ``FALLBACK`` (wire items only): nothing ran, the server takes the request through its
+  standard path;
+- ``WIRE`` (wire items only): body is ``(kind, payload, batch size)`` where kind is ``BODY``
+  (payload: the encoded response bytes) or the status and body of a one-request batch
+  (``OK`` with ``[PackedResult]``, ``ERROR``, ``RESCHEDULED``).
+
+A :data:`PackedResult` is ``(OK, [(name, packed array)], parameters)``,
+``(ERROR, code name, message)``, None (no response: rescheduled, or decoupled) or
+:data:`SENT_LATER`.
+
+Server -> instance, one way (tags start with ``@``)
+---------------------------------------------------
+- ``(REPLY, call id, status, payload)``: the answer to a :data:`CALL` (status ``OK``,
+  ``ERROR``, or for a decoupled BLS request one ``MORE`` per response and a closing ``END``);
+- ``(CANCEL, request key)``: the request was cancelled (``is_cancelled()``).
+
+Instance -> server, unprompted (tags start with ``@``; :mod:`.server_link` handles them)
+---------------------------------------------------------------------------------------
+- ``(CALL, call id, op, payload)``: ``CALL_INFER`` (a BLS request, payload a dict),
+  ``CALL_LOAD_MODEL`` ``(name, config, files)``, ``CALL_UNLOAD_MODEL`` ``(name, dependents)``,
+  ``CALL_IS_MODEL_READY`` ``(name, version)``, ``CALL_METRIC_FAMILY`` ``(name, description,
+  kind)``, ``CALL_METRIC`` ``(family, labels json, buckets)``, ``CALL_METRIC_VALUE`` handle;
+- ``(CANCEL_CALL, call id)``: the model stopped iterating a decoupled BLS request;
+- ``(LOG, level, message, file, line)``: a model log line;
+- ``(METRIC, handle, op, value)`` / ``(METRIC_RELEASE, handle)``: custom metric updates;
+- ``(RESPONSE, request key, PackedResult | None, final)``: a decoupled model's response;
+- ``(ANSWER, request key, PackedResult)``: a non-decoupled request's answer sent through its
+  response sender after ``execute`` returned.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from repokit.backends.python import ipc
+
+if TYPE_CHECKING:
+    from repokit.backends.python.pb_utils import InferenceResponse as ModelResponse
+    from repokit.backends.wire_plan import WirePlan
+    from repokit.errors import RepokitError
+    from repokit.protocol.types import InferResponse
+
+# --- operations (server -> instance, one reply each) ---------------------------------------
+AUTO_COMPLETE: Final = "auto_complete"
+INIT: Final = "init"
+EXECUTE: Final = "execute"
+FINALIZE: Final = "finalize"
+
+# --- one-way and unprompted messages (first item; the channel routes on the "@") -----------
+REPLY: Final = "@reply"
+CANCEL: Final = "@cancel"
+CALL: Final = "@call"
+CANCEL_CALL: Final = "@cancel_call"
+LOG: Final = "@log"
+METRIC: Final = "@metric"
+METRIC_RELEASE: Final = "@metric_release"
+RESPONSE: Final = "@response"
+ANSWER: Final = "@answer"
+
+# --- what a CALL asks for -------------------------------------------------------------------
+CALL_INFER: Final = "infer"
+CALL_LOAD_MODEL: Final = "load_model"
+CALL_UNLOAD_MODEL: Final = "unload_model"
+CALL_IS_MODEL_READY: Final = "is_model_ready"
+CALL_METRIC_FAMILY: Final = "metric_family"
+CALL_METRIC: Final = "metric"
+CALL_METRIC_VALUE: Final = "metric_value"
+
+# --- statuses -------------------------------------------------------------------------------
+OK: Final = "ok"
+ERROR: Final = "error"
+RESCHEDULED: Final = "rescheduled"
+FALLBACK: Final = "fallback"
+WIRE: Final = "wire"
+BODY: Final = "body"
+MORE: Final = "more"
+END: Final = "end"
+
+# a result item: this (non-decoupled) request's answer comes separately, as an ANSWER message
+# sent through its response sender after execute returned
+SENT_LATER: Final = ("sender",)
+NO_TIMING: Final = (0, 0, 0)
+
+# --- records --------------------------------------------------------------------------------
+# one input: (name, packed array (ipc.PackedArray), "BF16" or None)
+PackedInput = tuple[str, Any, "str | None"]
+# one request of a batch: (inputs, requested output names, request id, correlation id, flags,
+# parameters JSON, request key); the key is last (ServerLink.requests_done relies on it)
+RequestItem = tuple[list[PackedInput], tuple[str, ...], str, "int | str", int, str, int]
+RequestBatch = list[RequestItem]
+# a request as its wire bytes: (protocol, the bytes, request key, the model's plan the first
+# time this instance gets it else None, the server's maximum input size)
+WireItem = tuple[str, bytes, int, "WirePlan | None", int]
+Timing = tuple[int, int, int]
+# (status, body, timing) of one execute item
+BatchReply = tuple[str, Any, Timing]
+# (OK, [(name, packed array)], parameters), (ERROR, code name, message) or SENT_LATER
+PackedResult = tuple[Any, ...]
+
+
+# --- packing --------------------------------------------------------------------------------
+def pack_model_response(
+    response: ModelResponse | None, requested: set[str] | None
+) -> PackedResult | None:
+    """A model's ``pb_utils.InferenceResponse`` (instance side) as a :data:`PackedResult`,
+    keeping only the ``requested`` outputs (all when None)."""
+    if response is None:
+        return None
+    error = response.error()
+    if error is not None:
+        return (ERROR, error.code_name(), error.message())
+    pack_array = ipc.pack_array
+    if requested is None:
+        outputs = [(t.name(), pack_array(t.as_numpy())) for t in response.output_tensors()]
+    else:
+        outputs = [
+            (name, pack_array(t.as_numpy()))
+            for t in response.output_tensors()
+            if (name := t.name()) in requested
+        ]
+    return (OK, outputs, response.parameter_dict())
+
+
+def pack_server_response(response: InferResponse) -> PackedResult:
+    """The server core's answer to a BLS request (an ``InferResponse``) as the
+    :data:`PackedResult` of its REPLY."""
+    pack_array = ipc.pack_array
+    outputs = [(t.name, pack_array(t.data)) for t in response.outputs]
+    return (OK, outputs, dict(response.parameters))
+
+
+def pack_server_error(error: RepokitError) -> PackedResult:
+    """A server error as the :data:`PackedResult` of a BLS REPLY."""
+    return (ERROR, error.code.name, error.message)
