@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import socket
 from collections.abc import AsyncGenerator, Awaitable
 from typing import Any
 
@@ -343,12 +345,22 @@ async def _send_events(
     """Server-Sent Events, one per answer; the status is set by the first one (or 200 when
     the model sent only the final flag); the stream ends after the last."""
     first = await anext(answers, None)
+    _no_delay(request)
     response = await request.respond(status=_status_of(first), content_type=SSE_CONTENT_TYPE)
     if first is not None:
         await response.send(_event(first))
     async for answer in answers:
         await response.send(_event(answer))
     await response.eof()
+
+
+def _no_delay(request: Request) -> None:
+    """Events go out as they come: without TCP_NODELAY the second small write of a stream
+    waits for the client's delayed ACK (measured: 40 ms added to every stream here)."""
+    sock = request.transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _event(answer: InferResponse | RepokitError) -> bytes:
