@@ -17,6 +17,8 @@ pickle-5 messages (:mod:`repokit.backends.python.ipc`; every message is listed i
 buffer), those of 64 KiB and more out of band, written from and read into their own memory
 without extra copies. The server's end (:mod:`repokit.backends.python.channel`) is driven by
 event-loop reader/writer callbacks, so a busy or hung instance never blocks the loop.
+An instance's packed results become ``BackendResult`` objects in
+:mod:`repokit.backends.python.results`.
 
 Pipelining: one message per instance is at the process at a time, or two when the second is a
 batch of several requests (:data:`MESSAGES_IN_FLIGHT`: it waits in the process's socket, so the
@@ -91,8 +93,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 import repokit
 from repokit.backends.base import (
     Backend,
@@ -119,7 +119,6 @@ from repokit.backends.python.messages import (
     RESCHEDULED,
     SENT_LATER,
     WIRE,
-    PackedResult,
     RequestBatch,
     RequestItem,
     WireItem,
@@ -131,12 +130,11 @@ from repokit.backends.python.restarts import (
     hang_description,
     not_healthy,
 )
+from repokit.backends.python.results import ResultUnpacker
 from repokit.backends.python.server_link import ServerLink
 from repokit.backends.server_api import RequestControl
 from repokit.backends.wire_plan import WirePlan
 from repokit.errors import Code, RepokitError
-from repokit.protocol import datatypes
-from repokit.protocol.types import InferTensor, ParamValue
 
 log = logging.getLogger(__name__)
 _STUB_MODULE = "repokit.backends.python.stub"
@@ -231,8 +229,8 @@ class PythonBackend(Backend):
         self._finalize_timeout_s = finalize_timeout_s
         self._auto_complete = auto_complete
         self._all_outputs = tuple(o.name for o in context.config.output)
-        self._dtypes: dict[str, np.dtype[Any]] = {}
-        self._datatypes: dict[np.dtype[Any], str] = {}
+        # packed results -> BackendResults (bound once: it runs for every request)
+        self._result = ResultUnpacker().unpack
         self.completed_config_json: str | None = None  # set when auto_complete_config ran
         self._decoupled = context.config.model_transaction_policy.decoupled
         self._keys = itertools.count(1)  # request keys (cancellation, decoupled responses)
@@ -725,32 +723,6 @@ class PythonBackend(Backend):
             json.dumps(request.parameters) if request.parameters else "{}",
             key,
         )
-
-    def _datatype(self, dtype: np.dtype[Any]) -> str:
-        name = self._datatypes.get(dtype)
-        if name is None:
-            found = datatypes.from_numpy(dtype)
-            name = self._datatypes[dtype] = found.protocol if found is not None else "BYTES"
-        return name
-
-    def _result(self, item: PackedResult | None) -> BackendResult:
-        if item is None or item == SENT_LATER:  # the response comes (or came) another way
-            return BackendResult()
-        if item[0] == ERROR:
-            _, code_name, message = item
-            code = Code.__members__.get(code_name, Code.INTERNAL)
-            return BackendResult(error=RepokitError(code, message))
-        _, outputs, parameters = item
-        tensors = []
-        for name, packed in outputs:
-            array = ipc.unpack_array(packed, self._dtypes)
-            tensors.append(InferTensor(name, self._datatype(array.dtype), array.shape, array))
-        if not parameters:
-            return BackendResult(outputs=tensors)
-        params: dict[str, ParamValue] = {
-            k: v for k, v in parameters.items() if isinstance(v, (bool, int, float, str))
-        }
-        return BackendResult(outputs=tensors, parameters=params)
 
     @staticmethod
     def _dead(target: _Instance, requests: list[Any]) -> list[BackendResult]:
