@@ -135,6 +135,8 @@ def _trickle_until_closed(sock: socket.socket, data: bytes) -> bytes:
                 received += chunk
             except BlockingIOError:
                 pass
+            except ConnectionResetError:  # closed with our last bytes unread: the kernel resets
+                return received
             if index < len(data):
                 try:
                     sock.send(data[index : index + 1])
