@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import traceback
 from importlib import metadata
 from pathlib import Path
 
@@ -52,6 +53,10 @@ LONG_REASON = (
 
 def _invoke(args: list[str], env: dict[str, str | None], color: bool = False) -> tuple[int, str]:
     result = CliRunner().invoke(make_app(), args, env=env, color=color)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        # an exception the command did not turn into a message: show it in the assertion
+        trace = "".join(traceback.format_exception(result.exception))
+        return result.exit_code, result.output + "\n" + trace
     return result.exit_code, result.output
 
 
