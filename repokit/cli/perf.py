@@ -145,6 +145,14 @@ class LiveView:
             f"us, p99 {_us(s.percentiles_ns.get(99, 0))} us ({state}, {len(result.windows)} "
             "windows)"
         )
+        for endpoint in result.endpoints:
+            e = endpoint.summary
+            self.console.print(
+                f"  {endpoint.url}: {e.throughput:,.1f} infer/s, latency avg "
+                f"{_us(e.avg_latency_ns)} us, p99 {_us(e.percentiles_ns.get(99, 0))} us",
+                markup=False,
+                highlight=False,
+            )
         if "first_response_avg_ns" in s.extra:
             self.console.print(
                 f"  time to first response: avg {_us(s.extra['first_response_avg_ns'])} us, "
@@ -179,6 +187,18 @@ def _server_cells(b: ServerBreakdown) -> list[str]:
     ]
 
 
+def _endpoint_cells(
+    report: PerfReport, url: str, s: WindowSummary, b: ServerBreakdown | None
+) -> list[str]:
+    """One endpoint's row under its level (``-u`` with several endpoints)."""
+    row = [f"  {url}", f"{s.throughput:,.1f}", _us(s.avg_latency_ns)]
+    row += [_us(s.percentiles_ns.get(p, 0)) for p in (50, 90, 95, 99)]
+    row += [_us(s.avg_send_ns), _us(s.avg_recv_ns)]
+    if report.include_server_stats:
+        row += _server_cells(b) if b else ["-"] * 6
+    return row
+
+
 def render_report(report: PerfReport, console: Console) -> None:
     title = f"{report.model} v{report.version} over {report.protocol} ({report.url})"
     level_name = "Concurrency" if report.mode == "concurrency" else "Request rate"
@@ -196,6 +216,8 @@ def render_report(report: PerfReport, console: Console) -> None:
             b = result.server
             row += _server_cells(b) if b else ["-"] * 6
         table.add_row(*row)
+        for endpoint in result.endpoints:
+            table.add_row(*_endpoint_cells(report, endpoint.url, endpoint.summary, endpoint.server))
         if b := result.server:
             for name, part in b.composing.items():
                 blank = [""] * 6
@@ -247,6 +269,7 @@ def register(app: typer.Typer) -> None:
         rich_markup_mode=None,
         epilog=examples(
             "repokit perf -m simple -u localhost:8000 --concurrency-range 1:8:2",
+            "repokit perf -m simple -u host1:8000,host2:8000 --concurrency-range 8",
             "repokit perf -m simple -u localhost:8001 -i grpc --request-rate-range 100:400:100",
             "repokit perf -m simple --profile-export-file after.json",
             "repokit perf -m simple --concurrency-range 1:64:1 --binary-search -l 20",
@@ -262,7 +285,15 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         model: Annotated[str, typer.Option("-m", "--model-name", help="model name")] = "",
         version: Annotated[str, typer.Option("-x", "--model-version")] = "",
-        url: Annotated[str, typer.Option("-u", "--url")] = "",
+        url: Annotated[
+            list[str] | None,
+            typer.Option(
+                "-u",
+                "--url",
+                help="host:port; several (host1:8000,host2:8000 or -u repeated) share each "
+                "level's load and are reported one by one and merged.",
+            ),
+        ] = None,
         protocol: Annotated[str, typer.Option("-i", "--protocol", help="http or grpc")] = "http",
         batch_size: Annotated[int, typer.Option("-b", "--batch-size")] = 1,
         concurrency_range: Annotated[str | None, typer.Option("--concurrency-range")] = None,
@@ -404,7 +435,7 @@ def register(app: typer.Typer) -> None:
             options = PerfOptions(
                 model=model,
                 version=version,
-                url=url,
+                url=",".join(url or []),
                 protocol=protocol,
                 batch_size=batch_size,
                 concurrency_range=parse_concurrency_range(concurrency_range)

@@ -5,16 +5,18 @@ CSV: perf_analyzer's columns and order (``report_writer.cc``), rows sorted by th
 ascending; ``--verbose-csv`` adds repokit's "Avg Batch Size" and "Execution Count" (from the
 server's statistics) after perf_analyzer's columns; times in integer microseconds, doubles
 printed like C++ streams (6 significant digits); ensembles add one CSV per composing model
-named ``<model>_v<version>.<file name>``
-beside it. Profile export: ``{experiments: [{experiment, requests, window_boundaries}],
-version, service_kind, endpoint}`` with per-request timestamps of the merged windows; repokit
-adds each experiment's summary (``summary``) and the whole report (``repokit_report``), which
-``compare`` reads.
+named ``<model>_v<version>.<file name>`` beside it; with several ``-u`` endpoints the CSV holds
+the merged figures and one CSV per endpoint (``<host>_<port>.<file name>``) each one's.
+Profile export: ``{experiments: [{experiment, requests, window_boundaries}], version,
+service_kind, endpoint}`` with per-request timestamps of the merged windows; repokit adds each
+experiment's summary (``summary``) and the whole report (``repokit_report``, with each
+endpoint's figures under ``endpoints``), which ``compare`` reads.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +166,25 @@ def composing_csv_text(report: PerfReport, model: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def endpoint_report(report: PerfReport, index: int) -> PerfReport:
+    """The run as one endpoint saw it (``-u`` with several): its share of every level."""
+    view = replace(report, url=report.results[0].endpoints[index].url, results=[])
+    for result in report.results:
+        part = result.endpoints[index]
+        view.results.append(
+            replace(result, summary=part.summary, server=part.server, windows=[], endpoints=[])
+        )
+    return view
+
+
+def endpoint_file_label(url: str) -> str:
+    """An endpoint as a file-name prefix: ``host:8000`` -> ``host_8000``."""
+    return "".join(c if c.isalnum() or c in "-." else "_" for c in url)
+
+
 def write_csv(report: PerfReport, path: Path, verbose: bool = False) -> list[Path]:
+    """The CSV (the merged figures with several endpoints), one CSV per composing model of an
+    ensemble, and with several endpoints one per endpoint (``<host>_<port>.<file name>``)."""
     path.write_text(csv_text(report, verbose))
     written = [path]
     if report.include_server_stats:
@@ -172,6 +192,11 @@ def write_csv(report: PerfReport, path: Path, verbose: bool = False) -> list[Pat
             extra = path.with_name(f"{model}_v1.{path.name}")
             extra.write_text(composing_csv_text(report, model))
             written.append(extra)
+    endpoints = report.results[0].endpoints if report.results else []
+    for index, endpoint in enumerate(endpoints):
+        extra = path.with_name(f"{endpoint_file_label(endpoint.url)}.{path.name}")
+        extra.write_text(csv_text(endpoint_report(report, index), verbose))
+        written.append(extra)
     return written
 
 

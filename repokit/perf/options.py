@@ -102,10 +102,17 @@ class PerfOptions:
     seed: int = 0
 
     @property
-    def server_url(self) -> str:
+    def server_urls(self) -> list[str]:
+        """The endpoints to load: ``-u`` split at commas (repeated ``-u`` are joined with
+        commas by the CLI), or the protocol's default."""
         if self.url:
-            return self.url
-        return DEFAULT_GRPC_URL if self.protocol == "grpc" else DEFAULT_HTTP_URL
+            return [part.strip() for part in self.url.split(",")]
+        return [DEFAULT_GRPC_URL if self.protocol == "grpc" else DEFAULT_HTTP_URL]
+
+    @property
+    def server_url(self) -> str:
+        """The first (usually the only) endpoint."""
+        return self.server_urls[0]
 
     @property
     def mode(self) -> str:
@@ -205,6 +212,29 @@ def _check_binary_search(o: PerfOptions) -> None:
         )
 
 
+def _check_endpoints(o: PerfOptions) -> None:
+    """Several ``-u`` endpoints: each named once, and no option that assumes one server."""
+    urls = o.server_urls
+    if any(not url for url in urls):
+        raise option_error(f"-u has an empty endpoint in '{o.url}' (endpoints: host:port,...)")
+    repeated = sorted({url for url in urls if urls.count(url) > 1})
+    if repeated:
+        raise option_error(
+            f"-u names {', '.join(repeated)} more than once: each endpoint's statistics would "
+            "be counted twice"
+        )
+    if len(urls) > 1:
+        if o.shared_memory != "none":
+            raise option_error(
+                "--shared-memory system registers regions on one server: use it with one -u "
+                "endpoint"
+            )
+        if o.collect_metrics:
+            raise option_error(
+                "--collect-metrics scrapes one server's metrics: use it with one -u endpoint"
+            )
+
+
 def validate_options(o: PerfOptions) -> None:
     """Raise ``PerfError(exit 3)`` for the first invalid option or combination."""
     if not o.model:
@@ -217,6 +247,7 @@ def validate_options(o: PerfOptions) -> None:
     _check_choice(o.output_tensor_format, TENSOR_FORMATS, "--output-tensor-format")
     if o.batch_size < 1:
         raise option_error(f"-b (batch size) must be at least 1, got {o.batch_size}")
+    _check_endpoints(o)
     modes = [
         o.concurrency_range is not None,
         o.request_rate_range is not None,

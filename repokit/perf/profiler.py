@@ -32,10 +32,11 @@ from repokit.perf.load import (
 )
 from repokit.perf.metrics import MetricsScraper
 from repokit.perf.options import PerfOptions, validate_options
-from repokit.perf.report import LevelResult, PerfReport
+from repokit.perf.report import EndpointResult, LevelResult, PerfReport
 from repokit.perf.search import BinarySearch, LinearSearch
 from repokit.perf.server_stats import ServerCounters, parse_statistics, window_breakdown
 from repokit.perf.setup import Session, prepare_session
+from repokit.perf.split import deal_intervals, split_concurrency, split_connections
 from repokit.perf.statistics import (
     STABILITY_WINDOW,
     RecordBatch,
@@ -116,53 +117,109 @@ def read_intervals(options: PerfOptions) -> list[int]:
     return values
 
 
+@dataclass
+class Lane:
+    """One endpoint of the run: its URL, its transport and the session prepared on it."""
+
+    url: str
+    transport: Transport
+    session: Session
+
+
+@dataclass
+class _LaneRun:
+    """One endpoint while a level runs: its requests, load driver, windows and statistics."""
+
+    lane: Lane
+    log: RequestLog
+    load: Any
+    accountant: WindowAccountant = field(default_factory=WindowAccountant)
+    windows: list[WindowSummary] = field(default_factory=list)
+    batches: list[RecordBatch] = field(default_factory=list)
+    snapshots: list[dict[str, ServerCounters]] = field(default_factory=list)
+    sent_start: int = 0
+
+
+class _Loads:
+    """The load drivers of all endpoints seen as one: one failure event, the first failure."""
+
+    def __init__(self, loads: list[Any]) -> None:
+        self.loads = loads
+        self.failed = asyncio.Event()
+        for load in loads:
+            load.failed = self.failed
+
+    @property
+    def failure(self) -> str | None:
+        return next((load.failure for load in self.loads if load.failure is not None), None)
+
+
+def _sum_snapshots(snapshots: list[dict[str, ServerCounters]]) -> dict[str, ServerCounters]:
+    total: dict[str, ServerCounters] = {}
+    for snapshot in snapshots:
+        for name, counters in snapshot.items():
+            total[name] = total[name] + counters if name in total else counters
+    return total
+
+
 class Profiler:
     def __init__(
         self,
         options: PerfOptions,
-        transport: Transport,
-        session: Session,
+        lanes: list[Lane],
         observer: Observer,
         clock: Callable[[], int],
         cpu_clock: Callable[[], float],
     ) -> None:
         self.o = options
-        self.transport = transport
-        self.session = session
+        self.lanes = lanes
+        self.session = lanes[0].session  # model facts: the same on every endpoint
+        self.include_server_stats = all(lane.session.include_server_stats for lane in lanes)
         self.observer = observer
         self.clock = clock
         self.cpu_clock = cpu_clock
 
-    async def _server_snapshot(self) -> dict[str, ServerCounters]:
-        if not self.session.include_server_stats:
+    async def _server_snapshot(self, lane: Lane) -> dict[str, ServerCounters]:
+        if not self.include_server_stats:
             return {}
         model = None if self.session.composing_models else self.o.model
-        return parse_statistics(await self.transport.model_statistics(model, self.o.version))
+        return parse_statistics(await lane.transport.model_statistics(model, self.o.version))
 
-    def _new_load(self, schedule: bool, log: RequestLog) -> Any:
+    def _new_load(self, lane: Lane, schedule: bool, log: RequestLog) -> Any:
         cls: type[Any] = ConcurrencyLoad
         if schedule:
             cls = ScheduleLoad
-        elif not self.o.async_mode and supports_threads(self.transport):
+        elif not self.o.async_mode and supports_threads(lane.transport):
             cls = ThreadedConcurrencyLoad
-        return cls(self.transport, self.session.workload, log, self.clock, self.session.sequences)
+        return cls(lane.transport, lane.session.workload, log, self.clock, lane.session.sequences)
 
     async def warmup(self) -> None:
         count = self.o.warmup_request_count
         if count <= 0:
             return
-        load = ConcurrencyLoad(
-            self.transport, self.session.workload, RequestLog(), self.clock, self.session.sequences
-        )
         concurrency = self.o.effective_concurrency().start if self.o.mode == "concurrency" else 1
-        await load.start(min(concurrency, count), request_limit=count)
-        await load.wait_done()
-        await load.stop()
-        if load.failure is not None:
-            raise PerfError(f"a warmup request failed: {load.failure}", GENERIC_ERROR)
+        loads: list[ConcurrencyLoad] = []
+        for lane, share in zip(self.lanes, split_concurrency(count, len(self.lanes)), strict=True):
+            if share == 0:
+                continue
+            session = lane.session
+            load = ConcurrencyLoad(
+                lane.transport, session.workload, RequestLog(), self.clock, session.sequences
+            )
+            await load.start(max(min(concurrency, share), 1), request_limit=share)
+            loads.append(load)
+        for load in loads:
+            await load.wait_done()
+            await load.stop()
+            if load.failure is not None:
+                raise PerfError(f"a warmup request failed: {load.failure}", GENERIC_ERROR)
 
     async def _wait_window(
-        self, load: Any, log: RequestLog, start: int, progress: WindowProgress, count_carry: int
+        self,
+        loads: _Loads,
+        completed: Callable[[], int],
+        start: int,
+        progress: WindowProgress,
     ) -> None:
         o = self.o
         count_mode = o.measurement_mode == "count_windows"
@@ -171,7 +228,7 @@ class Profiler:
         while True:
             now = self.clock()
             if count_mode:
-                if now > start and len(log) + count_carry >= o.measurement_request_count:
+                if now > start and completed() >= o.measurement_request_count:
                     return
                 step = poll_s
             else:
@@ -179,17 +236,50 @@ class Profiler:
                 if remaining <= 0:
                     return
                 step = min(poll_s, remaining)
-            waiter = asyncio.ensure_future(load.failed.wait())
+            waiter = asyncio.ensure_future(loads.failed.wait())
             done, _ = await asyncio.wait({waiter}, timeout=step)
             if not done:
                 waiter.cancel()
-            if load.failure is not None:
+            if loads.failure is not None:
                 return
             elapsed = (self.clock() - start) / 1e9
             progress.elapsed_s = elapsed
-            progress.completed = len(log) + count_carry
+            progress.completed = completed()
             progress.throughput = progress.completed * o.batch_size / elapsed if elapsed else 0.0
             self.observer.window_progress(progress)
+
+    async def _start_loads(
+        self, runs: list[_LaneRun], value: float, intervals: Iterator[int] | None
+    ) -> None:
+        """The level's load, split over the endpoints (see :mod:`repokit.perf.split`)."""
+        parts = len(runs)
+        if intervals is None:
+            for run, share in zip(runs, split_concurrency(int(value), parts), strict=True):
+                await run.load.start(share)
+            return
+        streams = deal_intervals(intervals, parts)
+        connections = split_connections(self.o.max_threads, parts)
+        for run, stream, limit in zip(runs, streams, connections, strict=True):
+            await run.load.start(stream, limit)
+
+    def _close_window(
+        self, run: _LaneRun, start: int, end: int, client_cpu: float
+    ) -> tuple[RecordBatch, WindowSummary]:
+        o = self.o
+        records = run.accountant.close_window(run.log, start, end)
+        summary = summarize_window(
+            records,
+            start,
+            end,
+            batch_size=o.batch_size,
+            percentile=o.percentile,
+            sent_count=run.log.sent - run.sent_start,
+            client_cpu=client_cpu,
+        )
+        run.sent_start = run.log.sent
+        run.windows.append(summary)
+        run.batches.append(records)
+        return records, summary
 
     async def measure_level(
         self,
@@ -200,27 +290,28 @@ class Profiler:
         o = self.o
         label = f"concurrency {int(value)}" if mode == "concurrency" else f"request rate {value:g}"
         self.observer.level_started(label)
-        log = RequestLog()
-        load = self._new_load(intervals is not None, log)
+        runs: list[_LaneRun] = []
+        for lane in self.lanes:
+            log = RequestLog()
+            runs.append(_LaneRun(lane, log, self._new_load(lane, intervals is not None, log)))
+        loads = _Loads([run.load for run in runs])
         scraper = None
         if o.collect_metrics:
             scraper = MetricsScraper(
                 o.metrics_url or _default_metrics_url(o), o.metrics_interval_ms, self.clock
             )
             await scraper.start()
-        if intervals is None:
-            await load.start(int(value))
-        else:
-            await load.start(intervals, o.max_threads)
-        accountant = WindowAccountant()
+        await self._start_loads(runs, value, intervals)
         windows: list[WindowSummary] = []
         batches: list[RecordBatch] = []
-        snapshots = [await self._server_snapshot()]
+        for run in runs:
+            run.snapshots.append(await self._server_snapshot(run.lane))
         boundaries: list[int] = []
         start = self.clock()
         boundaries.append(start)
         cpu_start = self.cpu_clock()
-        sent_start = log.sent
+        for run in runs:
+            run.sent_start = run.log.sent
         stable = False
         count_target = f"{o.measurement_request_count} requests"
         target = (
@@ -228,41 +319,51 @@ class Profiler:
             if o.measurement_mode == "count_windows"
             else f"{o.measurement_interval_ms / 1000:g} s"
         )
+
+        def completed() -> int:
+            return sum(len(run.log) for run in runs)
+
         try:
             for trial in range(1, o.max_trials + 1):
                 progress = WindowProgress(label, trial, o.max_trials, 0.0, target, 0, 0.0, windows)
-                carry = 0
-                await self._wait_window(load, log, start, progress, carry)
-                if load.failure is not None:
+                await self._wait_window(loads, completed, start, progress)
+                if loads.failure is not None:
                     break
                 end = self.clock()
                 cpu_end = self.cpu_clock()
-                records = accountant.close_window(log, start, end)
-                summary = summarize_window(
-                    records,
-                    start,
-                    end,
-                    batch_size=o.batch_size,
-                    percentile=o.percentile,
-                    sent_count=log.sent - sent_start,
-                    client_cpu=(cpu_end - cpu_start) / max((end - start) / 1e9, 1e-9),
-                )
-                snapshots.append(await self._server_snapshot())
+                client_cpu = (cpu_end - cpu_start) / max((end - start) / 1e9, 1e-9)
+                parts = [self._close_window(run, start, end, client_cpu) for run in runs]
+                if len(parts) == 1:
+                    records, summary = parts[0]
+                else:
+                    records = RecordBatch.concat([p[0] for p in parts])
+                    summary = summarize_window(
+                        records,
+                        start,
+                        end,
+                        batch_size=o.batch_size,
+                        percentile=o.percentile,
+                        sent_count=sum(p[1].sent_count for p in parts),
+                        client_cpu=client_cpu,
+                    )
+                for run in runs:
+                    run.snapshots.append(await self._server_snapshot(run.lane))
                 windows.append(summary)
                 batches.append(records)
                 boundaries.append(end)
                 self.observer.window_done(progress, summary)
-                start, cpu_start, sent_start = end, cpu_end, log.sent
+                start, cpu_start = end, cpu_end
                 stable = is_stable(windows, o.stability_percentage)
                 if stable or exceeds_latency_threshold(windows, o.latency_threshold_ms):
                     break
         finally:
-            await load.stop()
+            for run in runs:
+                await run.load.stop()
             if scraper is not None:
                 await scraper.stop()
-        if load.failure is not None:
+        if loads.failure is not None:
             raise PerfError(
-                f"Failed to maintain requested inference load at {label}: {load.failure}",
+                f"Failed to maintain requested inference load at {label}: {loads.failure}",
                 GENERIC_ERROR,
             )
         warnings: list[str] = []
@@ -280,10 +381,40 @@ class Profiler:
             windows[-used:], batches[-used:], batch_size=o.batch_size, percentile=o.percentile
         )
         server = None
-        if self.session.include_server_stats:
+        composing = self.session.composing_models
+        if self.include_server_stats:
             server = window_breakdown(
-                snapshots[-used - 1], snapshots[-1], o.model, self.session.composing_models
+                _sum_snapshots([run.snapshots[-used - 1] for run in runs]),
+                _sum_snapshots([run.snapshots[-1] for run in runs]),
+                o.model,
+                composing,
             )
+        endpoints = []
+        if len(runs) > 1:
+            for run in runs:
+                endpoint_server = None
+                if self.include_server_stats:
+                    endpoint_server = window_breakdown(
+                        run.snapshots[-used - 1], run.snapshots[-1], o.model, composing
+                    )
+                endpoints.append(
+                    EndpointResult(
+                        run.lane.url,
+                        merge_windows(
+                            run.windows[-used:],
+                            run.batches[-used:],
+                            batch_size=o.batch_size,
+                            percentile=o.percentile,
+                        ),
+                        endpoint_server,
+                    )
+                )
+            idle = [run.lane.url for run in runs if not any(run.batches[-used:])]
+            if idle:
+                warnings.append(
+                    f"{label} kept {', '.join(idle)} idle: a level below the number of "
+                    "endpoints leaves some without load"
+                )
         metrics = scraper.summary(boundaries[-used - 1], boundaries[-1]) if scraper else {}
         if scraper is not None and scraper.error:
             warnings.append(f"metrics scraping failed: {scraper.error}")
@@ -299,6 +430,7 @@ class Profiler:
             warnings=warnings,
             records=RecordBatch.concat(batches[-used:]) if o.profile_export_file else None,
             window_boundaries=boundaries[-used - 1 :],
+            endpoints=endpoints,
         )
         self.observer.level_done(result)
         return result
@@ -374,8 +506,12 @@ async def run_perf(
     clock: Callable[[], int] = time.monotonic_ns,
     cpu_clock: Callable[[], float] = time.process_time,
     transport: Transport | None = None,
+    transports: list[Transport] | None = None,
 ) -> PerfReport:
-    """Run the whole measurement; raises PerfError for option (3) and generic (99) errors."""
+    """Run the whole measurement; raises PerfError for option (3) and generic (99) errors.
+
+    ``transport`` (one endpoint) or ``transports`` (one per ``-u`` endpoint) replace the ones
+    built from the options (tests inject fakes)."""
     validate_options(options)
     if options.plot_file is not None:  # a missing matplotlib fails before measuring
         from repokit.perf.plot import check_plot_available
@@ -386,49 +522,64 @@ async def run_perf(
         values = read_intervals(options)
         rate = 1e6 * len(values) / sum(values)
         intervals_level = ("request_intervals", rate, lambda: file_intervals(values))
-    owned = transport is None
-    if transport is None:
-        transport = create_transport(
-            TransportOptions(
-                options.protocol,
-                options.server_url,
-                dict(options.headers),
-                options.input_tensor_format,
-                options.output_tensor_format,
-                options.streaming,
-                options.tls,
-                endpoint=options.endpoint,
-            ),
-            clock,
+    urls = options.server_urls
+    owned = transport is None and transports is None
+    if transports is None:
+        transports = (
+            [transport]
+            if transport is not None
+            else [
+                create_transport(
+                    TransportOptions(
+                        options.protocol,
+                        url,
+                        dict(options.headers),
+                        options.input_tensor_format,
+                        options.output_tensor_format,
+                        options.streaming,
+                        options.tls,
+                        endpoint=options.endpoint,
+                    ),
+                    clock,
+                )
+                for url in urls
+            ]
         )
-    await transport.open()
-    session: Session | None = None
+    if len(transports) != len(urls):
+        raise ValueError(f"{len(transports)} transports for {len(urls)} endpoints")
+    sessions: list[Session] = []
     report = PerfReport(
         options.model,
         options.version,
         options.protocol,
-        options.server_url,
+        ",".join(urls),
         options.mode,
         options.batch_size,
         options.percentile,
     )
-    wire_problem = getattr(transport, "wire_problem", None)
-    if wire_problem and not options.async_mode and options.mode == "concurrency":
-        report.warnings.append(
-            f"gRPC: the built-in HTTP/2 client cannot talk to this server ({wire_problem}); "
-            "using the grpc library, which costs more client CPU per request"
-        )
+    opened: list[Transport] = []
     try:
-        session = await prepare_session(options, transport)
+        for url, each in zip(urls, transports, strict=True):
+            await each.open()
+            opened.append(each)
+            wire_problem = getattr(each, "wire_problem", None)
+            if wire_problem and not options.async_mode and options.mode == "concurrency":
+                server = url if len(urls) > 1 else "this server"
+                report.warnings.append(
+                    f"gRPC: the built-in HTTP/2 client cannot talk to {server} "
+                    f"({wire_problem}); using the grpc library, which costs more client CPU per "
+                    "request"
+                )
+            sessions.append(await _prepare_endpoint(options, each, url, len(urls) > 1))
+        session = sessions[0]
         report.version = session.info.version
-        report.include_server_stats = session.include_server_stats
+        report.include_server_stats = all(s.include_server_stats for s in sessions)
         report.decoupled = session.info.decoupled
         report.response_cache = session.info.response_cache
         report.composing_models = session.composing_models
         report.collect_metrics = options.collect_metrics
-        profiler = Profiler(
-            options, transport, session, observer or NullObserver(), clock, cpu_clock
-        )
+        lanes = [Lane(*lane) for lane in zip(urls, transports, sessions, strict=True)]
+        profiler = Profiler(options, lanes, observer or NullObserver(), clock, cpu_clock)
         await profiler.warmup()
         search = _search(options)
         next_value = intervals_level[1] if intervals_level else search.first()
@@ -461,11 +612,25 @@ async def run_perf(
             report.results.sort(key=lambda r: r.value)
             report.warnings.append(_search_outcome(report, options))
     finally:
-        if session is not None and session.shm is not None:
-            await session.shm.close()
+        for each_session in sessions:
+            if each_session.shm is not None:
+                await each_session.shm.close()
         if owned:
-            await transport.close()
+            for each in opened:
+                await each.close()
     return report
+
+
+async def _prepare_endpoint(
+    options: PerfOptions, transport: Transport, url: str, name_it: bool
+) -> Session:
+    """The session on one endpoint; with several, an error says which endpoint it came from."""
+    try:
+        return await prepare_session(options, transport)
+    except PerfError as error:
+        if not name_it:
+            raise
+        raise PerfError(f"{url}: {error.message}", error.exit_code) from None
 
 
 def _search_outcome(report: PerfReport, o: PerfOptions) -> str:

@@ -2,8 +2,10 @@
 
 :class:`PerfReport` holds one :class:`LevelResult` per concurrency / request-rate level: the
 merged summary of its stable windows (or its last windows when it did not stabilize), every
-window's summary, the server-side breakdown and scraped metrics. The CLI renders it; the
-writers in :mod:`repokit.perf.export` write perf_analyzer's CSV and profile-export JSON.
+window's summary, the server-side breakdown and scraped metrics; with several endpoints
+(``-u a,b``) those are the merge over all of them and :class:`EndpointResult` holds each
+one's. The CLI renders it; the writers in :mod:`repokit.perf.export` write perf_analyzer's
+CSV and profile-export JSON.
 """
 
 from __future__ import annotations
@@ -13,6 +15,32 @@ from typing import Any
 
 from repokit.perf.server_stats import ServerBreakdown
 from repokit.perf.statistics import RecordBatch, WindowSummary
+
+
+@dataclass
+class EndpointResult:
+    """One endpoint's share of a level when ``-u`` names several: its merged windows and the
+    breakdown from its own statistics."""
+
+    url: str
+    summary: WindowSummary
+    server: ServerBreakdown | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "summary": summary_to_dict(self.summary),
+            "server": self.server.to_dict() if self.server is not None else None,
+        }
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> EndpointResult:
+        server = data.get("server")
+        return EndpointResult(
+            url=str(data["url"]),
+            summary=summary_from_dict(data["summary"]),
+            server=ServerBreakdown.from_dict(server) if server else None,
+        )
 
 
 @dataclass
@@ -27,6 +55,8 @@ class LevelResult:
     warnings: list[str] = field(default_factory=list)
     records: RecordBatch | None = None  # the merged windows' requests (profile export)
     window_boundaries: list[int] = field(default_factory=list)
+    # per endpoint when -u names several (summary and server above are then the merge of all)
+    endpoints: list[EndpointResult] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -35,7 +65,7 @@ class LevelResult:
         return f"request rate {self.value:g}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "mode": self.mode,
             "value": self.value,
             "stable": self.stable,
@@ -45,6 +75,9 @@ class LevelResult:
             "metrics": self.metrics,
             "warnings": self.warnings,
         }
+        if self.endpoints:  # only with several -u endpoints
+            out["endpoints"] = [e.to_dict() for e in self.endpoints]
+        return out
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> LevelResult:
@@ -58,6 +91,7 @@ class LevelResult:
             server=ServerBreakdown.from_dict(server) if server else None,
             metrics=dict(data.get("metrics", {})),
             warnings=list(data.get("warnings", [])),
+            endpoints=[EndpointResult.from_dict(e) for e in data.get("endpoints", [])],
         )
 
 
