@@ -36,15 +36,12 @@ def test_cli_splits_the_load_and_reports_each_replica_and_the_merge(
     replicas: list[ServeProcess], tmp_path: Path
 ) -> None:
     first, second = (server.url("HTTPService") for server in replicas)
-    result = CliRunner().invoke(
-        make_app(),
-        [
-            "perf", "-m", "add_sub", "-u", first, "-u", second, "--concurrency-range", "4",
-            "-p", "400", "-s", "1000", "-r", "12",
-            "-f", str(tmp_path / "r.csv"), "--profile-export-file", str(tmp_path / "r.json"),
-        ],  # fmt: skip
-        env={"COLUMNS": "200"},
-    )
+    args = [
+        "perf", "-m", "add_sub", "-u", first, "-u", second, "--concurrency-range", "4",
+        "-p", "400", "-s", "1000", "-r", "12",
+        "-f", str(tmp_path / "r.csv"), "--profile-export-file", str(tmp_path / "r.json"),
+    ]  # fmt: skip
+    result = CliRunner().invoke(make_app(), args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert f"add_sub v1 over http ({first},{second})" in result.output
     assert f"  {first}: " in result.output and f"  {second}: " in result.output

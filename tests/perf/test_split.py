@@ -125,7 +125,7 @@ def test_request_rate_is_dealt_round_robin_over_the_endpoints() -> None:
     sends = sorted([(t, 0) for t, _ in first.sent] + [(t, 1) for t, _ in second.sent])
     gaps = {later[0] - earlier[0] for earlier, later in itertools.pairwise(sends[:200])}
     assert gaps == {1 * MS}
-    assert all(e[1] != l[1] for e, l in itertools.pairwise(sends[:200]))
+    assert all(a[1] != b[1] for a, b in itertools.pairwise(sends[:200]))
 
 
 def test_csv_writes_the_merge_and_one_file_per_endpoint(tmp_path: Path) -> None:
