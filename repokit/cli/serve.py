@@ -148,6 +148,28 @@ def serve(
             help="summary_latencies=true, counter_latencies=false, summary_quantiles=0.5:0.05,...",
         ),
     ] = None,
+    trace_config: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="SETTING",
+            help="[triton|opentelemetry,]<setting>=<value>, repeatable: level=TIMESTAMPS, "
+            "rate=N, count=N, mode=triton|opentelemetry, triton,file=PATH, "
+            "triton,log-frequency=N, opentelemetry,url=URL, opentelemetry,resource=K=V.",
+        ),
+    ] = None,
+    trace_file: Annotated[
+        str | None, typer.Option(metavar="PATH", help="Deprecated: triton,file=PATH.")
+    ] = None,
+    trace_level: Annotated[
+        list[str] | None, typer.Option(metavar="LEVEL", help="Deprecated: level=LEVEL.")
+    ] = None,
+    trace_rate: Annotated[str | None, typer.Option(metavar="N", help="Deprecated: rate=N.")] = None,
+    trace_count: Annotated[
+        str | None, typer.Option(metavar="N", help="Deprecated: count=N.")
+    ] = None,
+    trace_log_frequency: Annotated[
+        str | None, typer.Option(metavar="N", help="Deprecated: triton,log-frequency=N.")
+    ] = None,
     # tritonserver flags without effect here (each given one is logged once; serve_flags.py)
     model_namespacing: _Inert = None,
     enable_peer_access: _Inert = None,
@@ -164,12 +186,6 @@ def serve(
     vertex_ai_thread_count: _Inert = None,
     vertex_ai_default_model: _Inert = None,
     allow_gpu_metrics: _Inert = None,
-    trace_config: _InertList = None,
-    trace_file: _Inert = None,
-    trace_level: _InertList = None,
-    trace_rate: _Inert = None,
-    trace_count: _Inert = None,
-    trace_log_frequency: _Inert = None,
     backend_directory: _Inert = None,
     repoagent_directory: _Inert = None,
     cache_config: _InertList = None,
@@ -194,6 +210,7 @@ def serve(
     )
     from repokit.core import server_log
     from repokit.core.settings import LogSettings, ServerSettings
+    from repokit.core.tracing.options import parse_trace_flags
     from repokit.frontends.restricted_apis import parse_restricted_apis
     from repokit.frontends.runner import ServeSettings
     from repokit.paths import default_sample_repository
@@ -218,6 +235,14 @@ def serve(
             metrics_config or [],
             parse_bool(allow_cpu_metrics, "--allow-cpu-metrics"),
             metrics_interval_ms,
+        )
+        trace = parse_trace_flags(
+            trace_config or [],
+            trace_file=trace_file,
+            trace_level=trace_level or [],
+            trace_rate=trace_rate,
+            trace_count=trace_count,
+            trace_log_frequency=trace_log_frequency,
         )
         log = LogSettings(
             log_file=log_file,
@@ -247,6 +272,7 @@ def serve(
             model_load_retry_count=model_load_retry_count,
             backend_config=backends,
             metrics=metrics,
+            trace=trace,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -300,7 +326,12 @@ def serve(
     except OSError as exc:
         raise typer.BadParameter(f"--log-file: cannot open '{log_file}': {exc}") from None
     try:
-        notes = [*inert_flag_notes(given), *backend_config_notes(backends), *metrics_notes]
+        notes = [
+            *trace.notes,
+            *inert_flag_notes(given),
+            *backend_config_notes(backends),
+            *metrics_notes,
+        ]
         code = _serve(settings, notes)
     finally:
         server_log.uninstall(handler)

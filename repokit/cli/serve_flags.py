@@ -1,5 +1,5 @@
 """tritonserver 2.51 flags that ``repokit serve`` accepts but that mean nothing on this server
-(GPU memory, tracing, caches, other frontends, ...), and the startup tables tritonserver logs.
+(GPU memory, caches, other frontends, ...), and the startup tables tritonserver logs.
 
 A launch line written for tritonserver must run unchanged: each flag below is accepted with
 its tritonserver value syntax, and each one given is logged once with why it has no effect.
@@ -31,12 +31,6 @@ INERT_FLAGS: dict[str, str] = {
     "--vertex-ai-thread-count": "there is no Vertex AI endpoint",
     "--vertex-ai-default-model": "there is no Vertex AI endpoint",
     "--allow-gpu-metrics": "no GPUs are used",
-    "--trace-config": "tracing is not implemented",
-    "--trace-file": "tracing is not implemented",
-    "--trace-level": "tracing is not implemented",
-    "--trace-rate": "tracing is not implemented",
-    "--trace-count": "tracing is not implemented",
-    "--trace-log-frequency": "tracing is not implemented",
     "--backend-directory": "backends are built in",
     "--repoagent-directory": "repository agents are not supported",
     "--cache-config": "there is no response cache",

@@ -28,6 +28,7 @@ from repokit.core.request_checks import PreparedRequest, prepare
 from repokit.core.server_log import VERBOSE, VERBOSE_DETAIL
 from repokit.core.settings import ServerSettings
 from repokit.core.shared_memory import SystemSharedMemory
+from repokit.core.tracing.manager import TraceManager
 from repokit.core.wire_lane import WireLane
 from repokit.errors import RepokitError, invalid_arg, unavailable
 from repokit.protocol import datatypes
@@ -43,7 +44,7 @@ _DRAIN_POLL_S = 0.02  # shutdown: how often the in-flight count is looked at
 _NO_RESULT = BackendResult()
 
 # Triton's extension list in Triton's order, keeping only what repokit implements:
-# not cuda_shared_memory (no GPUs) and not trace (no tracing).
+# not cuda_shared_memory (no GPUs).
 EXTENSIONS = (
     "classification",
     "sequence",
@@ -55,6 +56,7 @@ EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
 )
 
@@ -80,6 +82,7 @@ class InferenceService:
         self.manager = manager
         self.shared_memory = SystemSharedMemory(settings.allow_client_shm)
         self._logs = LogSettingsStore(settings.log)
+        self.tracing = TraceManager(settings.trace)
         self._live = False
         self._exiting = False
         self._inflight = 0
@@ -91,6 +94,7 @@ class InferenceService:
 
     # --- lifecycle (build_service's start/stop) ------------------------------------------
     async def start(self) -> None:
+        self.tracing.start()
         if self.settings.metrics.allow_cpu_metrics:  # as Triton: collected every interval
             self._cpu = CpuMetrics()
             interval = self.settings.metrics.interval_ms / 1000
@@ -115,6 +119,7 @@ class InferenceService:
         await stop_task(self._cpu_task)
         self._cpu_task = None
         self.shared_memory.close()
+        await asyncio.to_thread(self.tracing.stop)  # the exporter may flush over the network
         self._live = False
         return drained
 
@@ -457,3 +462,22 @@ class InferenceService:
 
     def update_log_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         return self._logs.update(settings)
+
+    # --- trace extension ------------------------------------------------------------------
+    def _trace_model(self, model: str) -> None:
+        """A model named by a trace setting request must be ready (any version)."""
+        if model and not self.model_ready(model):
+            raise invalid_arg(f"Request for unknown model : {model}")
+
+    def trace_settings(self, model: str = "") -> dict[str, str | list[str]]:
+        """The global setting, or the one ``model``'s requests are traced with."""
+        self._trace_model(model)
+        return self.tracing.settings(model)
+
+    def update_trace_settings(
+        self, model: str, changes: dict[str, list[str] | None]
+    ) -> dict[str, str | list[str]]:
+        """Change the global setting (``model`` "") or a model's: ``{name: values}``, an
+        empty list or None clears a setting (repokit.core.tracing.manager); the result."""
+        self._trace_model(model)
+        return self.tracing.update(model, changes)

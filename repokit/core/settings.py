@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from repokit.core.tracing.options import TraceStartup
+
 ControlMode = Literal["none", "explicit", "poll"]
 LogFormat = Literal["default", "ISO8601"]
 
@@ -68,6 +70,8 @@ class ServerSettings:
     # --backend-config <backend>,<setting>=<value> ("" = every backend)
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    # --trace-config and the deprecated --trace-* flags (repokit.core.tracing.options)
+    trace: TraceStartup = field(default_factory=TraceStartup)
 
     def __post_init__(self) -> None:
         self.repositories = [Path(p) for p in self.repositories]

@@ -226,6 +226,9 @@ def test_log_file_takes_the_log(tmp_path: Path) -> None:
         (["--metrics-config", "summary_latencies=maybe"], "summary_latencies expects true"),
         (["--metrics-config", "summary_latencies"], "--metrics-config option format"),
         (["--metrics-interval-ms", "0"], "--metrics-interval-ms must be greater than 0"),
+        (["--trace-config", "level=LOUD"], "invalid value for trace level option: loud"),
+        (["--trace-config", "zipkin,url=x"], "invalid value for trace mode option: zipkin"),
+        (["--trace-rate", "often"], 'Bad option: "--trace-rate". Invalid option value'),
     ],
 )
 def test_bad_flag_values_exit_2(tmp_path: Path, flags: list[str], message: str) -> None:

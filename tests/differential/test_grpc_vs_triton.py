@@ -6,8 +6,7 @@ and outputs. Run with ``-m triton``.
 Deliberate differences, and how the comparison handles them:
 - repokit disables client shared memory unless ``--allow-client-shm=true`` (Triton allows it by
   default), so repokit runs here with it enabled.
-- Triton's CPU build used here has tracing compiled in; repokit has none, so ``TraceSetting`` is
-  not compared (repokit answers UNIMPLEMENTED).
+- ``TraceSetting`` is compared in ``tests/differential/test_trace_vs_triton.py``.
 """
 
 from __future__ import annotations

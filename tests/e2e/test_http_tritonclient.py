@@ -249,14 +249,12 @@ def test_statistics_index_load_unload(client: httpclient.InferenceServerClient) 
     assert client.is_model_ready("identity")
 
 
-def test_logging_and_cuda_shm_and_trace(client: httpclient.InferenceServerClient) -> None:
+def test_logging_and_cuda_shm(client: httpclient.InferenceServerClient) -> None:
     settings = client.update_log_settings({"log_verbose_level": 1})
     assert settings["log_verbose_level"] == 1
     assert client.get_log_settings()["log_verbose_level"] == 1
     client.update_log_settings({"log_verbose_level": 0})
     assert client.get_cuda_shared_memory_status() == []
-    with pytest.raises(InferenceServerException, match="does not support tracing"):
-        client.get_trace_settings()
 
 
 def test_errors_are_json(server: ServerThread) -> None:

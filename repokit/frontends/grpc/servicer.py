@@ -303,9 +303,23 @@ class InferenceServicer:
     async def TraceSetting(
         self, request: pb.TraceSettingRequest, context: Context
     ) -> pb.TraceSettingResponse:
-        await abort_with(
-            context, unsupported("trace settings are not supported by this server (no tracing)")
-        )
+        """Settings with values update, an empty value list clears; none given: a read."""
+
+        async def run() -> pb.TraceSettingResponse:
+            service, model = self._service, request.model_name
+            if request.settings:
+                changes: dict[str, list[str] | None] = {
+                    key: list(v.value) for key, v in request.settings.items()
+                }
+                result = service.update_trace_settings(model, changes)
+            else:
+                result = service.trace_settings(model)
+            response = pb.TraceSettingResponse()
+            for key, value in result.items():
+                response.settings[key].value.extend(value if isinstance(value, list) else [value])
+            return response
+
+        return await guarded(context, run)
 
     # --- logging ------------------------------------------------------------------------
     async def LogSettings(

@@ -7,8 +7,7 @@ the matching :class:`~repokit.core.service.InferenceService` operation. Errors a
 ``RepokitError``s mapped to HTTP statuses by the one table in :mod:`repokit.frontends.status`.
 
 Endpoints answered like a Triton built without the feature: CUDA shared memory as a CPU-only
-Triton (status ``[]``, register 400 "GPUs not supported", unregister 200), trace settings as a
-Triton without tracing (503 "the server does not support tracing").
+Triton (status ``[]``, register 400 "GPUs not supported", unregister 200).
 
 Infer requests that are well formed skip this dispatch: the server runs the app with
 :class:`~repokit.frontends.http.fast_protocol.FastInferProtocol`, which answers them through the

@@ -16,6 +16,7 @@ from typing import Any
 from sanic import HTTPResponse, Request
 
 from repokit.core.service import InferenceService
+from repokit.core.tracing.setting import SETTING_KEYS as TRACE_SETTING_KEYS
 from repokit.core.wire_lane import WIRE_LANE_MAX_BYTES
 from repokit.errors import Code, RepokitError, invalid_arg
 from repokit.frontends.http.compression import choose_response_encoding, compress, decompress_body
@@ -307,7 +308,16 @@ class Endpoints:
         return json_response(self.service.log_settings())
 
     async def trace(self, request: Request, route: Route) -> HTTPResponse:
-        raise RepokitError(Code.UNAVAILABLE, "the server does not support tracing")
+        """``/v2[/models/{m}]/trace/setting``: the model is checked before the body is read,
+        as in Triton."""
+        model = route.model or ""
+        if request.method != "POST":
+            return json_response(self.service.trace_settings(model))
+        self.service.trace_settings(model)
+        document = parse_json_document(request.body, self.max_input_size)
+        if not isinstance(document, dict):
+            raise invalid_arg("the trace setting request body must be a JSON object")
+        return json_response(self.service.update_trace_settings(model, _trace_updates(document)))
 
 
 async def _answers(
@@ -390,6 +400,33 @@ def _load_parameters(params: dict[str, Any]) -> tuple[str | None, dict[str, byte
             # parameter"; an unknown parameter is the client's mistake, so 400 here.
             raise invalid_arg(f"Unrecognized load parameter '{key}' with type 'STRING'")
     return config_json, (files or None)
+
+
+def _trace_updates(document: dict[str, Any]) -> dict[str, list[str] | None]:
+    """The trace extension's JSON request as the core's changes: null clears a setting,
+    trace_level is an array of strings, the others strings. Triton answers 500 for a value of
+    the wrong JSON type; it is the client's mistake, so 400 here (same message)."""
+    updates: dict[str, list[str] | None] = {}
+    if "trace_file" in document:
+        updates["trace_file"] = None  # the core refuses any change of the file
+    for key in TRACE_SETTING_KEYS:
+        if key not in document:
+            continue
+        value = document[key]
+        if value is None:
+            updates[key] = None
+        elif key == "trace_level":
+            if not isinstance(value, list):
+                raise invalid_arg("attempt to access JSON non-array as array")
+            if not all(isinstance(item, str) for item in value):
+                raise invalid_arg("attempt to access JSON non-string as string")
+            if value:  # an empty array changes nothing, as in Triton
+                updates[key] = value
+        elif isinstance(value, str):
+            updates[key] = [value]
+        else:
+            raise invalid_arg("attempt to access JSON non-string as string")
+    return updates
 
 
 _LOG_BOOLS = ("log_info", "log_warning", "log_error")

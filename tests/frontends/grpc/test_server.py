@@ -140,9 +140,6 @@ async def test_status_codes_and_unexpected_errors(server: Any) -> None:
             await stub.ModelReady(pb.ModelReadyRequest(name="echo", version="x"))
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         with pytest.raises(grpc.aio.AioRpcError) as info:
-            await stub.TraceSetting(pb.TraceSettingRequest())
-        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        with pytest.raises(grpc.aio.AioRpcError) as info:
             await stub.CudaSharedMemoryRegister(pb.CudaSharedMemoryRegisterRequest(name="g"))
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
         assert "GPUs not supported" in info.value.details()

@@ -1,0 +1,132 @@
+"""OpenTelemetry mode: each finished trace becomes spans exported over OTLP/HTTP (protobuf).
+
+The spans are Triton's: an ``InferRequest`` span per request (the frontend's receive and send
+timestamps as its events), a span named after the model from ``REQUEST_START`` to
+``REQUEST_END`` (attributes ``triton.model_name``, ``triton.model_version``,
+``triton.trace_id``, ``triton.trace_parent_id``, ``triton.request_id``), and a ``compute``
+span from ``COMPUTE_START`` to ``COMPUTE_END`` inside it. A composing model's span is a child
+of its ensemble's model span. A request that carries a W3C ``traceparent`` is traced whatever
+the rate and count, its ``InferRequest`` span a child of the client's span.
+
+Spans are built when the request is answered, from the recorded monotonic timestamps (shifted
+to the wall clock once, when the exporter starts), and handed to the SDK's batch span
+processor (``bsp_*`` settings), whose thread exports them; the server flushes it when it stops.
+This module is imported only in opentelemetry mode (the ``tracing`` extra).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+try:
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError as exc:  # pragma: no cover - the dev extra installs them
+    raise ValueError(
+        "--trace-config mode=opentelemetry needs the OpenTelemetry packages "
+        "(opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http): install repokit with "
+        f"the 'tracing' extra, e.g. pip install 'repokit[tracing]' ({exc})"
+    ) from None
+
+from repokit.core.tracing.options import DEFAULT_OTEL_URL, TraceStartup
+
+if TYPE_CHECKING:
+    from repokit.core.tracing.trace import Trace
+
+TRACER_NAME = "triton-server"
+
+
+class OtelExporter:
+    def __init__(self, startup: TraceStartup) -> None:
+        url = startup.otel_setting("url", DEFAULT_OTEL_URL)
+        if "://" not in url:  # tritonserver takes host:port/path
+            url = f"http://{url}"
+        self._provider = TracerProvider(resource=Resource.create(startup.otel_resources()))
+        self._provider.add_span_processor(
+            BatchSpanProcessor(
+                OTLPSpanExporter(endpoint=url),
+                max_queue_size=int(startup.otel_setting("bsp_max_queue_size", "2048")),
+                schedule_delay_millis=float(startup.otel_setting("bsp_schedule_delay", "5000")),
+                max_export_batch_size=int(startup.otel_setting("bsp_max_export_batch_size", "512")),
+            )
+        )
+        self._tracer = self._provider.get_tracer(TRACER_NAME)
+        self._propagator = TraceContextTextMapPropagator()
+        self._offset = time.time_ns() - time.monotonic_ns()
+
+    def extract(self, traceparent: str) -> Any:
+        """The client's context from a W3C ``traceparent`` value, or None when invalid."""
+        context = self._propagator.extract({"traceparent": traceparent})
+        span_context = otel_trace.get_current_span(context).get_span_context()
+        return context if span_context.is_valid else None
+
+    def export(self, trace: Trace) -> None:
+        offset = self._offset
+        tracer = self._tracer
+        now = time.monotonic_ns()
+        start = min((ns for _, ns in trace.events), default=now)
+        end = max((ns for _, ns in trace.events), default=now)
+        kind = otel_trace.SpanKind.SERVER
+        root = tracer.start_span(
+            "InferRequest", context=trace.otel_context, kind=kind, start_time=start + offset
+        )
+        model_spans: dict[int, Any] = {}
+        for item in (trace, *trace.spawned):
+            parent = model_spans.get(item.parent_id, root)
+            self._model_spans(item, parent, model_spans)
+        root.end(end_time=end + offset)
+
+    def _model_spans(self, trace: Trace, parent: Any, model_spans: dict[int, Any]) -> None:
+        """The model span (and its compute span) of one trace; events before REQUEST_START
+        and after REQUEST_END (the frontend's) go on ``parent``."""
+        offset = self._offset
+        tracer = self._tracer
+        kind = otel_trace.SpanKind.SERVER
+        model: Any = None
+        compute: Any = None
+        for name, ns in trace.events:
+            at = ns + offset
+            if name == "REQUEST_START":
+                model = tracer.start_span(
+                    trace.model_name,
+                    context=otel_trace.set_span_in_context(parent),
+                    kind=kind,
+                    start_time=at,
+                )
+                model.set_attribute("triton.model_name", trace.model_name)
+                model.set_attribute("triton.model_version", trace.model_version)
+                model.set_attribute("triton.trace_id", trace.id)
+                model.set_attribute("triton.trace_parent_id", trace.parent_id)
+                if trace.request_id:
+                    model.set_attribute("triton.request_id", trace.request_id)
+                model_spans[trace.id] = model
+            elif name == "COMPUTE_START" and model is not None:
+                compute = tracer.start_span(
+                    "compute",
+                    context=otel_trace.set_span_in_context(model),
+                    kind=kind,
+                    start_time=at,
+                )
+            target = compute or model or parent
+            target.add_event(name, timestamp=at)
+            if name == "COMPUTE_END" and compute is not None:
+                compute.end(end_time=at)
+                compute = None
+            elif name == "REQUEST_END" and model is not None:
+                if compute is not None:
+                    compute.end(end_time=at)
+                    compute = None
+                model.end(end_time=at)
+                model = None
+        for span in (compute, model):  # a request that failed before its end was recorded
+            if span is not None:
+                span.end()
+
+    def shutdown(self) -> None:
+        """Export what is queued and stop the processor's thread."""
+        self._provider.shutdown()

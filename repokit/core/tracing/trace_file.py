@@ -1,0 +1,55 @@
+"""Triton's JSON trace file: one JSON array of trace objects.
+
+With ``log_frequency`` 0 the traces go to ``<file>``: the file is created (truncated) at the
+first write, each later write appends to the array, and the array is closed when the server
+stops (until then the file is an unterminated array, as tritonserver's is). Otherwise every
+``log_frequency`` traces go to a new complete file ``<file>.0``, ``<file>.1``, ... (the index
+counts per file name); so do the traces collected when ``trace_count`` runs out.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TextIO
+
+log = logging.getLogger(__name__)
+
+
+class TraceFile:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._index = 0
+        self._main: TextIO | None = None
+
+    def save(self, objects: list[str], to_index_file: bool) -> None:
+        """Write trace objects (each a JSON object's text); I/O errors are logged, as
+        tritonserver logs "failed creating trace file"."""
+        if not objects or not self.name:
+            return
+        body = ",".join(objects)
+        try:
+            if to_index_file:
+                path = f"{self.name}.{self._index}"
+                self._index += 1
+                with open(path, "w", encoding="utf-8") as out:
+                    out.write(f"[{body}]")
+                return
+            if self._main is None:
+                self._main = open(self.name, "w", encoding="utf-8")  # noqa: SIM115 - kept open
+                self._main.write("[")
+            else:
+                self._main.write(",")
+            self._main.write(body)
+            self._main.flush()
+        except OSError as exc:
+            log.error("failed creating trace file: %s", exc)
+
+    def close(self) -> None:
+        """Close the array of ``<file>`` (server shutdown)."""
+        main, self._main = self._main, None
+        if main is not None:
+            try:
+                main.write("]")
+                main.close()
+            except OSError as exc:
+                log.error("failed closing trace file: %s", exc)
