@@ -103,7 +103,7 @@ from repokit.backends.base import (
     WireOutcome,
     instance_count,
 )
-from repokit.backends.python import ipc
+from repokit.backends.python import ipc, segments
 from repokit.backends.python.channel import Channel
 from repokit.backends.python.messages import (
     AUTO_COMPLETE,
@@ -352,21 +352,33 @@ class PythonBackend(Backend):
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         for end in (parent_sock, child_sock):
             ipc.enlarge_buffers(end)
+        parent_lane, child_lane = segments.lane_pair()  # large tensors' segment descriptors
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
         )
         try:
             process = subprocess.Popen(
-                [sys.executable, "-c", _STUB_BOOT, str(child_sock.fileno())],
-                pass_fds=(child_sock.fileno(),),
+                [
+                    sys.executable,
+                    "-c",
+                    _STUB_BOOT,
+                    str(child_sock.fileno()),
+                    str(child_lane.fileno()),
+                ],
+                pass_fds=(child_sock.fileno(), child_lane.fileno()),
                 stdin=subprocess.DEVNULL,
                 env=env,
             )
+        except BaseException:
+            parent_lane.close()
+            raise
         finally:
             child_sock.close()
+            child_lane.close()
         instance = _Instance(name=name, process=process, sock=parent_sock)
-        channel = Channel(parent_sock, lambda: self._lost(instance))
+        lane = segments.FdLane(parent_lane, forward=True)
+        channel = Channel(parent_sock, lambda: self._lost(instance), lane=lane)
         instance.channel = channel
         instance.link = ServerLink(
             name,

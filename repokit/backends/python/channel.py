@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from repokit.backends.python import ipc
+from repokit.backends.python.segments import FdLane
 
 ReplyCallback = Callable[[Any], None]  # gets the reply, or a ChannelClosed instance
 _IOV_MAX = 512
@@ -31,12 +32,14 @@ class Channel:
         sock: Any,
         on_lost: Callable[[], None],
         on_message: Callable[[Any], None] | None = None,
+        lane: FdLane | None = None,
     ) -> None:
         sock.setblocking(False)
         self._sock = sock
+        self._lane = lane
         self._fd: int = sock.fileno()
         self._loop = asyncio.get_running_loop()
-        self._parser = ipc.FrameParser()
+        self._parser = ipc.FrameParser(lane)
         self._callbacks: deque[ReplyCallback] = deque()
         self._outbox: list[memoryview] = []
         self._on_lost = on_lost
@@ -52,7 +55,7 @@ class Channel:
         """Send ``message``; ``on_reply`` gets its reply (raises if it cannot be pickled)."""
         if self.closed:
             raise ipc.ChannelClosed("the instance process is gone")
-        parts = ipc.encode(message)
+        parts = self._encode(message)
         self._callbacks.append(on_reply)
         self._queue_parts(parts)
 
@@ -60,7 +63,24 @@ class Channel:
         """Send a message that gets no reply (a no-op once the process is gone)."""
         if self.closed:
             return
-        self._queue_parts(ipc.encode(message))
+        self._queue_parts(self._encode(message))
+
+    def _encode(self, message: Any) -> list[bytes | memoryview]:
+        """The frame of ``message``; its large buffers as segments, passed at once (the
+        frame follows them, whatever is queued before it)."""
+        lane = self._lane
+        if lane is None:
+            return ipc.encode(message)
+        parts, fds, created = ipc.encode_shared(message, lane)
+        if not fds:
+            return parts
+        try:
+            lane.send_fds(fds, wait=False)
+        except OSError:  # the lane is full (or gone): the bytes go through the socket
+            return ipc.encode(message)
+        finally:
+            ipc.close_fds(created)
+        return parts
 
     def _queue_parts(self, parts: list[bytes | memoryview]) -> None:
         if self._outbox:
@@ -112,7 +132,12 @@ class Channel:
         if count == 0:
             self.close()
             return
-        for message in parser.feed(count):
+        try:
+            messages = parser.feed(count)
+        except OSError:  # a frame naming segments it did not pass: a broken instance
+            self.close()
+            return
+        for message in messages:
             if message[0][:1] == "@":
                 if self._on_message is not None:
                     self._deliver(self._on_message, message)
@@ -137,6 +162,8 @@ class Channel:
         self._loop.remove_writer(self._fd)
         self._outbox = []
         self._sock.close()
+        if self._lane is not None:
+            self._lane.close()
         callbacks, self._callbacks = self._callbacks, deque()
         for callback in callbacks:
             self._deliver(callback, ipc.ChannelClosed("the instance process is gone"))

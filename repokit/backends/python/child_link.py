@@ -28,12 +28,14 @@ from typing import Any
 
 from repokit.backends.python import ipc
 from repokit.backends.python.messages import CALL, CANCEL, REPLY
+from repokit.backends.python.segments import FdLane
 
 
 class ChildLink:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, lane: FdLane | None = None) -> None:
         self._sock = sock
-        self._parser = ipc.FrameParser()
+        self._lane = lane
+        self._parser = ipc.FrameParser(lane)
         self._send_lock = threading.Lock()
         self._cond = threading.Condition(threading.Lock())
         self._reading = False
@@ -45,10 +47,22 @@ class ChildLink:
 
     # --- sending -----------------------------------------------------------------------------
     def send(self, message: Any) -> None:
-        """Send one message (raises if it cannot be pickled; nothing is sent then)."""
-        parts = ipc.encode(message)
-        with self._send_lock:
-            ipc.send_parts(self._sock, parts)
+        """Send one message (raises if it cannot be pickled; nothing is sent then). Its large
+        buffers are copied into segments first, outside the lock."""
+        lane = self._lane
+        if lane is None:
+            parts = ipc.encode(message)
+            with self._send_lock:
+                ipc.send_parts(self._sock, parts)
+            return
+        parts, fds, created = ipc.encode_shared(message, lane)
+        try:
+            with self._send_lock:
+                if fds:
+                    lane.send_fds(fds, wait=True)
+                ipc.send_parts(self._sock, parts)
+        finally:
+            ipc.close_fds(created)
 
     def call(self, op: str, payload: Any) -> tuple[str, Any]:
         """Ask the server for something and wait for its ``(status, payload)`` reply."""

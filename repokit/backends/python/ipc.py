@@ -1,12 +1,16 @@
 """Framed pickle messages over a Unix socket between the server and an instance process.
 
-A frame is ``<pickle length: u64><buffer count: u32><buffer lengths: u64 * n>``, the pickle
-(protocol 5), then the out-of-band buffers. Tensors travel as ``(dtype string, shape, buffer)``
+A frame is ``<pickle length: u64><buffer count: u32>``, then ``<length: u64><segment offset:
+u64>`` per out-of-band buffer, the pickle (protocol 5), then the bytes of the out-of-band
+buffers that travel in the stream. Tensors travel as ``(dtype string, shape, buffer)``
 (:func:`pack_array` / :func:`unpack_array`), which pickles and unpickles several times faster
 than a numpy array; buffers of 64 KiB and more go out of band: the sender writes their memory
 straight to the socket (one ``sendmsg`` for the whole frame) and the receiver reads each into
 its own uninitialised buffer that the unpacked array then uses, so a large tensor is copied only by
-the kernel. Small frames are read whole by one ``recv_into`` into a reusable buffer.
+the kernel. Buffers of :data:`~repokit.backends.python.segments.SEGMENT_LIMIT` and more go as
+shared-memory segments when the channel has a descriptor lane (:mod:`.segments`; their offset
+field is not :data:`IN_STREAM`). Small frames are read whole by one ``recv_into`` into a
+reusable buffer.
 
 :class:`FrameParser` is the socket-free decoding state machine both sides share: the instance
 process drives it with blocking reads (:class:`BlockingChannel`), the server from an event-loop
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import pickle
 import socket
 import struct
@@ -26,9 +31,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from repokit.backends.python.segments import SEGMENT_LIMIT, FdLane, SegmentError
+
 INBAND_LIMIT = 64 * 1024
 _PREFIX = struct.Struct("<QI")
-_LENGTH = struct.Struct("<Q")
+_ENTRY = struct.Struct("<QQ")  # length, segment offset (IN_STREAM: the bytes follow the pickle)
+IN_STREAM = (1 << 64) - 1
 _INITIAL_INBOX = 64 * 1024
 _MIN_FREE = 4096
 SOCKET_BUFFER = 4 * 1024 * 1024
@@ -80,19 +88,55 @@ def unpack_array(packed: PackedArray, dtypes: dict[str, np.dtype[Any]]) -> npt.N
 # --- frames -----------------------------------------------------------------------------------
 def encode(message: Any) -> list[bytes | memoryview]:
     """The parts of one frame, to be written in order (raises if ``message`` won't pickle)."""
+    return _encode(message, None, [], [])
+
+
+def encode_shared(
+    message: Any, lane: FdLane | None
+) -> tuple[list[bytes | memoryview], list[int], list[int]]:
+    """:func:`encode` with large buffers put in segments of ``lane``: the frame's parts, the
+    descriptors to pass (``lane.send_fds``) before it, and those of them created for it (to
+    close once passed)."""
+    fds: list[int] = []
+    created: list[int] = []
+    try:
+        parts = _encode(message, lane, fds, created)
+    except BaseException:
+        close_fds(created)
+        raise
+    return parts, fds, created
+
+
+def close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _encode(
+    message: Any, lane: FdLane | None, fds: list[int], created: list[int]
+) -> list[bytes | memoryview]:
     buffers: list[memoryview] = []
+    entries: list[bytes] = []
 
     def keep_small_inband(buffer: pickle.PickleBuffer) -> bool:
         raw = buffer.raw()
-        if raw.nbytes < INBAND_LIMIT:
+        size = raw.nbytes
+        if size < INBAND_LIMIT:
             return True
+        if lane is not None and size >= SEGMENT_LIMIT:
+            offset = lane.share(raw, fds, created)
+            if offset is not None:
+                entries.append(_ENTRY.pack(size, offset))
+                return False
         buffers.append(raw)
+        entries.append(_ENTRY.pack(size, IN_STREAM))
         return False
 
     body = pickle.dumps(message, protocol=5, buffer_callback=keep_small_inband)
-    if not buffers:
+    if not entries:
         return [_PREFIX.pack(len(body), 0), body]
-    head = _PREFIX.pack(len(body), len(buffers)) + b"".join(_LENGTH.pack(b.nbytes) for b in buffers)
+    head = _PREFIX.pack(len(body), len(entries)) + b"".join(entries)
     return [head, body, *buffers]
 
 
@@ -114,17 +158,22 @@ class FrameParser:
 
     Receive into ``buffer()``, then call ``feed(n)`` with the byte count; it returns the
     messages completed by those bytes. Frame heads and pickles accumulate in one reusable
-    buffer; out-of-band buffers are received directly into their final buffer.
+    buffer; out-of-band buffers are received directly into their final buffer, segments are
+    mapped from the descriptors ``lane`` received (a frame naming segments without a lane
+    raises :class:`~repokit.backends.python.segments.SegmentError`, an ``OSError``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, lane: FdLane | None = None) -> None:
+        self._lane = lane
         self._inbox = bytearray(_INITIAL_INBOX)
         self._view = memoryview(self._inbox)
         self._start = 0  # first unconsumed byte
         self._end = 0  # end of received bytes
-        self._frame: tuple[int, int, tuple[int, ...]] | None = None  # head size, body, buffers
-        # an out-of-band read in progress: the pickle, the buffers, current index, bytes in it
+        self._frame: tuple[int, int, tuple[int, ...]] | None = None  # head size, body, entries
+        # an out-of-band read in progress: the pickle, every buffer of the frame, those that
+        # come in the stream, current index among them, bytes in it
         self._body: bytes = b""
+        self._all: list[Any] = []
         self._buffers: list[npt.NDArray[np.uint8]] = []
         self._index = 0
         self._got = 0
@@ -148,9 +197,10 @@ class FrameParser:
             self._got = 0
             if self._index < len(self._buffers):
                 return messages
-            buffers, self._buffers = self._buffers, []
+            self._buffers = []
+            every, self._all = self._all, []
             body, self._body = self._body, b""
-            messages.append(pickle.loads(body, buffers=buffers))
+            messages.append(pickle.loads(body, buffers=every))
             return messages
         self._end += count
         while self._parse_one(messages):
@@ -159,6 +209,27 @@ class FrameParser:
             self._start = self._end = 0
         return messages
 
+    def _frame_buffers(self, entries: tuple[int, ...]) -> tuple[list[Any], list[Any]]:
+        """Every out-of-band buffer of a frame (for the unpickler) and those of them that come
+        in the stream, to receive into."""
+        pairs = [(entries[i], entries[i + 1]) for i in range(0, len(entries), 2)]
+        shared = [pair for pair in pairs if pair[1] != IN_STREAM]
+        if not shared:
+            buffers = [_uninitialised(size) for size, _ in pairs]
+            return buffers, buffers
+        if self._lane is None:
+            raise SegmentError("a frame names shared-memory segments on a channel without them")
+        mapped = iter(self._lane.receive(shared))
+        every: list[Any] = []
+        stream: list[Any] = []
+        for size, offset in pairs:
+            if offset == IN_STREAM:
+                stream.append(_uninitialised(size))
+                every.append(stream[-1])
+            else:
+                every.append(next(mapped))
+        return every, stream
+
     def _parse_one(self, messages: list[Any]) -> bool:
         available = self._end - self._start
         frame = self._frame
@@ -166,24 +237,24 @@ class FrameParser:
             if available < _PREFIX.size:
                 return False
             body_size, count = _PREFIX.unpack_from(self._inbox, self._start)
-            head_size = _PREFIX.size + _LENGTH.size * count
+            head_size = _PREFIX.size + _ENTRY.size * count
             if available < head_size:
                 self._reserve(head_size)
                 return False
-            sizes = struct.unpack_from(f"<{count}Q", self._inbox, self._start + _PREFIX.size)
-            frame = self._frame = (head_size, body_size, sizes)
-        head_size, body_size, sizes = frame
+            entries = struct.unpack_from(f"<{2 * count}Q", self._inbox, self._start + _PREFIX.size)
+            frame = self._frame = (head_size, body_size, entries)
+        head_size, body_size, entries = frame
         if available < head_size + body_size:
             self._reserve(head_size + body_size)
             return False
         body_start = self._start + head_size
         position = body_start + body_size
         self._frame = None
-        if not sizes:
+        if not entries:
             self._start = position
             messages.append(pickle.loads(self._view[body_start:position]))
             return True
-        buffers = [_uninitialised(size) for size in sizes]
+        every, buffers = self._frame_buffers(entries)
         index = got = 0
         while index < len(buffers) and position < self._end:  # bytes already in the inbox
             take = min(len(buffers[index]) - got, self._end - position)
@@ -198,9 +269,10 @@ class FrameParser:
         while index < len(buffers) and len(buffers[index]) == 0:
             index += 1
         if index == len(buffers):
-            messages.append(pickle.loads(body, buffers=buffers))
+            messages.append(pickle.loads(body, buffers=every))
             return True
         self._body = bytes(body)  # the inbox is reused while the buffers arrive
+        self._all = every
         self._buffers, self._index, self._got = buffers, index, got
         return False
 

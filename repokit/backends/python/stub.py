@@ -1,4 +1,4 @@
-"""The instance process of a python-backend model (Triton's "stub"): ``python -m ... <fd>``.
+"""The instance process of a python-backend model (Triton's "stub"): ``python -m ... <fd> <lane>``.
 
 It registers :mod:`repokit.backends.python.pb_utils` as ``triton_python_backend_utils``, imports
 the model file, and then answers the operations of
@@ -30,7 +30,8 @@ error as its final response. Non-decoupled models may also answer through sender
 response each) and return None.
 
 The socket is shared with BLS calls, log lines and metric updates of any thread
-(:mod:`repokit.backends.python.child_link`).
+(:mod:`repokit.backends.python.child_link`); large tensors go as shared-memory segments whose
+descriptors pass over the second socket, ``lane`` (:mod:`repokit.backends.python.segments`).
 
 Requests on the wire lane (:mod:`repokit.core.wire_lane`) come as their protocol bytes with the
 model's plan, and the reply carries the encoded response (:mod:`.wire_grpc`, :mod:`.wire_http`).
@@ -81,6 +82,7 @@ from repokit.backends.python.messages import (
 )
 from repokit.backends.python.pb_runtime import RUNTIME
 from repokit.backends.python.prefetch import Prefetcher
+from repokit.backends.python.segments import FdLane
 from repokit.backends.wire_plan import WirePlan
 
 _OWN_DIR = str(Path(__file__).resolve().parent)
@@ -597,8 +599,8 @@ def _unsendable(instance: Instance, exc: BaseException) -> str:
     )
 
 
-def serve(sock: socket.socket) -> None:
-    link = ChildLink(sock)
+def serve(sock: socket.socket, lane: FdLane | None = None) -> None:
+    link = ChildLink(sock, lane)
     instance = Instance(link)
     prefetcher = Prefetcher(link, instance.prepare)
     armed = False  # the prefetch thread is fetching the next operation
@@ -637,13 +639,16 @@ def serve(sock: socket.socket) -> None:
 def main(argv: list[str]) -> int:
     sys.modules["triton_python_backend_utils"] = pb_utils
     sock = socket.socket(fileno=int(argv[1]))
+    lane = FdLane(socket.socket(fileno=int(argv[2])), forward=False) if len(argv) > 2 else None
     # Triton's stub embeds Python with no arguments: models see sys.argv == [""] (Triton's qa
     # models call unittest.main("model"), which would take a leftover argument for a test)
     sys.argv[:] = [""]
     try:
-        serve(sock)
+        serve(sock, lane)
     finally:
         sock.close()
+        if lane is not None:
+            lane.close()
     return 0
 
 
