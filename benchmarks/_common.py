@@ -5,9 +5,12 @@ with their output parsed. Imported by the scripts in this folder (run by hand, n
 
 from __future__ import annotations
 
+import os
+import platform
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -30,12 +33,17 @@ from tests.differential.triton_reference import (  # noqa: E402
 from tests.frontends.http.server_thread import copy_models  # noqa: E402
 
 __all__ = [
+    "GRPC_INFER_PATH",
+    "GRPC_STREAM_PATH",
     "ROOT",
     "H2load",
+    "Rounds",
     "TritonReference",
     "Wrk",
     "copy_models",
     "free_port",
+    "machine",
+    "process_tree_cpu",
     "require_tools",
     "run_h2load",
     "run_wrk",
@@ -48,6 +56,91 @@ __all__ = [
 ]
 
 GRPC_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
+GRPC_STREAM_PATH = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+def machine() -> str:
+    """The CPU model, its cores and the load average: printed beside every figure, since
+    figures from one machine (and one load) do not carry to another."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"CPU: {model}, {os.cpu_count()} cores; load average {load}"
+
+
+def _proc_stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, user + system CPU seconds) of one process, None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree_cpu(pid: int) -> float:
+    """CPU seconds used so far by ``pid`` and every process below it (a server and its model
+    instance processes, e.g. python stubs): on a loaded machine, CPU per request compares
+    servers better than requests/s, which depend on each server's share of the cores."""
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _proc_stat(int(entry.name))
+            if stat is not None:
+                stats[int(entry.name)] = stat
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(child)
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        if current in stats:
+            total += stats[current][1]
+        todo.extend(children.get(current, ()))
+    return total
+
+
+class Rounds:
+    """Figures of alternating runs: ``add(workload, server, rate, cpu_us)`` per run, then the
+    medians and the ratio of medians against ``reference``."""
+
+    def __init__(self, reference: str = "triton") -> None:
+        self.reference = reference
+        self.runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+
+    def add(self, workload: str, server: str, rate: float, cpu_us: float) -> None:
+        self.runs.setdefault((workload, server), []).append((rate, cpu_us))
+
+    def median(self, workload: str, server: str) -> tuple[float, float]:
+        runs = self.runs[(workload, server)]
+        return (statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs))
+
+    def render(self, unit: str = "req/s") -> str:
+        """One block per workload: every run, the medians, ratios against the reference
+        (rate: higher is better; CPU per request: lower is better)."""
+        lines: list[str] = []
+        workloads = list(dict.fromkeys(w for w, _ in self.runs))
+        for workload in workloads:
+            servers = [s for w, s in self.runs if w == workload]
+            lines.append(workload)
+            for server in servers:
+                runs = self.runs[(workload, server)]
+                rates = " ".join(f"{r:,.0f}" for r, _ in runs)
+                rate, cpu = self.median(workload, server)
+                line = f"  {server:<16} {unit} {rates:<30} median {rate:>9,.0f}"
+                line += f"  cpu {cpu:7.1f} us/req" if cpu > 0 else ""
+                if server != self.reference and (workload, self.reference) in self.runs:
+                    ref_rate, ref_cpu = self.median(workload, self.reference)
+                    line += f"  {rate / ref_rate:5.2f}x {self.reference}"
+                    if cpu > 0 and ref_cpu > 0:
+                        line += f" (cpu {ref_cpu / cpu:4.2f}x)"
+                lines.append(line)
+        return "\n".join(lines)
 
 
 def free_port() -> int:
@@ -147,12 +240,15 @@ class H2load:
     output: str
 
 
-def run_h2load(port: int, body: Path, concurrency: int, *limit: str) -> H2load:
-    """h2load posting ``body`` as unary gRPC ModelInfer on 127.0.0.1:``port``; ``limit`` is
+def run_h2load(
+    port: int, body: Path, concurrency: int, *limit: str, path: str = GRPC_INFER_PATH
+) -> H2load:
+    """h2load posting ``body`` as one gRPC call (unary ModelInfer unless ``path`` says
+    otherwise; a body of several messages makes a stream) on 127.0.0.1:``port``; ``limit`` is
     ``-n N`` or ``-D seconds`` (and any other flags)."""
     command = ["h2load", *limit, "-c", str(concurrency), "-m", "1", "-d", str(body),
                "-H", "content-type: application/grpc", "-H", "te: trailers",
-               f"http://127.0.0.1:{port}{GRPC_INFER_PATH}"]  # fmt: skip
+               f"http://127.0.0.1:{port}{path}"]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
     rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)

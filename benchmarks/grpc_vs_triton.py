@@ -1,20 +1,30 @@
-"""Unary ModelInfer throughput: real Triton 2.51 vs repokit vs a bare grpc.aio servicer.
+"""gRPC throughput: real Triton 2.51 vs repokit vs a bare grpc.aio servicer, in one run.
 
-Run by hand:  .venv/bin/python benchmarks/grpc_vs_triton.py [--requests 20000] [--concurrency 8]
+Run by hand:  .venv/bin/python benchmarks/grpc_vs_triton.py [--duration 8] [--rounds 3]
 
-A neutral load generator (h2load, Debian package nghttp2-client) posts one length-prefixed
-serialized ModelInferRequest for ``add_sub`` (raw_input_contents, batch 1 x 16 FP32) with the
-headers ``content-type: application/grpc`` and ``te: trailers``, at the given concurrency
-(separate HTTP/2 connections), against each server in turn in one run. The bare servicer does the
-same work (decode raw bytes, add/sub with numpy, build the response) with no model machinery,
-on uvloop as ``repokit serve`` runs: it is the ceiling of the grpc.aio stack. Prints
-requests/s and ratios.
+A neutral load generator (h2load, Debian package nghttp2-client) posts length-prefixed
+serialized ModelInferRequests (raw_input_contents, FP32 x 16 twice) with the headers
+``content-type: application/grpc`` and ``te: trailers``, at the given concurrency (separate
+HTTP/2 connections). Workloads:
+
+* unary ModelInfer on ``add_sub`` (max_batch_size 8, shape [1, 16]: with a batch dimension);
+* unary ModelInfer on ``add_sub_nobatch`` (the same model with max_batch_size 0, shape [16]);
+* ModelStreamInfer on ``add_sub``: each call is a stream of ``--stream-messages`` requests
+  sent at once, answered one response each; the rate printed is responses/s.
+
+The rounds alternate the servers (each round runs every workload on every server in turn), so
+a change of the machine's load hits all of them; per server the runs, their median, the
+server's CPU per request (its process and its model instances' processes) and the ratios of
+medians against Triton are printed, with the machine and its load average. The bare servicer
+does the same work (decode raw bytes, add/sub with numpy, build the response) with no model
+machinery, on uvloop as ``repokit serve`` runs: the ceiling of the grpc.aio stack.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,9 +36,14 @@ from pathlib import Path
 import grpc
 import numpy as np
 from _common import (
+    GRPC_INFER_PATH,
+    GRPC_STREAM_PATH,
     ROOT,
+    Rounds,
     copy_models,
     free_port,
+    machine,
+    process_tree_cpu,
     require_tools,
     run_h2load,
     running_repokit,
@@ -54,6 +69,10 @@ class Bare:
             reply.outputs.add(name=name, datatype="FP32", shape=[1, 16])
         reply.raw_output_contents.extend([(a + b).tobytes(), (a - b).tobytes()])
         return reply
+    async def ModelStreamInfer(self, requests, context):
+        async for request in requests:
+            reply = await self.ModelInfer(request, context)
+            yield pb.ModelStreamInferResponse(infer_response=reply)
     async def ServerReady(self, request, context):
         return pb.ServerReadyResponse(ready=True)
 
@@ -63,6 +82,9 @@ async def main():
         "ModelInfer": grpc.unary_unary_rpc_method_handler(Bare().ModelInfer,
             request_deserializer=pb.ModelInferRequest.FromString,
             response_serializer=pb.ModelInferResponse.SerializeToString),
+        "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(Bare().ModelStreamInfer,
+            request_deserializer=pb.ModelInferRequest.FromString,
+            response_serializer=pb.ModelStreamInferResponse.SerializeToString),
         "ServerReady": grpc.unary_unary_rpc_method_handler(Bare().ServerReady,
             request_deserializer=pb.ServerReadyRequest.FromString,
             response_serializer=pb.ServerReadyResponse.SerializeToString),
@@ -85,11 +107,15 @@ uvloop.run(main())
 """
 
 
-def request_message() -> pb.ModelInferRequest:
-    a = np.arange(16, dtype=np.float32).reshape(1, 16)
-    msg = pb.ModelInferRequest(model_name="add_sub", raw_input_contents=[a.tobytes(), a.tobytes()])
-    msg.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
-    msg.inputs.add(name="INPUT1", datatype="FP32", shape=[1, 16])
+NOBATCH = "add_sub_nobatch"
+
+
+def request_message(model: str = "add_sub") -> pb.ModelInferRequest:
+    shape = [16] if model == NOBATCH else [1, 16]
+    a = np.arange(16, dtype=np.float32).reshape(shape)
+    msg = pb.ModelInferRequest(model_name=model, raw_input_contents=[a.tobytes(), a.tobytes()])
+    msg.inputs.add(name="INPUT0", datatype="FP32", shape=shape)
+    msg.inputs.add(name="INPUT1", datatype="FP32", shape=shape)
     return msg
 
 
@@ -97,8 +123,17 @@ def grpc_frame(body: bytes) -> bytes:
     return b"\x00" + len(body).to_bytes(4, "big") + body
 
 
+def add_nobatch_model(repo: Path) -> None:
+    """``add_sub`` with max_batch_size 0 (inputs and outputs without a batch dimension)."""
+    shutil.copytree(repo / "add_sub", repo / NOBATCH)
+    config = repo / NOBATCH / "config.pbtxt"
+    text = config.read_text().replace('name: "add_sub"', f'name: "{NOBATCH}"')
+    config.write_text(re.sub(r"max_batch_size: \d+", "max_batch_size: 0", text))
+
+
 def wait_and_check(port: int, deadline_s: float = 180.0) -> None:
-    """Wait until ready, then check one real ModelInfer succeeds (h2load only sees HTTP 200)."""
+    """Wait until ready, then check that real calls succeed (h2load only sees HTTP 200)."""
+    expected = 2 * np.arange(16, dtype=np.float32)
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         end = time.monotonic() + deadline_s
@@ -111,54 +146,75 @@ def wait_and_check(port: int, deadline_s: float = 180.0) -> None:
             if time.monotonic() > end:
                 raise RuntimeError(f"server on port {port} never became ready")
             time.sleep(0.5)
-        reply = stub.ModelInfer(request_message(), timeout=30)
-        out = np.frombuffer(reply.raw_output_contents[0], dtype=np.float32)
-        assert np.array_equal(out, 2 * np.arange(16, dtype=np.float32)), "wrong add_sub output"
-
-
-def h2load(port: int, body_file: Path, requests: int, concurrency: int) -> float:
-    run = run_h2load(port, body_file, concurrency, "-n", str(requests))
-    if run.succeeded != requests:
-        raise RuntimeError(f"h2load did not succeed:\n{run.output}")
-    return run.rate
+        for model in ("add_sub", NOBATCH):
+            reply = stub.ModelInfer(request_message(model), timeout=30)
+            out = np.frombuffer(reply.raw_output_contents[0], dtype=np.float32)
+            assert np.array_equal(out, expected), f"wrong {model} output"
+        replies = list(stub.ModelStreamInfer(iter([request_message()] * 2), timeout=30))
+        assert len(replies) == 2 and not replies[0].error_message, "stream failed"
+        out = np.frombuffer(replies[0].infer_response.raw_output_contents[0], dtype=np.float32)
+        assert np.array_equal(out, expected), "wrong stream output"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=20000)
+    parser.add_argument("--duration", type=int, default=8, help="seconds per run")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--stream-messages", type=int, default=16)
+    parser.add_argument("--no-bare", action="store_true", help="leave out the bare servicer")
     args = parser.parse_args()
     require_tools("h2load", install="nghttp2-client")
     work = Path(tempfile.mkdtemp(prefix="grpc-bench-"))
     repo = copy_models(work / "models", ("add_sub",))
-    body = work / "request.bin"
-    body.write_bytes(grpc_frame(request_message().SerializeToString()))
-    bare_port = free_port()
+    add_nobatch_model(repo)
+    messages = args.stream_messages
+    bodies = {}
+    for name, model, count in (("unary", "add_sub", 1), ("unary-nobatch", NOBATCH, 1),
+                               ("stream", "add_sub", messages)):  # fmt: skip
+        bodies[name] = work / f"{name}.bin"
+        bodies[name].write_bytes(grpc_frame(request_message(model).SerializeToString()) * count)
+    workloads = {
+        f"unary ModelInfer add_sub [1,16] (max_batch_size 8), c={args.concurrency}":
+            (bodies["unary"], GRPC_INFER_PATH, 1),
+        f"unary ModelInfer add_sub [16] (max_batch_size 0), c={args.concurrency}":
+            (bodies["unary-nobatch"], GRPC_INFER_PATH, 1),
+        f"ModelStreamInfer add_sub, {messages} requests per stream, c={args.concurrency} "
+        "(responses/s)": (bodies["stream"], GRPC_STREAM_PATH, messages),
+    }  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    bare = subprocess.Popen([sys.executable, "-c", BARE_SERVER, str(bare_port)], env=env)
+    bare_port = free_port()
+    bare = None
+    if not args.no_bare:
+        bare = subprocess.Popen([sys.executable, "-c", BARE_SERVER, str(bare_port)], env=env)
+    rounds = Rounds()
     try:
-        with triton(repo, work) as reference, running_repokit(repo) as (_, ports):
-            targets = {
-                "triton": reference.grpc_port,
-                "repokit": ports["grpc"],
-                "bare grpc.aio": bare_port,
-            }
-            for port in targets.values():
+        with triton(repo, work) as reference, running_repokit(repo) as (proc, ports):
+            targets = {"triton": (reference.grpc_port, reference.pid),
+                       "repokit": (ports["grpc"], proc.pid)}  # fmt: skip
+            if bare is not None:
+                targets["bare grpc.aio"] = (bare_port, bare.pid)
+            for port, _ in targets.values():
                 wait_and_check(port)
-            rates: dict[str, float] = {}
-            for name, port in targets.items():
-                h2load(port, body, min(2000, args.requests), args.concurrency)  # warm-up
-                rates[name] = h2load(port, body, args.requests, args.concurrency)
+            print(machine(), "(before)")
+            for _ in range(args.rounds):
+                for workload, (body, path, count) in workloads.items():
+                    for name, (port, pid) in targets.items():
+                        run_h2load(port, body, args.concurrency, "-D", "1", path=path)  # warm-up
+                        cpu = process_tree_cpu(pid)
+                        run = run_h2load(
+                            port, body, args.concurrency, "-D", str(args.duration), path=path
+                        )
+                        used = process_tree_cpu(pid) - cpu
+                        done = run.succeeded * count
+                        rounds.add(workload, name, run.rate * count, 1e6 * used / max(1, done))
     finally:
-        stop_processes([bare], signal.SIGINT)
+        if bare is not None:
+            stop_processes([bare], signal.SIGINT)
         shutil.rmtree(work, ignore_errors=True)
-    print(f"unary ModelInfer add_sub 1x16 FP32 raw, concurrency {args.concurrency}, "
-          f"{args.requests} requests each (h2load)")  # fmt: skip
-    for name, rate in rates.items():
-        print(f"  {name:14s} {rate:10.1f} req/s")
-    print(f"  repokit / triton        = {rates['repokit'] / rates['triton']:.2f}x")
-    print(f"  repokit / bare grpc.aio = {rates['repokit'] / rates['bare grpc.aio']:.2f}x")
-    print(f"  bare grpc.aio / triton  = {rates['bare grpc.aio'] / rates['triton']:.2f}x")
+    print(machine(), "(after)")
+    print(f"h2load, {args.rounds} alternating rounds of {args.duration}s per server and workload")
+    print(rounds.render())
 
 
 if __name__ == "__main__":
