@@ -13,6 +13,7 @@ and view the bytes as the datatype. Typed contents become flat arrays of the dat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from repokit.frontends.grpc.params import (
     set_parameter,
 )
 from repokit.protocol.generated import grpc_service_pb2 as pb
+from repokit.protocol.grpc_raw import join_raw_outputs, split_raw_inputs
 from repokit.protocol.tensor_codec import array_to_bytes, wire_dtype
 from repokit.protocol.types import (
     InferRequest,
@@ -37,6 +39,21 @@ from repokit.protocol.types import (
     RequestedOutput,
 )
 
+# messages larger than this are parsed and serialized without copying their raw tensor bytes
+# through the protobuf runtime (:mod:`repokit.protocol.grpc_raw`); smaller ones the plain way
+RAW_SPLIT_BYTES = 64 * 1024
+
+
+def parse_infer_request(raw: bytes) -> tuple[pb.ModelInferRequest, list[memoryview] | None]:
+    """The ModelInferRequest of ``raw``, and for a large one its ``raw_input_contents`` as
+    views of ``raw`` (the message then has none); raises DecodeError as ``FromString``."""
+    if len(raw) > RAW_SPLIT_BYTES:
+        split = split_raw_inputs(raw)
+        if split is not None:
+            head, contents = split
+            return pb.ModelInferRequest.FromString(head), contents
+    return pb.ModelInferRequest.FromString(raw), None
+
 
 @dataclass
 class DecodedRequest:
@@ -44,13 +61,18 @@ class DecodedRequest:
     enable_empty_final_response: bool = False
 
 
-def decode_infer_request(msg: pb.ModelInferRequest) -> DecodedRequest:
-    """Decode a ModelInferRequest; RepokitError(INVALID_ARG) with Triton's messages."""
+def decode_infer_request(
+    msg: pb.ModelInferRequest, raw_contents: Sequence[bytes | memoryview] | None = None
+) -> DecodedRequest:
+    """Decode a ModelInferRequest; RepokitError(INVALID_ARG) with Triton's messages.
+    ``raw_contents``: the message's raw input contents when it was parsed without them
+    (:func:`parse_infer_request`)."""
     model = msg.model_name
     request_params = msg.parameters
     # no request parameters (the common case): the defaults, without walking an empty map
     controls = parse_request_parameters(request_params) if request_params else None
-    raw_contents = msg.raw_input_contents
+    if raw_contents is None:
+        raw_contents = msg.raw_input_contents
     raw_index = 0
     inputs: list[InputSpec] = []
     for tensor in msg.inputs:
@@ -141,6 +163,37 @@ def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
                 set_parameter(out.parameters[key], value)
         raw.append(_output_bytes(datatype, tensor.data))
     return msg
+
+
+def encode_infer_response_bytes(response: InferResponse) -> bytes:
+    """The serialized ModelInferResponse of ``response``: outputs of more than
+    :data:`RAW_SPLIT_BYTES` in all are written into the message once (the protobuf runtime
+    would copy them three times), smaller ones through the runtime."""
+    if response.shm_outputs or (
+        sum(t.data.nbytes for t in response.outputs if t.datatype != "BYTES") <= RAW_SPLIT_BYTES
+    ):
+        body: bytes = encode_infer_response(response).SerializeToString()
+        return body
+    msg = pb.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.id
+    )
+    if response.parameters:
+        for key, value in response.parameters.items():
+            set_parameter(msg.parameters[key], value)
+    blobs: list[Any] = []
+    for tensor in response.outputs:
+        _add_output(msg, tensor)
+        blobs.append(_output_view(tensor.datatype, tensor.data))
+    return join_raw_outputs(msg.SerializeToString(), blobs)
+
+
+def _output_view(datatype: str, data: npt.NDArray[Any]) -> Any:
+    """The wire bytes of one output as a byte view of the array when it has them already
+    (contiguous, little-endian), else as a copy."""
+    if datatype == "BYTES":
+        return bytes(array_to_bytes(datatype, data))
+    wire = np.ascontiguousarray(data, dtype=wire_dtype(datatype))
+    return wire.reshape(-1).view(np.uint8)
 
 
 def _output_bytes(datatype: str, data: npt.NDArray[Any]) -> bytes:

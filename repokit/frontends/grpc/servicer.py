@@ -20,7 +20,12 @@ from repokit.core.service import InferenceService
 from repokit.core.wire_lane import WIRE_LANE_MAX_BYTES
 from repokit.errors import Code, RepokitError, unsupported
 from repokit.frontends.grpc import messages
-from repokit.frontends.grpc.codec import decode_infer_request, encode_infer_response
+from repokit.frontends.grpc.codec import (
+    decode_infer_request,
+    encode_infer_response,
+    encode_infer_response_bytes,
+    parse_infer_request,
+)
 from repokit.frontends.grpc.parsing import UNPARSABLE_REQUEST, Unparsable
 from repokit.frontends.grpc.stream import GRPC_ERROR_HEADER, StreamSession
 from repokit.frontends.heap import HeapTrimmer
@@ -135,19 +140,23 @@ class InferenceServicer:
 
     # --- inference ---------------------------------------------------------------------
     async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: Context
-    ) -> pb.ModelInferResponse:
+        self,
+        request: pb.ModelInferRequest,
+        context: Context,
+        raw_contents: list[memoryview] | None = None,
+    ) -> bytes | pb.ModelInferResponse:
         """Errors are answered with ``set_code`` and an empty message, not ``abort``: an abort
-        keeps the request alive in a reference cycle (see :mod:`repokit.frontends.heap`)."""
+        keeps the request alive in a reference cycle (see :mod:`repokit.frontends.heap`).
+        ``raw_contents``: the raw input contents of a large request, parsed apart."""
         service = self._service
         try:
             version = messages.parse_model_version(request.model_version)
             if service.is_decoupled(request.model_name, version):
                 raise unsupported(DECOUPLED_UNARY_MESSAGE)
-            decoded = decode_infer_request(request)
+            decoded = decode_infer_request(request, raw_contents)
             decoded.request.model_version = version
             response = await service.infer(decoded.request)
-            return encode_infer_response(response)
+            return encode_infer_response_bytes(response)
         except RepokitError as error:
             return _failed(context, status_code(error.code), error.message)
         except Exception as exc:  # a bug must not reach the client as a traceback
@@ -160,10 +169,10 @@ class InferenceServicer:
         The memory of a large request goes back to the system once it is answered."""
         self._trimmer.after(len(raw))
         try:
-            request = pb.ModelInferRequest.FromString(raw)
+            request, raw_contents = parse_infer_request(raw)
         except DecodeError:
             return _failed(context, grpc.StatusCode.INTERNAL, UNPARSABLE_REQUEST)
-        if len(raw) <= WIRE_LANE_MAX_BYTES:
+        if raw_contents is None and len(raw) <= WIRE_LANE_MAX_BYTES:
             try:
                 answer = await self._on_wire_lane(request, raw)
             except RepokitError as error:
@@ -172,7 +181,7 @@ class InferenceServicer:
                 return _internal(context, exc)
             if answer is not None:
                 return answer
-        return await self.ModelInfer(request, context)
+        return await self.ModelInfer(request, context, raw_contents)
 
     async def _on_wire_lane(
         self, request: pb.ModelInferRequest, raw: bytes

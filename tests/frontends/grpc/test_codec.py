@@ -6,9 +6,16 @@ import struct
 
 import numpy as np
 import pytest
+from google.protobuf.message import DecodeError
 
 from repokit.errors import Code, RepokitError
-from repokit.frontends.grpc.codec import decode_infer_request, encode_infer_response
+from repokit.frontends.grpc.codec import (
+    RAW_SPLIT_BYTES,
+    decode_infer_request,
+    encode_infer_response,
+    encode_infer_response_bytes,
+    parse_infer_request,
+)
 from repokit.frontends.grpc.messages import parse_model_version
 from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.types import InferResponse, InferTensor, SharedMemoryRef
@@ -387,3 +394,81 @@ def test_unknown_datatype_reaches_the_core_as_invalid(datatype: str) -> None:
     msg.inputs.add(name="X", datatype=datatype, shape=[1])
     msg.raw_input_contents.append(b"\0" * 4)
     assert decode_infer_request(msg).request.inputs[0].datatype == "<invalid>"
+
+
+# --- large messages: raw tensor bytes parsed and serialized apart (protocol.grpc_raw) --------
+def _large_request() -> pb.ModelInferRequest:
+    big = np.arange(40_000, dtype=np.float32)  # 160 KB: over RAW_SPLIT_BYTES
+    msg = _request(
+        id="r1", raw_input_contents=[big.tobytes(), np.arange(3, dtype=np.int64).tobytes()]
+    )
+    msg.parameters["priority"].uint64_param = 2
+    msg.inputs.add(name="A", datatype="FP32", shape=[1, big.size])
+    shm = msg.inputs.add(name="S", datatype="FP32", shape=[4])
+    shm.parameters["shared_memory_region"].string_param = "r"
+    shm.parameters["shared_memory_byte_size"].int64_param = 16
+    msg.inputs.add(name="C", datatype="INT64", shape=[3])
+    msg.outputs.add(name="OUT")
+    return msg
+
+
+def _summary(msg: pb.ModelInferRequest, contents: list[memoryview] | None) -> list[object]:
+    request = decode_infer_request(msg, contents).request
+    return [
+        (i.name, i.datatype, i.shape, None if i.data is None else i.data.tobytes(), i.shm)
+        for i in request.inputs
+    ] + [request.id, request.priority, [o.name for o in request.outputs]]
+
+
+def test_a_large_request_decodes_as_the_runtime_parses_it() -> None:
+    raw = _large_request().SerializeToString()
+    assert len(raw) > RAW_SPLIT_BYTES
+    msg, contents = parse_infer_request(raw)
+    assert contents is not None and len(msg.raw_input_contents) == 0
+    assert _summary(msg, contents) == _summary(pb.ModelInferRequest.FromString(raw), None)
+    small, none = parse_infer_request(_request(id="x").SerializeToString())
+    assert none is None and small.id == "x"
+
+
+def test_a_large_request_fails_as_the_runtime_parses_it() -> None:
+    msg = _large_request()
+    msg.inputs.add(name="D", datatype="FP32", shape=[2])  # no raw contents left for it
+    raw = msg.SerializeToString()
+    head, contents = parse_infer_request(raw)
+    with pytest.raises(RepokitError) as split_error:
+        decode_infer_request(head, contents)
+    assert split_error.value.message == _fails(pb.ModelInferRequest.FromString(raw))
+    typed = _large_request()
+    typed.inputs[0].contents.fp32_contents.extend([1.0])  # contents and raw contents
+    head, contents = parse_infer_request(typed.SerializeToString())
+    with pytest.raises(RepokitError) as split_error:
+        decode_infer_request(head, contents)
+    assert split_error.value.message == _fails(typed)
+
+
+def test_bytes_that_are_no_message_fail_as_in_the_runtime() -> None:
+    raw = _large_request().SerializeToString()[:-1]  # cut short
+    with pytest.raises(DecodeError):
+        parse_infer_request(raw)
+
+
+@pytest.mark.parametrize("size", [4, 100_000], ids=["small", "large"])
+def test_response_bytes_are_the_runtimes(size: int) -> None:
+    grid = np.arange(size * 2, dtype=np.float16).reshape(2, size)
+    response = InferResponse(
+        model_name="m",
+        model_version="1",
+        id="abc",
+        outputs=[
+            InferTensor("F", "FP32", (size,), np.arange(size, dtype=np.float32)),
+            InferTensor("T", "FP16", (size, 2), grid.T),  # not contiguous: copied once
+            InferTensor("S", "BYTES", (2,), np.array([b"a", b"bcd"], dtype=object)),
+            InferTensor("B", "BOOL", (3,), np.array([True, False, True])),
+        ],
+        parameters={"count": 3},
+    )
+    expected = encode_infer_response(response)
+    assert pb.ModelInferResponse.FromString(encode_infer_response_bytes(response)) == expected
+    response.shm_outputs = {"M": (SharedMemoryRef("r", 0, 8), "INT32", (2,))}
+    expected = encode_infer_response(response)
+    assert pb.ModelInferResponse.FromString(encode_infer_response_bytes(response)) == expected
