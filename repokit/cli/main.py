@@ -12,11 +12,11 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand
 
-from repokit.cli import build, explain, lint, perf, serve, validate
+from repokit.cli import build, deploy, explain, lint, perf, serve, validate
 from repokit.cli.output import RepokitCommand, RepokitGroup, examples, make_console
 
 # the order the commands are listed in ``repokit --help``
-COMMAND_MODULES = (validate, lint, explain, serve, build, perf)
+COMMAND_MODULES = (validate, lint, explain, serve, build, perf, deploy)
 HELP_OPTION_NAMES = ["-h", "--help"]
 
 

@@ -1,0 +1,1 @@
+"""What a cluster needs to run ``repokit serve``: manifests and a container build file."""
