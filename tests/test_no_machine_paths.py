@@ -2,8 +2,9 @@
 home folder, a checkout's parent, a scratch file under the temp folder), since nothing outside
 the repository may be needed and such a path means nothing on another machine.
 
-System paths (``/dev/shm``, ``/proc``, ``/usr/bin/env``), URL paths (``/v2/...``) and one-letter
-placeholders used as test input (``/tmp/x``) are not machine paths.
+System paths (``/dev/shm``, ``/proc``, ``/usr/bin/env``), URL paths (``/v2/...``), one-letter
+placeholders used as test input (``/tmp/x``) and KServe's model folder inside a container (the
+same in every pod: ``repokit deploy kserve`` writes it) are not machine paths.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ MACHINE_PATH = re.compile(
     + r"(?:/w[o]rk/|/r[o]ot/|/h[o]me/[\w.-]+|/U[s]ers/[\w.-]+|/m[n]t/|/s[c]ratch/"
     + r"|/t[m]p/[\w-]{2,}|/v[a]r/tmp/[\w-]{2,}|[A-Za-z]:\\U[s]ers\\)"
 )
+KSERVE_MODEL_DIR = re.compile(r"/m[n]t/models\b")  # inside the container, set by KServe
 SKIPPED_SUFFIXES = (".onnx", ".plan", ".png", ".bin", ".pb", ".npy", ".so")
 
 
@@ -49,6 +51,7 @@ def machine_paths(text: str) -> list[tuple[int, str]]:
         (number, match.group(0))
         for number, line in enumerate(text.splitlines(), 1)
         for match in MACHINE_PATH.finditer(line)
+        if not KSERVE_MODEL_DIR.match(line, match.start())
     ]
 
 
@@ -77,6 +80,7 @@ def test_no_tracked_file_names_a_machine_path() -> None:
         "cd /" + "home/alice/src/repokit",
         "open /" + "Users/bob/models",
         "LD_LIBRARY_PATH=/lib:/" + "root/lib",
+        "mount /" + "mnt/data/models",
     ],
 )
 def test_machine_paths_are_found(line: str) -> None:
@@ -95,6 +99,7 @@ def test_machine_paths_are_found(line: str) -> None:
         "mounted at the model's folder, e.g. models/work/1",
         "Triton's default cache folder /opt/tritonserver/caches",
         "the user's cache folder, ~/.cache/repokit",
+        "--model-repository=/" + "mnt/models (KServe's storage initializer)",
     ],
 )
 def test_other_paths_are_not_machine_paths(line: str) -> None:

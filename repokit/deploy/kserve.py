@@ -292,12 +292,12 @@ def dockerfile(o: KServeOptions) -> str:
         'ARG REPOKIT_VERSION=""\n'
         "ENV PYTHONUNBUFFERED=1 PATH=/opt/repokit/bin:$PATH\n"
         f"{python_setup}"
-        "COPY wheels/ /tmp/wheels/\n"
+        "COPY wheels/ /wheels/\n"
         "# a wheel in wheels/ wins over the index (where another project may hold the name)\n"
-        "RUN set -e; wheel=$(ls /tmp/wheels/repokit-*.whl 2>/dev/null | head -n 1); \\\n"
+        "RUN set -e; wheel=$(ls /wheels/repokit-*.whl 2>/dev/null | head -n 1); \\\n"
         '    spec="${wheel:-repokit${REPOKIT_VERSION:+==${REPOKIT_VERSION}}}"; \\\n'
         '    pip install --no-cache-dir "${spec}${REPOKIT_EXTRAS:+[${REPOKIT_EXTRAS}]}"; \\\n'
-        "    rm -rf /tmp/wheels; repokit --version\n"
+        "    rm -rf /wheels; repokit --version\n"
         "# KServe's storage initializer mounts the repository here\n"
         f"RUN mkdir -p {MODEL_DIR} && chown 1000:1000 {MODEL_DIR}\n"
         "USER 1000\n"

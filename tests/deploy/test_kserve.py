@@ -302,7 +302,7 @@ def test_dockerfile_install_step_picks_the_wheel_then_the_index(
     wheels.mkdir()
     if wheel:
         (wheels / "repokit-0.1.0-py3-none-any.whl").write_bytes(b"")
-    step = _install_step(dockerfile(_options())).replace("/tmp/wheels", str(wheels))
+    step = _install_step(dockerfile(_options())).replace("/wheels", str(wheels))
     script = (
         'pip() { echo "PIP $*"; }\nrepokit() { :; }\n'
         f'REPOKIT_EXTRAS="{extras}"\nREPOKIT_VERSION="{version}"\n{step}\n'
