@@ -170,6 +170,17 @@ def serve(
     trace_log_frequency: Annotated[
         str | None, typer.Option(metavar="N", help="Deprecated: triton,log-frequency=N.")
     ] = None,
+    cache_config: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="SETTING",
+            help="<cache>,<setting>=<value>: local,size=<bytes> enables the response cache.",
+        ),
+    ] = None,
+    response_cache_byte_size: Annotated[
+        str | None,
+        typer.Option(metavar="BYTES", help="Deprecated: --cache-config local,size=BYTES."),
+    ] = None,
     # tritonserver flags without effect here (each given one is logged once; serve_flags.py)
     model_namespacing: _Inert = None,
     enable_peer_access: _Inert = None,
@@ -188,9 +199,7 @@ def serve(
     allow_gpu_metrics: _Inert = None,
     backend_directory: _Inert = None,
     repoagent_directory: _Inert = None,
-    cache_config: _InertList = None,
     cache_directory: _Inert = None,
-    response_cache_byte_size: _Inert = None,
     rate_limit: _Inert = None,
     rate_limit_resource: _InertList = None,
     pinned_memory_pool_byte_size: _Inert = None,
@@ -207,8 +216,10 @@ def serve(
         inert_flag_notes,
         parse_backend_config,
         parse_metrics_config,
+        response_cache_notes,
     )
     from repokit.core import server_log
+    from repokit.core.response_cache import parse_cache_config
     from repokit.core.settings import LogSettings, ServerSettings
     from repokit.core.tracing.options import parse_trace_flags
     from repokit.frontends.restricted_apis import parse_restricted_apis
@@ -230,6 +241,17 @@ def serve(
         raise typer.BadParameter("--log-verbose must not be negative")
     try:
         parse_restricted_apis(http_restricted_api or [])
+        if response_cache_byte_size is not None and not cache_config:
+            try:
+                int(response_cache_byte_size.strip())
+            except ValueError:
+                raise ValueError(
+                    f"--response-cache-byte-size: invalid option value. Got "
+                    f"{response_cache_byte_size}"
+                ) from None
+        response_cache = parse_cache_config(
+            cache_config or [], response_cache_byte_size, cache_directory or ""
+        )
         backends = parse_backend_config(backend_config or [])
         metrics, metrics_notes = parse_metrics_config(
             metrics_config or [],
@@ -273,6 +295,7 @@ def serve(
             backend_config=backends,
             metrics=metrics,
             trace=trace,
+            response_cache=response_cache,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -328,6 +351,7 @@ def serve(
     try:
         notes = [
             *trace.notes,
+            *response_cache_notes(response_cache_byte_size),
             *inert_flag_notes(given),
             *backend_config_notes(backends),
             *metrics_notes,

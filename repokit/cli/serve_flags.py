@@ -33,9 +33,7 @@ INERT_FLAGS: dict[str, str] = {
     "--allow-gpu-metrics": "no GPUs are used",
     "--backend-directory": "backends are built in",
     "--repoagent-directory": "repository agents are not supported",
-    "--cache-config": "there is no response cache",
-    "--cache-directory": "there is no response cache",
-    "--response-cache-byte-size": "there is no response cache",
+    "--cache-directory": "the local response cache is built in",
     "--rate-limit": "there is no rate limiter: instances run requests as they are free",
     "--rate-limit-resource": "there is no rate limiter",
     "--pinned-memory-pool-byte-size": "no GPUs are used",
@@ -87,6 +85,18 @@ def inert_flag_notes(given: dict[str, Any]) -> list[str]:
         if why and value is not None and value != []:
             notes.append(f"{flag} has no effect on this server: {why}")
     return notes
+
+
+def response_cache_notes(byte_size: str | None) -> list[str]:
+    """tritonserver's deprecation warning for ``--response-cache-byte-size``."""
+    if byte_size is None:
+        return []
+    return [
+        "'--response-cache-byte-size' has been deprecated! This will default to the 'local' "
+        "cache implementation with the provided byte size for its config. Please use "
+        "'--cache-config' instead. The equivalent --cache-config CLI args would be: "
+        f"'--cache-config=local,size={byte_size.strip()}'"
+    ]
 
 
 def parse_backend_config(specs: Iterable[str]) -> dict[str, dict[str, str]]:

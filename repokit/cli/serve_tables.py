@@ -35,6 +35,6 @@ def options_table(settings: ServerSettings, extensions: list[str]) -> str:
         ("rate_limit", "OFF"),
         ("strict_readiness", int(settings.strict_readiness)),
         ("exit_timeout", f"{settings.exit_timeout_secs:g}"),
-        ("cache_enabled", 0),
+        ("cache_enabled", int(settings.response_cache is not None)),
     ]
     return table(("Option", "Value"), rows)

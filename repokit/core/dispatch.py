@@ -9,24 +9,42 @@ requests, so both go through the same scheduler and the same statistics:
   size``: Triton 2.51 counts these nowhere, neither in the statistics nor in the metrics, so a
   server refusing most of its load looked healthy; counting them is deliberate). Other
   scheduler errors raised at enqueue (a sequence rule) reach the client uncounted, as Triton;
-* a request that ran is counted by the caller (``record_success``) once its outputs are final;
-  executions (and batch sizes) are counted by the scheduler's ``on_execution`` hook.
+* a request that ran is counted by the caller (``record_ran``) once its outputs are final;
+  executions (and batch sizes) are counted by the scheduler's ``on_execution`` hook;
+* a model version with the response cache (``loaded.response_cache``) is looked up here,
+  before its scheduler sees the request: a hit comes back at once with the stored outputs and
+  a :class:`CacheTiming` that says so, a miss runs and ``record_ran`` stores its result. This is
+  the one place a request meets the cache, for client requests and ensemble steps alike; a
+  version without a cache pays one attribute test here and one type test in ``record_ran``.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from repokit.backends.base import BackendRequest
+from repokit.backends.base import BackendRequest, BackendResult, Timing
 from repokit.core.loaded_model import LoadedVersion
 from repokit.core.request_checks import SEQUENCE_END, SEQUENCE_START, prepare
+from repokit.core.response_cache import ModelCache
 from repokit.errors import RepokitError, internal, unavailable
 from repokit.protocol.types import InferRequest, InputSpec, RequestedOutput, SharedMemoryRef
-from repokit.scheduler.base import ScheduledResult
+from repokit.scheduler.base import ScheduledResult, Scheduler
 from repokit.scheduler.queue_policy import QUEUE_FULL_MESSAGE, TIMEOUT_MESSAGE
+
+
+@dataclass(frozen=True)
+class CacheTiming(Timing):
+    """The timing of a request of a model with the response cache: a hit (no execution, the
+    durations are 0) or a successful miss whose result ``record_ran`` stores under ``key``."""
+
+    cache: ModelCache | None = None
+    key: bytes = b""
+    lookup_ns: int = 0
+    hit: bool = False
 
 
 async def submit(
@@ -39,6 +57,42 @@ async def submit(
             f"Request for unknown model: '{loaded.name}' version {loaded.version} is not at "
             "ready state"
         )
+    if loaded.response_cache is not None:
+        return await _submit_cached(loaded, loaded.response_cache, scheduler, request, batch_size)
+    return await _schedule(loaded, scheduler, request, batch_size)
+
+
+async def _submit_cached(
+    loaded: LoadedVersion,
+    cache: ModelCache,
+    scheduler: Scheduler,
+    request: BackendRequest,
+    batch_size: int,
+) -> tuple[ScheduledResult, int]:
+    started = time.perf_counter_ns()
+    key = cache.key(request)
+    looked = time.perf_counter_ns()
+    entry = cache.cache.lookup(key, cache.wanted(request))
+    lookup_ns = time.perf_counter_ns() - looked
+    if entry is not None:
+        timing = CacheTiming(cache=cache, key=key, lookup_ns=lookup_ns, hit=True)
+        result = BackendResult(outputs=list(entry.outputs))
+        return ScheduledResult(result, looked - started, timing), time.perf_counter_ns() - started
+    scheduled, _ = await _schedule(loaded, scheduler, request, batch_size)
+    elapsed = time.perf_counter_ns() - started  # the key and the lookup included
+    if scheduled.result.error is not None:  # not stored: a miss of its lookup alone
+        loaded.stats.record_cache_miss(lookup_ns)
+        return scheduled, elapsed
+    ran = scheduled.timing
+    timing = CacheTiming(
+        ran.compute_input_ns, ran.compute_infer_ns, ran.compute_output_ns, cache, key, lookup_ns
+    )
+    return ScheduledResult(scheduled.result, scheduled.queue_ns, timing), elapsed
+
+
+async def _schedule(
+    loaded: LoadedVersion, scheduler: Scheduler, request: BackendRequest, batch_size: int
+) -> tuple[ScheduledResult, int]:
     started = time.perf_counter_ns()
     loaded.begin()
     try:
@@ -58,7 +112,20 @@ def record_ran(
     loaded: LoadedVersion, batch_size: int, elapsed_ns: int, scheduled: ScheduledResult
 ) -> None:
     """Count a request that ran and succeeded (an ensemble also counts one execution per
-    request, as Triton 2.51's ensemble statistics do)."""
+    request, as Triton 2.51's ensemble statistics do); with the response cache, count a hit as
+    one, or store a missed request's result and count its miss."""
+    timing = scheduled.timing
+    if type(timing) is CacheTiming:
+        if timing.hit:
+            loaded.stats.record_cache_hit(elapsed_ns, scheduled.queue_ns, timing.lookup_ns)
+            return
+        assert timing.cache is not None
+        store = timing.cache.cache
+        inserted = store.insertion_ns
+        store.insert(timing.key, scheduled.result.outputs)
+        insert_ns = store.insertion_ns - inserted
+        loaded.stats.record_cache_miss(timing.lookup_ns + insert_ns)
+        elapsed_ns += insert_ns
     loaded.stats.record_success(batch_size, elapsed_ns, scheduled.queue_ns, scheduled.timing)
     if loaded.is_ensemble:
         loaded.stats.record_execution(batch_size, scheduled.timing)

@@ -53,10 +53,15 @@ class LatencySummaries:
     clock: Callable[[], float] = time.monotonic
     request: LatencySummary = field(init=False)
     queue: LatencySummary = field(init=False)
+    # nv_cache_{hit,miss}_summary_per_model (rendered for models with the response cache)
+    cache_hit: LatencySummary = field(init=False)
+    cache_miss: LatencySummary = field(init=False)
 
     def __post_init__(self) -> None:
         self.request = LatencySummary(self.clock)
         self.queue = LatencySummary(self.clock)
+        self.cache_hit = LatencySummary(self.clock)
+        self.cache_miss = LatencySummary(self.clock)
 
     def observe(self, request_ns: int, queue_ns: int) -> None:
         self.request.observe(request_ns // 1000)

@@ -16,6 +16,7 @@ from repokit.config.parse import ConfigParseError, parse_json
 from repokit.core.config_json import config_to_json
 from repokit.core.model_source import io_problem
 from repokit.core.request_checks import ModelIO
+from repokit.core.response_cache import ModelCache, ResponseCache
 from repokit.core.scheduling import (
     StepRunner,
     config_scheduler_factory,
@@ -73,6 +74,8 @@ class LoadedVersion:
     version_text: str = field(init=False, repr=False)  # str(version), for every response
     # plain requests as wire bytes to the instance process (set once started, when eligible)
     wire_lane: WireLane | None = field(default=None, init=False, repr=False)
+    # the server's response cache, when it has one and the config enables it (set once started)
+    response_cache: ModelCache | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.version_text = str(self.version)
@@ -117,10 +120,12 @@ class LoadedVersion:
         run_step: StepRunner | None = None,
         server: ServerApi | None = None,
         auto_complete: bool = True,
+        cache: ResponseCache | None = None,
     ) -> None:
         """Load the backend, warm every instance up, start the scheduler. Ensembles get an
         ensemble scheduler whose steps go through ``run_step`` (the core's composing-model
-        entry point)."""
+        entry point). With the server's ``cache`` and ``response_cache { enable: true }`` the
+        version's requests are looked up in it (:mod:`repokit.core.dispatch`)."""
         began = time.perf_counter()
         if self.is_ensemble:
             if run_step is None:
@@ -128,6 +133,7 @@ class LoadedVersion:
             ensemble = ensemble_scheduler(self.config, run_step)
             await ensemble.start()
             self.scheduler = ensemble
+            self._use_cache(cache)
         else:
             context = ModelContext(
                 name=self.name,
@@ -154,8 +160,14 @@ class LoadedVersion:
                 await backend.unload()
                 raise
             self.scheduler = scheduler
-            self.wire_lane = wire_lane_for(self)
+            self._use_cache(cache)
+            self.wire_lane = wire_lane_for(self)  # declines a version with the cache
         self.stats.load_duration_secs = time.perf_counter() - began
+
+    def _use_cache(self, cache: ResponseCache | None) -> None:
+        if cache is not None and self.config.response_cache.enable:
+            self.response_cache = ModelCache(cache, self.name, self.version)
+            self.stats.cache_enabled = True
 
     def _adopt_completed_config(self, completed_json: str) -> ModelContext:
         """Make the config a model completed (python ``auto_complete_config``) this version's

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from repokit.core.response_cache import ResponseCache
 from repokit.core.settings import MetricsSettings
 from repokit.core.statistics import FAILURE_REASONS, ModelStats
 
@@ -76,6 +77,68 @@ _COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
 )
 
 
+# per model, for the versions that use the response cache (after the counters, as Triton)
+_CACHE_COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", lambda s: s.cache_hit.count),
+    (
+        "nv_cache_hit_duration_per_model",
+        "Total cache hit duration per model, in microseconds",
+        lambda s: s.cache_hit.ns // 1000,
+    ),
+    (
+        "nv_cache_num_misses_per_model",
+        "Number of cache misses per model",
+        lambda s: s.cache_miss.count,
+    ),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+        lambda s: s.cache_miss.ns // 1000,
+    ),
+)
+
+# the server's cache (gauges, after the CPU gauges, as Triton)
+_CACHE_GAUGES: tuple[tuple[str, str, Callable[[ResponseCache], float]], ...] = (
+    ("nv_cache_util", "Cache utilization [0.0 - 1.0]", lambda c: c.utilization),
+    (
+        "nv_cache_num_entries",
+        "Number of responses stored in response cache",
+        lambda c: c.num_entries,
+    ),
+    ("nv_cache_num_hits", "Number of cache hits in response cache", lambda c: c.hits),
+    ("nv_cache_num_misses", "Number of cache misses in response cache", lambda c: c.misses),
+    ("nv_cache_num_lookups", "Number of cache lookups in response cache", lambda c: c.lookups),
+    (
+        "nv_cache_num_evictions",
+        "Number of cache evictions in response cache",
+        lambda c: c.evictions,
+    ),
+    (
+        "nv_cache_lookup_duration",
+        "Total cache lookup duration (hit and miss), in microseconds",
+        lambda c: c.lookup_ns // 1000,
+    ),
+    (
+        "nv_cache_insertion_duration",
+        "Total cache insertion duration, in microseconds",
+        lambda c: c.insertion_ns // 1000,
+    ),
+)
+
+_CACHE_SUMMARIES = (
+    (
+        "nv_cache_hit_summary_per_model",
+        "Summary of cache hit counts/durations per model, in microseconds.",
+        "cache_hit",
+    ),
+    (
+        "nv_cache_miss_summary_per_model",
+        "Summary of cache miss counts/durations per model, in microseconds.",
+        "cache_miss",
+    ),
+)
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -116,16 +179,22 @@ def _quantile_text(value: float) -> str:
     return str(int(value)) if value == int(value) else repr(value)
 
 
+def _number_text(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(float(value))
+
+
 def _render_summaries(
     lines: list[str], sources: list[MetricSource], quantiles: tuple[float, ...]
 ) -> None:
-    for name, help_text, which in _SUMMARIES:
+    cached = [source for source in sources if source.stats.cache_enabled]
+    families = _SUMMARIES + (_CACHE_SUMMARIES if cached else ())
+    for name, help_text, which in families:
         _header(lines, name, help_text, "summary")
-        for source in sources:
+        for source in cached if which.startswith("cache") else sources:
             summaries = source.stats.summaries
-            if summaries is None:
-                continue
-            summary = summaries.request if which == "request" else summaries.queue
+            if summaries is None or (which == "request" and source.stats.cache_enabled):
+                continue  # Triton leaves the request summary out for models with the cache
+            summary = getattr(summaries, which)
             lines.append(f"{name}_count{_labels(source)} {summary.count}")
             lines.append(f"{name}_sum{_labels(source)} {summary.total_us}")
             labels = _labels(source)[:-1]  # prometheus-cpp puts quantile after the others
@@ -137,10 +206,13 @@ def render_metrics(
     sources: list[MetricSource],
     cpu_lines: Sequence[str] = (),
     settings: MetricsSettings | None = None,
+    cache: ResponseCache | None = None,
 ) -> str:
     """The text exposition (always ends with a newline): the per-model counters (unless
     ``counter_latencies`` is off, which drops the duration counters as Triton does), the
-    pending gauge, the load duration, the CPU gauges given and the latency summaries."""
+    pending gauge, the load duration, the CPU gauges given, the response ``cache``'s gauges
+    and the latency summaries; the ``nv_cache_*_per_model`` families for the versions that
+    use the cache."""
     settings = settings or MetricsSettings()
     lines: list[str] = []
     for name, help_text, read in _COUNTERS:
@@ -153,6 +225,12 @@ def render_metrics(
                     count = source.stats.failures.get(reason, 0)
                     lines.append(f"{name}{_labels(source, [('reason', reason)])} {count}")
             else:
+                lines.append(f"{name}{_labels(source)} {read(source.stats)}")
+    cached = [source for source in sources if source.stats.cache_enabled]
+    if cached:
+        for name, help_text, read in _CACHE_COUNTERS:
+            _header(lines, name, help_text, "counter")
+            for source in cached:
                 lines.append(f"{name}{_labels(source)} {read(source.stats)}")
     _header(
         lines,
@@ -167,6 +245,10 @@ def render_metrics(
         value = repr(round(source.stats.load_duration_secs, 6))
         lines.append(f"nv_model_load_duration_secs{_labels(source)} {value}")
     lines.extend(cpu_lines)
+    if cache is not None:
+        for name, help_text, gauge in _CACHE_GAUGES:
+            _header(lines, name, help_text, "gauge")
+            lines.append(f"{name} {_number_text(gauge(cache))}")
     if settings.summary_latencies:
         _render_summaries(lines, sources, settings.summary_quantiles)
     return "\n".join(lines) + "\n"

@@ -53,6 +53,7 @@ from repokit.core.model_source import (
     read_model,
 )
 from repokit.core.request_checks import ModelIO
+from repokit.core.response_cache import ResponseCache
 from repokit.core.settings import ServerSettings
 from repokit.core.statistics import ModelStats
 from repokit.errors import RepokitError, internal, invalid_arg, not_found, unavailable
@@ -205,6 +206,9 @@ class ModelManager:
         self._poll_task: asyncio.Task[None] | None = None
         self._load_slots: asyncio.Semaphore | None = None  # created in the running loop
         self.server: ServerApi | None = None  # handed to backends (set by the service)
+        # the server's response cache, shared by every model that enables it
+        cache = settings.response_cache
+        self.response_cache = ResponseCache(cache.size) if cache is not None else None
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -468,6 +472,8 @@ class ModelManager:
             dict.fromkeys(s.model_name for s in definition.config.ensemble_scheduling.step)
         )
         dependency_error = await self._load_dependencies(name, dependencies, (*chain, name))
+        if not dependency_error and definition.config.response_cache.enable:
+            dependency_error = self._cache_refusal(name, dependencies)
         async with self._lock(name):
             if not force and self._unchanged(name, stamp, private, retry_failed):
                 return  # loaded meanwhile by a concurrent request (e.g. for an ensemble)
@@ -486,6 +492,28 @@ class ModelManager:
             and record.private_dir is None
             and private is None
         )
+
+    def _cache_refusal(self, name: str, dependencies: tuple[str, ...]) -> str:
+        """An ensemble with a decoupled model in its steps is decoupled itself (Triton sets its
+        transaction policy at load), so it cannot use the response cache: Triton's reason."""
+        if any(self._decoupled(dependency, ()) for dependency in dependencies):
+            return (
+                f"Invalid argument: Response Cache does not currently support model {name} "
+                "with 'decoupled' transaction policy. Please disable the response cache."
+            )
+        return ""
+
+    def _decoupled(self, name: str, seen: tuple[str, ...]) -> bool:
+        for loaded in self.ready_versions(name):
+            if loaded.decoupled:
+                return True
+            steps = loaded.config.ensemble_scheduling.step if loaded.is_ensemble else ()
+            if any(
+                step.model_name not in seen and self._decoupled(step.model_name, (*seen, name))
+                for step in steps
+            ):
+                return True
+        return False
 
     async def _load_dependencies(
         self, name: str, dependencies: tuple[str, ...], chain: tuple[str, ...]
@@ -553,7 +581,11 @@ class ModelManager:
         try:
             loaded.labels = read_labels(loaded.directory, loaded.config)
             await loaded.start(
-                self._backend_factory, self._scheduler_factory, self.run_step, self.server
+                self._backend_factory,
+                self._scheduler_factory,
+                self.run_step,
+                self.server,
+                cache=self.response_cache,
             )
         except RepokitError as exc:
             return exc.message

@@ -428,7 +428,7 @@ class InferenceService:
         ]
         cpu = self._cpu.render() if self._cpu is not None else []
         return (
-            render_metrics(sources, cpu, self.settings.metrics)
+            render_metrics(sources, cpu, self.settings.metrics, self.manager.response_cache)
             + self.bridge.custom_metrics.render()
         )
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from repokit.core.response_cache import CacheSettings
 from repokit.core.tracing.options import TraceStartup
 
 ControlMode = Literal["none", "explicit", "poll"]
@@ -72,6 +73,8 @@ class ServerSettings:
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     # --trace-config and the deprecated --trace-* flags (repokit.core.tracing.options)
     trace: TraceStartup = field(default_factory=TraceStartup)
+    # --cache-config local,size=N (or --response-cache-byte-size N); None = no response cache
+    response_cache: CacheSettings | None = None
 
     def __post_init__(self) -> None:
         self.repositories = [Path(p) for p in self.repositories]

@@ -8,7 +8,12 @@ What counts (as Triton's ``InferenceStatsAggregator``):
   waiting for an instance), compute_input/infer/output +1 each with the execution's durations,
   inference_count + its batch size (1 for models without batching);
 - a request the backend failed: fail +1, with a failure reason for the metrics;
-- each execution: execution_count +1 and ``batch_stats[batch size]`` +1 per compute phase.
+- each execution: execution_count +1 and ``batch_stats[batch size]`` +1 per compute phase;
+- with the response cache (:mod:`repokit.core.response_cache`): a hit counts success +1 and
+  queue +1 (the time before the lookup) and cache_hit +1 with the lookup's duration, nothing
+  else (no compute, no inference_count, no execution); a miss counts cache_miss +1 with the
+  lookup and insert durations (the insert is added to the request's duration too), and runs
+  as any request.
 Requests rejected by the request checks never reach a model and are not counted (as Triton).
 
 ``response_stats`` is always ``{}``: Triton's core fills it only from what a backend reports
@@ -67,6 +72,9 @@ class ModelStats:
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     batch_stats: dict[int, BatchStats] = field(default_factory=dict)
     summaries: LatencySummaries | None = None  # --metrics-config summary_latencies=true
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
+    cache_enabled: bool = False  # the server has a cache and the config enables it
 
     def record_success(
         self, batch_size: int, request_ns: int, queue_ns: int, timing: Timing
@@ -90,6 +98,23 @@ class ModelStats:
         self.last_inference_ms = time.time_ns() // 1_000_000
         if self.summaries is not None:
             self.summaries.observe(request_ns, queue_ns)
+
+    def record_cache_hit(self, request_ns: int, queue_ns: int, hit_ns: int) -> None:
+        """A request answered from the response cache (as Triton's UpdateSuccessCacheHit,
+        which leaves last_inference as it was)."""
+        self.success.add(request_ns)
+        self.queue.add(queue_ns)
+        self.cache_hit.add(hit_ns)
+        if self.summaries is not None:
+            self.summaries.observe(request_ns, queue_ns)
+            self.summaries.cache_hit.observe(hit_ns // 1000)
+
+    def record_cache_miss(self, miss_ns: int) -> None:
+        """A request the cache did not have: its lookup and (when its result was stored)
+        insert durations."""
+        self.cache_miss.add(miss_ns)
+        if self.summaries is not None:
+            self.summaries.cache_miss.observe(miss_ns // 1000)
 
     def record_failure(self, request_ns: int, reason: str = "BACKEND") -> None:
         self.fail.add(request_ns)
@@ -120,8 +145,8 @@ class ModelStats:
                 "compute_input": self.compute_input.to_json(),
                 "compute_infer": self.compute_infer.to_json(),
                 "compute_output": self.compute_output.to_json(),
-                "cache_hit": {"count": 0, "ns": 0},
-                "cache_miss": {"count": 0, "ns": 0},
+                "cache_hit": self.cache_hit.to_json(),
+                "cache_miss": self.cache_miss.to_json(),
             },
             "response_stats": {},
             "batch_stats": [

@@ -14,7 +14,8 @@ standard path" before the model runs, and the frontend runs the request as usual
 any error and its message. Scheduling, cancellation and statistics are those of the standard path:
 the same instance queues and merging, the same counters. A model qualifies when it is a
 non-decoupled python model on the default scheduler whose inputs all take the plain path (no
-BYTES, reshape, shape-tensor or ragged inputs) and whose outputs are not reshaped.
+BYTES, reshape, shape-tensor or ragged inputs), whose outputs are not reshaped and that does
+not use the response cache (its requests are looked up in :mod:`repokit.core.dispatch`).
 
 It moves the decoding and encoding of small requests off the event loop that every client
 shares; the throughput and server CPU it saves are in ``benchmarks/README.md`` (measured with
@@ -53,6 +54,7 @@ def wire_lane_for(loaded: LoadedVersion) -> WireLane | None:
         or not scheduler.pipelined
         or loaded.decoupled
         or loaded.is_ensemble
+        or loaded.response_cache is not None
         or io.fast_inputs is None
         or io.reshaped_outputs
     ):

@@ -189,6 +189,38 @@ def test_metrics_flags(tmp_path: Path) -> None:
     assert "--metrics-config no_such_setting has no effect on this server" in server.text
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--cache-config", "local,size=1048576", "--cache-directory", "/opt/tritonserver/caches"],
+        ["--cache-config=local,size=4096", "--cache-config=local,size=1048576"],
+        ["--response-cache-byte-size=1048576"],
+    ],
+    ids=["spaced", "repeated", "deprecated"],
+)
+def test_cache_flags_enable_the_response_cache(tmp_path: Path, flags: list[str]) -> None:
+    repo = _logging_repo(tmp_path)
+    config = repo / "logs" / "config.pbtxt"
+    config.write_text(config.read_text() + "response_cache { enable: true }\n")
+    server = ServeProcess(str(repo), *PORT_FLAGS, *flags)
+    try:
+        address = server.url("HTTPService")
+        for _ in range(2):
+            assert _post(address, "/v2/models/logs/infer", INFER_BODY)[0] == 200
+        with urllib.request.urlopen(f"http://{address}/v2/models/logs/stats", timeout=30) as r:
+            stats = json.loads(r.read())["model_stats"][0]
+    finally:
+        server.kill()
+    inference = stats["inference_stats"]
+    assert (inference["cache_hit"]["count"], inference["cache_miss"]["count"]) == (1, 1)
+    assert stats["execution_count"] == 1
+    assert re.search(r"\| cache_enabled +\| 1 +\|", server.text)
+    deprecated = "'--response-cache-byte-size' has been deprecated!"
+    assert (deprecated in server.text) == flags[0].startswith("--response-cache-byte-size")
+    directory = "--cache-directory has no effect on this server: the local response cache"
+    assert (directory in server.text) == ("--cache-directory" in flags)
+
+
 def test_log_file_takes_the_log(tmp_path: Path) -> None:
     path = tmp_path / "server.log"
     process = subprocess.Popen(
@@ -229,6 +261,16 @@ def test_log_file_takes_the_log(tmp_path: Path) -> None:
         (["--trace-config", "level=LOUD"], "invalid value for trace level option: loud"),
         (["--trace-config", "zipkin,url=x"], "invalid value for trace mode option: zipkin"),
         (["--trace-rate", "often"], 'Bad option: "--trace-rate". Invalid option value'),
+        (["--cache-config", "local"], "No cache specified. --cache-config option format"),
+        (["--cache-config", "local,size"], "--cache-config option format is"),
+        (["--cache-config", "local,size=abc"], "size 'abc' is not a number of bytes"),
+        (["--cache-config", "local,size=10"], "a cache of 10 bytes is too small"),
+        (["--cache-config", "redis,host=h"], "unable to find 'libtritoncache_redis.so'"),
+        (
+            ["--cache-config", "local,size=4096", "--response-cache-byte-size", "4096"],
+            "Incompatible flags --response-cache-byte-size and --cache-config both provided",
+        ),
+        (["--response-cache-byte-size", "lots"], "invalid option value. Got lots"),
     ],
 )
 def test_bad_flag_values_exit_2(tmp_path: Path, flags: list[str], message: str) -> None:
