@@ -51,6 +51,9 @@ class BackendRequest:
     timeout_us: int = 0  # the request's queue timeout (0 = the queue policy's)
     # cancellation and streamed (decoupled) responses; None for plain unary requests
     control: RequestControl | None = None
+    # the request's trace (repokit.core.tracing.trace.Trace) when it was sampled, else None:
+    # the core records its queue and compute timestamps (backends do not look at it)
+    trace: Any = None
 
 
 @dataclass

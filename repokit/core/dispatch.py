@@ -48,9 +48,12 @@ class CacheTiming(Timing):
 
 
 async def submit(
-    loaded: LoadedVersion, request: BackendRequest, batch_size: int
+    loaded: LoadedVersion, request: BackendRequest, batch_size: int, traced: bool = False
 ) -> tuple[ScheduledResult, int]:
-    """The scheduled result and the request's duration in ns (scheduler errors raise)."""
+    """The scheduled result and the request's duration in ns (scheduler errors raise).
+    A traced request goes through :func:`_submit_traced` (``traced``: it comes from there)."""
+    if request.trace is not None and not traced:  # what an untraced request pays for tracing
+        return await _submit_traced(loaded, request, batch_size)
     scheduler = loaded.scheduler
     if scheduler is None:
         raise unavailable(
@@ -108,6 +111,20 @@ async def _schedule(
     return scheduled, time.perf_counter_ns() - started
 
 
+async def _submit_traced(
+    loaded: LoadedVersion, request: BackendRequest, batch_size: int
+) -> tuple[ScheduledResult, int]:
+    """:func:`submit` recording QUEUE_START (and the queued inputs), the compute timestamps
+    from the scheduler's measurements, and the backend's outputs."""
+    trace = request.trace
+    queue_start = trace.queued(request.inputs.values())
+    scheduled, elapsed = await submit(loaded, request, batch_size, traced=True)
+    if not loaded.is_ensemble:  # as Triton: an ensemble computes nothing itself
+        trace.computed(queue_start, scheduled.queue_ns, scheduled.timing)
+    trace.outputs(scheduled.result.outputs)
+    return scheduled, elapsed
+
+
 def record_ran(
     loaded: LoadedVersion, batch_size: int, elapsed_ns: int, scheduled: ScheduledResult
 ) -> None:
@@ -160,7 +177,15 @@ async def run_composing(loaded: LoadedVersion, request: BackendRequest) -> Sched
     Errors come back in the result (or raise RepokitError), the ensemble prefixes them; the
     timing goes into the ensemble's own statistics (Triton sums the steps' durations)."""
     prepared = prepare(loaded.io, composing_request(loaded.name, request), _no_shared_memory)
-    scheduled, elapsed = await submit(loaded, prepared.backend_request, prepared.batch_size)
+    if request.trace is not None:  # the ensemble is traced: this step gets a child trace
+        step = prepared.backend_request.trace = request.trace.spawn()
+        step.start_request(loaded.name, loaded.version, request.request_id)
+        try:
+            scheduled, elapsed = await submit(loaded, prepared.backend_request, prepared.batch_size)
+        finally:
+            step.stamp("REQUEST_END")
+    else:
+        scheduled, elapsed = await submit(loaded, prepared.backend_request, prepared.batch_size)
     result = scheduled.result
     if result.error is not None:
         loaded.stats.record_failure(elapsed, "BACKEND")

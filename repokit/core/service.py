@@ -29,6 +29,7 @@ from repokit.core.server_log import VERBOSE, VERBOSE_DETAIL
 from repokit.core.settings import ServerSettings
 from repokit.core.shared_memory import SystemSharedMemory
 from repokit.core.tracing.manager import TraceManager
+from repokit.core.tracing.trace import Trace
 from repokit.core.wire_lane import WireLane
 from repokit.errors import RepokitError, invalid_arg, unavailable
 from repokit.protocol import datatypes
@@ -209,9 +210,26 @@ class InferenceService:
             raise
 
     # --- inference ---------------------------------------------------------------------
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, trace: Trace | None = None) -> InferResponse:
+        """Run one request; ``trace`` (from ``self.tracing.sample``) records its timestamps."""
+        if trace is not None:
+            return await self._infer_traced(request, trace)
         loaded, prepared = self.admit(request)
         return await self.run_admitted(loaded, request, prepared)
+
+    async def _infer_traced(self, request: InferRequest, trace: Trace) -> InferResponse:
+        """:meth:`infer` recording REQUEST_START (when the request reached the core),
+        INFER_RESPONSE_COMPLETE and REQUEST_END; the dispatch records the rest."""
+        started = time.monotonic_ns()
+        loaded, prepared = self.admit(request)  # a refused request has no core timestamps
+        trace.start_request(loaded.name, loaded.version, request.id, started)
+        prepared.backend_request.trace = trace
+        try:
+            response = await self.run_admitted(loaded, request, prepared)
+            trace.stamp("INFER_RESPONSE_COMPLETE")
+            return response
+        finally:
+            trace.stamp("REQUEST_END")
 
     def admit(self, request: InferRequest) -> tuple[LoadedVersion, PreparedRequest]:
         """The version a request runs on and the request checked against it (raises; at

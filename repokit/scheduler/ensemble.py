@@ -185,6 +185,7 @@ class EnsembleScheduler(Scheduler):
             flags=request.flags,
             priority=request.priority,
             timeout_us=request.timeout_us,
+            trace=request.trace,
         )
         limit = self._limits.get(step.index)
         try:

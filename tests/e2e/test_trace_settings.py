@@ -134,7 +134,7 @@ def test_model_update_leaves_global_alone(server: ServerThread, client: Client) 
         ({"trace_rate": "12abc"}, "Unable to parse 'trace_rate', got: 12abc"),
         ({"trace_rate": "-1"}, "value is out of range [ 0, 4294967295 ], got: -1"),
         ({"trace_rate": "0"}, "Attempting to set invalid trace setting :sample rate must be"),
-        ({"trace_count": "-2"}, "Unable to parse 'trace_count'. Expecting value >= -1, got: -2"),
+        ({"trace_count": "-2"}, "Unable to parse 'trace_count'. Expecting value >= -1, got"),
         ({"trace_count": "99999999999"}, "value is out of range [ -1, 2147483647 ]"),
         ({"log_frequency": "often"}, "Unable to parse 'log_frequency', got: often"),
     ],

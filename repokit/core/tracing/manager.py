@@ -177,9 +177,15 @@ class TraceManager:
             context = self.otel.extract(traceparent)
         if not setting.sample(force=context is not None):
             return None
-        return Trace(setting, self.new_id(), self, otel_context=context)
+        trace = Trace(setting, self.new_id(), self, otel_context=context)
+        trace.model_name = model  # the model the request names, until it reaches one
+        return trace
 
     def finished(self, trace: Trace) -> None:
+        """A root trace is done: written (triton mode) or exported. A request refused before
+        it reached a model leaves no trace, as in Triton."""
+        if not trace.started:
+            return
         setting = trace.setting
         if setting.mode == TRITON_MODE:
             objects = trace.objects()

@@ -71,6 +71,7 @@ class Trace:
         "root",
         "setting",
         "spawned",
+        "started",
         "tensors",
     )
 
@@ -96,6 +97,7 @@ class Trace:
         self.tensors: list[tuple[str, str, str, str, str]] = []  # activity, name, data...
         self.spawned: list[Trace] = []  # the root: its composing models' traces, in order
         self.finished = False
+        self.started = False  # the request reached a model (REQUEST_START)
 
     @property
     def tensors_wanted(self) -> bool:
@@ -105,12 +107,15 @@ class Trace:
         if self.level & TIMESTAMPS:
             self.events.append((name, time.monotonic_ns() if ns is None else ns))
 
-    def start_request(self, model_name: str, model_version: int, request_id: str) -> None:
+    def start_request(
+        self, model_name: str, model_version: int, request_id: str, ns: int | None = None
+    ) -> None:
         """The model the request runs on is known: its header, and REQUEST_START."""
         self.model_name = model_name
         self.model_version = model_version
         self.request_id = request_id
-        self.stamp("REQUEST_START")
+        self.started = True
+        self.stamp("REQUEST_START", ns)
 
     def spawn(self) -> Trace:
         """A composing model's trace (an ensemble step)."""
@@ -174,14 +179,19 @@ class Trace:
             header["request_id"] = self.request_id
         if self.parent_id:
             header["parent_id"] = self.parent_id
-        out = [json.dumps(header, separators=(",", ":"))]
+        out: list[str] = []
         for name, ns in self.events:
+            if name == "REQUEST_START":  # the header comes with the request, as in Triton
+                out.append(json.dumps(header, separators=(",", ":")))
+                header = {}
             out.append(
                 json.dumps(
                     {"id": self.id, "timestamps": [{"name": name, "ns": ns}]},
                     separators=(",", ":"),
                 )
             )
+        if header:  # no timestamps recorded (TENSORS level)
+            out.insert(0, json.dumps(header, separators=(",", ":")))
         for activity, name, data, shape, dtype in self.tensors:
             out.append(
                 json.dumps(

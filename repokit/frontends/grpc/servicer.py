@@ -17,6 +17,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from repokit.core.service import InferenceService
+from repokit.core.tracing.trace import Trace
 from repokit.core.wire_lane import WIRE_LANE_MAX_BYTES
 from repokit.errors import Code, RepokitError, unsupported
 from repokit.frontends.grpc import messages
@@ -149,6 +150,14 @@ class InferenceServicer:
         keeps the request alive in a reference cycle (see :mod:`repokit.frontends.heap`).
         ``raw_contents``: the raw input contents of a large request, parsed apart."""
         service = self._service
+        tracing = service.tracing
+        if tracing.enabled:  # every request is counted by the sampling (rate, count)
+            trace = tracing.sample(request.model_name, _traceparent(context))
+            if trace is not None:
+                try:
+                    return await self._infer_traced(request, context, trace, raw_contents)
+                finally:
+                    trace.finish()
         try:
             version = messages.parse_model_version(request.model_version)
             if service.is_decoupled(request.model_name, version):
@@ -157,6 +166,35 @@ class InferenceServicer:
             decoded.request.model_version = version
             response = await service.infer(decoded.request)
             return encode_infer_response_bytes(response)
+        except RepokitError as error:
+            return _failed(context, status_code(error.code), error.message)
+        except Exception as exc:  # a bug must not reach the client as a traceback
+            return _internal(context, exc)
+
+    async def _infer_traced(
+        self,
+        request: pb.ModelInferRequest,
+        context: Context,
+        trace: Trace,
+        raw_contents: list[memoryview] | None,
+    ) -> bytes | pb.ModelInferResponse:
+        """A sampled ModelInfer: GRPC_WAITREAD_START/END around turning the message (grpc has
+        read it) into the core's request, GRPC_SEND_START/END around encoding the response
+        (grpc writes it after the handler returns)."""
+        service = self._service
+        trace.stamp("GRPC_WAITREAD_START")
+        try:
+            version = messages.parse_model_version(request.model_version)
+            if service.is_decoupled(request.model_name, version):
+                raise unsupported(DECOUPLED_UNARY_MESSAGE)
+            decoded = decode_infer_request(request, raw_contents)
+            decoded.request.model_version = version
+            trace.stamp("GRPC_WAITREAD_END")
+            response = await service.infer(decoded.request, trace)
+            trace.stamp("GRPC_SEND_START")
+            encoded = encode_infer_response_bytes(response)
+            trace.stamp("GRPC_SEND_END")
+            return encoded
         except RepokitError as error:
             return _failed(context, status_code(error.code), error.message)
         except Exception as exc:  # a bug must not reach the client as a traceback
@@ -172,7 +210,8 @@ class InferenceServicer:
             request, raw_contents = parse_infer_request(raw)
         except DecodeError:
             return _failed(context, grpc.StatusCode.INTERNAL, UNPARSABLE_REQUEST)
-        if raw_contents is None and len(raw) <= WIRE_LANE_MAX_BYTES:
+        lane = raw_contents is None and len(raw) <= WIRE_LANE_MAX_BYTES
+        if lane and not self._service.tracing.enabled:  # traced requests: the standard path
             try:
                 answer = await self._on_wire_lane(request, raw)
             except RepokitError as error:
@@ -344,6 +383,14 @@ class InferenceServicer:
             return messages.log_settings_response(current)
 
         return await guarded(context, run)
+
+
+def _traceparent(context: Context) -> str | None:
+    """The W3C trace context a client sent (metadata ``traceparent``)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            return str(value)
+    return None
 
 
 def _failed(context: Context, code: grpc.StatusCode, message: str) -> pb.ModelInferResponse:

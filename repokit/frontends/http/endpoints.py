@@ -17,6 +17,7 @@ from sanic import HTTPResponse, Request
 
 from repokit.core.service import InferenceService
 from repokit.core.tracing.setting import SETTING_KEYS as TRACE_SETTING_KEYS
+from repokit.core.tracing.trace import Trace
 from repokit.core.wire_lane import WIRE_LANE_MAX_BYTES
 from repokit.errors import Code, RepokitError, invalid_arg
 from repokit.frontends.http.compression import choose_response_encoding, compress, decompress_body
@@ -105,6 +106,14 @@ class Endpoints:
     async def infer(self, request: Request, route: Route) -> HTTPResponse | None:
         version = self.infer_version(route)
         headers = request.headers
+        tracing = self.service.tracing
+        if tracing.enabled:  # every request is counted by the sampling (rate, count)
+            trace = tracing.sample(route.model, headers.get("traceparent"))
+            if trace is not None:
+                try:
+                    return await self._infer_traced(request, route.model, version, trace)
+                finally:
+                    trace.finish()
         body = request.body
         encoding = headers.get("content-encoding")
         if encoding is not None:
@@ -149,12 +158,22 @@ class Endpoints:
         return version
 
     async def run_infer(
-        self, model: str, version: str, body: bytes, header_length_value: str | None
+        self,
+        model: str,
+        version: str,
+        body: bytes,
+        header_length_value: str | None,
+        trace: Trace | None = None,
     ) -> EncodedResponse:
         """Decode an (uncompressed) infer body, run it and encode the response: the part
-        shared by this endpoint and the protocol lane of :mod:`.fast_protocol`."""
+        shared by this endpoint and the protocol lane of :mod:`.fast_protocol`. A traced
+        request records HTTP_RECV_END once decoded, and takes no wire lane."""
         limit = self.max_input_size
-        if header_length_value is None and len(body) <= min(WIRE_LANE_MAX_BYTES, limit):
+        if (
+            trace is None
+            and header_length_value is None
+            and len(body) <= min(WIRE_LANE_MAX_BYTES, limit)
+        ):
             lane = self.service.wire_lane(model, version)
             if lane is not None:  # a JSON body for a model that takes the wire lane
                 decoded_json: DecodedInfer | None = None
@@ -171,8 +190,42 @@ class Endpoints:
                     return encode_infer_response(answer, decoded_json)
         header_length = parse_header_length(header_length_value, len(body))
         decoded = decode_infer_request(model, version, body, header_length, limit)
-        result = await self.service.infer(decoded.request)
+        if trace is not None:
+            trace.stamp("HTTP_RECV_END")
+        result = await self.service.infer(decoded.request, trace)
         return encode_infer_response(result, decoded)
+
+    async def _infer_traced(
+        self, request: Request, model: str, version: str, trace: Trace
+    ) -> HTTPResponse | None:
+        """A sampled infer request: HTTP_RECV_START when the handler takes it (Sanic has read
+        the body), HTTP_RECV_END once decoded, HTTP_SEND_START/END around writing the
+        response to the connection."""
+        trace.stamp("HTTP_RECV_START")
+        headers = request.headers
+        body = request.body
+        encoding = headers.get("content-encoding")
+        if encoding is not None:
+            body = decompress_body(body, encoding, self.max_input_size)
+        encoded = await self.run_infer(model, version, body, headers.get(_HEADER_LENGTH), trace)
+        trace.stamp("HTTP_SEND_START")
+        out_headers = {"content-length": str(encoded.size)}
+        if encoded.header_length is not None:
+            out_headers["Inference-Header-Content-Length"] = str(encoded.header_length)
+        parts: list[bytes | memoryview] = list(encoded.parts)
+        accept = headers.get("accept-encoding")
+        chosen = choose_response_encoding(accept) if accept else "identity"
+        if chosen != "identity":
+            compressed = compress(encoded.body, chosen)
+            out_headers["Content-Encoding"] = chosen
+            out_headers["content-length"] = str(len(compressed))
+            parts = [compressed]
+        response = await request.respond(headers=out_headers, content_type=encoded.content_type)
+        for part in parts:
+            await response.send(part)
+        await response.eof()
+        trace.stamp("HTTP_SEND_END")
+        return None
 
     async def generate(self, request: Request, route: Route) -> HTTPResponse | None:
         """``/generate`` and ``/generate_stream`` (:mod:`.generate`), through the service as
@@ -423,10 +476,21 @@ def _trace_updates(document: dict[str, Any]) -> dict[str, list[str] | None]:
             if value:  # an empty array changes nothing, as in Triton
                 updates[key] = value
         elif isinstance(value, str):
+            if key == "trace_count" and _below_minus_one(value):  # Triton's HTTP wording
+                raise invalid_arg(
+                    f"Unable to parse 'trace_count'. Expecting value >= -1, got:{value}"
+                )
             updates[key] = [value]
         else:
             raise invalid_arg("attempt to access JSON non-string as string")
     return updates
+
+
+def _below_minus_one(text: str) -> bool:
+    try:
+        return int(text.strip(), 10) < -1
+    except ValueError:
+        return False  # the core says why it does not parse
 
 
 _LOG_BOOLS = ("log_info", "log_warning", "log_error")

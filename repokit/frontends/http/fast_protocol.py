@@ -17,8 +17,9 @@ A connection starts in the protocol lane. Each complete request in the buffer is
   Sanic's route, and the response is written with the same status, body and headers (minus
   Sanic's empty ``alt-svc``);
 * anything else (other endpoints, compression, chunked bodies, HTTP/1.0, oversized or
-  malformed heads, restricted APIs, access logging) is handed to Sanic's own machinery as the
-  raw bytes, together with everything after it, and Sanic answers it exactly as before.
+  malformed heads, restricted APIs, access logging, and every request while tracing is on, so
+  that sampling sees them all) is handed to Sanic's own machinery as the raw bytes, together
+  with everything after it, and Sanic answers it exactly as before.
 
 Requests of one connection are answered in order: the protocol lane serves one request at a time
 and hands over to Sanic only when its own response is written; the connection comes back to
@@ -443,7 +444,7 @@ class FastInferProtocol(HttpProtocol):
                 self._hand_to_sanic()  # Sanic refuses an oversized head (413)
             return
         parsed = parse_infer_head(frontend, buffer, end_of_head, self.request_max_size)
-        if parsed is None:
+        if parsed is None or frontend.service.tracing.enabled:  # traced requests: Sanic's route
             self._hand_to_sanic()
             return
         if len(buffer) < parsed.body_end:  # the body is still arriving

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from repokit.core.service import InferenceService
+from repokit.core.tracing.manager import TraceManager
 from repokit.errors import RepokitError, invalid_arg, not_found
 from repokit.frontends.grpc import GrpcOptions, build_grpc_server
 from repokit.frontends.grpc.options import parse_restricted_protocols
@@ -31,6 +32,7 @@ class IdentityService(InferenceService):
     def __init__(self) -> None:
         self.ready = True
         self.seen: list[int | str] = []
+        self.tracing = TraceManager()  # tracing off
 
     def server_live(self) -> bool:
         return True
