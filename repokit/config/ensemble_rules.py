@@ -58,6 +58,7 @@ ENSEMBLE_RULES: dict[str, str] = {
     "ensemble-tensor-shape-mismatch": "shapes must agree along every edge",
     "ensemble-decoupled-mixed-inputs": "a step must not mix different decoupled branches",
     "ensemble-step-io-unknown": "step IO is auto-completed; its checks were skipped (info)",
+    "response-cache-decoupled-step": "an ensemble with a decoupled step cannot use the cache",
 }
 
 
@@ -254,7 +255,41 @@ class _EnsembleChecker:
                 continue
             check.add_step(index, step, step_config)
         check.check_decoupled()
-        return check.findings + infos
+        cache = self._cache_finding(name, config)
+        return check.findings + ([cache] if cache is not None else []) + infos
+
+    def _cache_finding(self, name: str, config: mc.ModelConfig) -> Finding | None:
+        """Triton makes an ensemble with a decoupled step decoupled when it loads it, and then
+        refuses its response cache (the load error, with Triton's text)."""
+        if not config.response_cache.enable:
+            return None
+        found = self._decoupled_step(config, (name,))
+        if found is None:
+            return None
+        index, step_model = found
+        return Finding(
+            "response-cache-decoupled-step",
+            f"Response Cache does not currently support model {name} with 'decoupled' "
+            f"transaction policy. Please disable the response cache. (step {index}, "
+            f"'{step_model}', is decoupled, which makes the ensemble decoupled)",
+            "response_cache.enable",
+        )
+
+    def _decoupled_step(
+        self, config: mc.ModelConfig, seen: tuple[str, ...]
+    ) -> tuple[int, str] | None:
+        for index, step in enumerate(config.ensemble_scheduling.step):
+            upstream = self.report.models.get(step.model_name)
+            step_config = upstream.config if upstream is not None else None
+            if step_config is None or step.model_name in seen:
+                continue
+            if step_config.model_transaction_policy.decoupled:
+                return index, step.model_name
+            if step_config.platform == "ensemble" and (
+                self._decoupled_step(step_config, (*seen, step.model_name)) is not None
+            ):
+                return index, step.model_name
+        return None
 
 
 def check_ensembles(report: RepositoryReport, options: ValidateOptions) -> None:

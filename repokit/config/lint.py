@@ -256,6 +256,56 @@ def pinned_ensemble_versions(ctx: LintContext) -> list[Diagnostic]:
     return out
 
 
+def _sequence_step(
+    report: RepositoryReport, config: mc.ModelConfig, seen: tuple[str, ...]
+) -> str | None:
+    """The first step model (nested ensembles followed) that uses the sequence batcher."""
+    for step in config.ensemble_scheduling.step:
+        upstream = report.models.get(step.model_name)
+        step_config = upstream.config if upstream is not None else None
+        if step_config is None or step.model_name in seen:
+            continue
+        if step_config.HasField("sequence_batching"):
+            return step.model_name
+        if step_config.platform == ENSEMBLE:
+            nested = _sequence_step(report, step_config, (*seen, step.model_name))
+            if nested is not None:
+                return nested
+    return None
+
+
+def response_cache_over_sequence(ctx: LintContext) -> list[Diagnostic]:
+    if ctx.config.platform != ENSEMBLE or not ctx.config.response_cache.enable:
+        return []
+    step_model = _sequence_step(ctx.report, ctx.config, (ctx.model.name,))
+    if step_model is None:
+        return []
+    return [
+        ctx.advice(
+            "lint-response-cache-sequence-step",
+            Severity.WARNING,
+            f"the ensemble caches its responses but its step model '{step_model}' uses the "
+            "sequence batcher; Triton 2.51 (and repokit) still answer repeated requests from "
+            "the cache, so a hit skips that model and its sequence state is not updated",
+            "response_cache.enable",
+        )
+    ]
+
+
+def response_cache_needs_server_flag(ctx: LintContext) -> list[Diagnostic]:
+    if not ctx.config.response_cache.enable:
+        return []
+    return [
+        ctx.advice(
+            "lint-response-cache-server-flag",
+            Severity.INFO,
+            "response_cache is enabled; it takes effect only on a server started with "
+            "--cache-config local,size=<bytes> (without it every request runs the model)",
+            "response_cache.enable",
+        )
+    ]
+
+
 def _label_files(config: mc.ModelConfig) -> set[str]:
     return {o.label_filename for o in config.output if o.label_filename}
 
@@ -311,6 +361,8 @@ LINT_RULES: dict[str, str] = {
     "lint-labels-count-mismatch": "label file lines differ from the output size",
     "lint-ensemble-step-pinned-version": "an ensemble step pinned under a latest policy",
     "lint-unused-model-files": "files or versions no loaded version uses",
+    "lint-response-cache-sequence-step": "a cached ensemble over a sequence-batched model",
+    "lint-response-cache-server-flag": "response_cache needs the server's --cache-config",
 }
 
 
@@ -323,6 +375,8 @@ RULES: tuple[Rule, ...] = (
     labels_vs_output_size,
     pinned_ensemble_versions,
     unused_model_files,
+    response_cache_over_sequence,
+    response_cache_needs_server_flag,
 )
 
 

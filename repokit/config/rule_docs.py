@@ -73,6 +73,7 @@ _HELP_PAGES: tuple[tuple[str, str], ...] = (
     ("lint-cpu-instances", CONFIG_DOC + "#cpu-model-instance"),
     ("lint-tensorrt", DOCS + "user_guide/optimization.md"),
     ("lint-ensemble", ARCHITECTURE_DOC + "#ensemble-models"),
+    ("lint-response-cache", CONFIG_DOC + "#response-cache"),
     ("lint-", DOCS + "user_guide/optimization.md"),
     ("config-", CONFIG_DOC),
     ("", CONFIG_DOC + "#name-platform-and-backend"),

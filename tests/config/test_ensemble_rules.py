@@ -546,3 +546,42 @@ def test_invalid_sample_yields_exactly_its_rule(expected: Path) -> None:
     report = validate_repository(expected.parent, ValidateOptions())
     errors = [d.rule for d in report.models[case["model"]].diagnostics if d.is_error]
     assert errors == [case["rule"]]
+
+
+CACHE = "response_cache { enable: true }"
+DECOUPLED = "model_transaction_policy { decoupled: true }"
+
+
+def test_response_cache_on_an_ensemble_with_a_decoupled_step(tmp_path: Path) -> None:
+    models = {
+        "add": python_config("add", extra=DECOUPLED),
+        "ens": ensemble_config("ens", ADD, extra=CACHE),
+    }
+    finding = only(build(tmp_path, models), "ens")
+    assert finding.rule == "response-cache-decoupled-step"
+    assert finding.path == "response_cache.enable"
+    assert finding.message.startswith(
+        "Response Cache does not currently support model ens with 'decoupled' transaction "
+        "policy. Please disable the response cache."
+    )
+    assert "'add'" in finding.message
+
+
+def test_response_cache_on_an_ensemble_over_a_decoupled_nested_ensemble(tmp_path: Path) -> None:
+    inner = step("inner", {"E_IN": "E_IN"}, {"E_OUT": "E_OUT"})
+    models = {
+        "add": python_config("add", extra=DECOUPLED),
+        "inner": ensemble_config("inner", ADD),
+        "outer": ensemble_config("outer", inner, extra=CACHE),
+    }
+    report = build(tmp_path, models)
+    assert rules(report, "outer") == ["response-cache-decoupled-step"]
+    assert rules(report, "inner") == []
+
+
+def test_response_cache_on_an_ensemble_of_plain_steps_is_valid(tmp_path: Path) -> None:
+    models = {
+        "add": python_config("add", extra=CACHE),
+        "ens": ensemble_config("ens", ADD, extra=CACHE),
+    }
+    assert rules(build(tmp_path, models), "ens", None) == []

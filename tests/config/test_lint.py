@@ -222,3 +222,31 @@ def test_unused_version_dirs_and_stray_files(tmp_path: Path) -> None:
 def test_models_without_config_are_skipped(tmp_path: Path) -> None:
     report = lint(tmp_path, {"m": None})
     assert found(report, "m") == []
+
+
+CACHE = "response_cache { enable: true }"
+
+
+def test_response_cache_reminds_of_the_server_flag(tmp_path: Path) -> None:
+    report = lint(tmp_path, {"m": python_config("m", extra=DYNAMIC + " " + CACHE)})
+    (finding,) = found(report, "m")
+    assert finding.rule == "lint-response-cache-server-flag"
+    assert finding.severity is Severity.INFO
+    assert "--cache-config local,size=" in finding.message
+
+
+def test_cached_ensemble_over_a_sequence_model(tmp_path: Path) -> None:
+    add = step("add", {"IN": "E_IN"}, {"OUT": "E_OUT"})
+    sequence = python_config("add", extra="sequence_batching { }")
+    report = lint(tmp_path, {"add": sequence, "ens": ensemble_config("ens", add, extra=CACHE)})
+    warnings = [d for d in found(report, "ens") if d.severity is Severity.WARNING]
+    assert [d.rule for d in warnings] == ["lint-response-cache-sequence-step"]
+    assert "'add' uses the sequence batcher" in warnings[0].message
+    plain = lint(
+        tmp_path / "plain",
+        {
+            "add": python_config("add", extra=DYNAMIC),
+            "ens": ensemble_config("ens", add, extra=CACHE),
+        },
+    )
+    assert "lint-response-cache-sequence-step" not in rule_ids(plain, "ens")
