@@ -134,7 +134,8 @@ def _payloads(workdir: Path) -> dict[str, Path]:
         {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": a},
         {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": a},
     ]}  # fmt: skip
-    batcher = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1.0] * 4}]}
+    one = {"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1.0] * 4}
+    batcher = {"inputs": [one]}
     out = {}
     for name, doc in (("add_sub", add_sub), ("batcher", batcher)):
         body = workdir / f"{name}.json"

@@ -181,6 +181,13 @@ def serve(
         str | None,
         typer.Option(metavar="BYTES", help="Deprecated: --cache-config local,size=BYTES."),
     ] = None,
+    workers: Annotated[
+        str,
+        typer.Option(
+            metavar="N|auto",
+            help="Processes doing protocol work (auto: one per core); only 1 so far.",
+        ),
+    ] = "1",
     # tritonserver flags without effect here (each given one is logged once; serve_flags.py)
     model_namespacing: _Inert = None,
     enable_peer_access: _Inert = None,
@@ -211,6 +218,12 @@ def serve(
     model_load_gpu_limit: _InertList = None,
 ) -> None:
     """Serve model repositories like tritonserver (KServe v2 HTTP + gRPC + metrics)."""
+    from repokit.cli.serve_workers import check_workers
+
+    try:
+        check_workers(workers)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--workers'") from None
     from repokit.cli.serve_flags import (
         backend_config_notes,
         inert_flag_notes,
