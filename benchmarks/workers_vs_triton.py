@@ -206,10 +206,16 @@ def main() -> None:
                 continue
             rates = " ".join(f"{r:,.0f}" for r, _ in runs)
             median = float(np.median([r for r, _ in runs]))
-            last = runs[-1][1]
-            parts = ", ".join(f"{k} {v:.0%}" for k, v in last.items() if k != "tree" and v > 0.005)
-            print(f"  {name:<12} req/s {rates:<24} median {median:>8,.0f}  cpu (last run, share "
-                  f"of a core): whole tree {last['tree']:.0%}; {parts}")  # fmt: skip
+            # CPU per request is steadier than req/s on a shared machine: medians over runs
+            tree_us = float(np.median([s["tree"] / r * 1e6 for r, s in runs if r > 0]))
+            per_process = {
+                label: float(np.median([s.get(label, 0.0) / r * 1e6 for r, s in runs if r > 0]))
+                for label in runs[-1][1]
+                if label != "tree"
+            }
+            parts = ", ".join(f"{k} {v:.0f}" for k, v in per_process.items() if v >= 1)
+            print(f"  {name:<12} req/s {rates:<24} median {median:>8,.0f}  cpu us/req: "
+                  f"tree {tree_us:.0f} ({parts})")  # fmt: skip
 
 
 @contextmanager
