@@ -1,8 +1,8 @@
 """OpenTelemetry mode: each finished trace becomes spans exported over OTLP/HTTP (protobuf).
 
 The spans are Triton's: an ``InferRequest`` span per request (the frontend's receive and send
-timestamps as its events), a span named after the model from ``REQUEST_START`` to
-``REQUEST_END`` (attributes ``triton.model_name``, ``triton.model_version``,
+timestamps and INFER_RESPONSE_COMPLETE as its events), a span named after the model from
+``REQUEST_START`` to ``REQUEST_END`` (attributes ``triton.model_name``, ``triton.model_version``,
 ``triton.trace_id``, ``triton.trace_parent_id``, ``triton.request_id``), and a ``compute``
 span from ``COMPUTE_START`` to ``COMPUTE_END`` inside it. A composing model's span is a child
 of its ensemble's model span. A request that carries a W3C ``traceparent`` is traced whatever
@@ -112,7 +112,8 @@ class OtelExporter:
                     kind=kind,
                     start_time=at,
                 )
-            target = compute or model or parent
+            # the response's completion belongs to the request, not to the model (as Triton)
+            target = parent if name == "INFER_RESPONSE_COMPLETE" else compute or model or parent
             target.add_event(name, timestamp=at)
             if name == "COMPUTE_END" and compute is not None:
                 compute.end(end_time=at)
