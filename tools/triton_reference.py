@@ -377,6 +377,7 @@ class TritonServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.http_port = self.grpc_port = self.metrics_port = 0
         self.restarts = 0
+        self.regions: set[Path] = set()  # python backend regions seen mapped by the server
 
     @property
     def pid(self) -> int:
@@ -427,6 +428,13 @@ class TritonServer:
         paths = [f"/v2/models/{urllib.parse.quote(m, safe='')}/ready" for m in models]
         for path in paths or ["/v2/health/ready"]:
             self.wait_for(path, timeout)
+        self.note_regions()
+
+    def note_regions(self) -> None:
+        """Remember the python backend regions the server's processes have mapped now, so that
+        stop removes them even when the server has been killed meanwhile."""
+        if self.process is not None:
+            self.regions |= python_backend_regions(group_of(self.process.pid))
 
     @property
     def running(self) -> bool:
@@ -478,6 +486,7 @@ class TritonServer:
         process, self.process = self.process, None
         if process is None:
             return
+        regions, self.regions = self.regions | python_backend_regions(group_of(process.pid)), set()
         for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(OSError):
                 os.killpg(process.pid, sig)
@@ -492,6 +501,10 @@ class TritonServer:
         deadline = time.monotonic() + 5.0
         while group_members(process.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
+        # a python backend whose server or stubs were killed leaves its regions in /dev/shm
+        for region in regions:
+            with contextlib.suppress(OSError):
+                region.unlink()
 
     def __enter__(self) -> TritonServer:
         if self.process is None:
@@ -515,6 +528,30 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry.name))
     return members
+
+
+def group_of(pid: int) -> list[int]:
+    """``pid`` and the other live members of its process group (a server and its stubs)."""
+    return [pid, *(member for member in group_members(pid) if member != pid)]
+
+
+SHM_REGION_PREFIX = "/dev/shm/triton_python_backend_shm_region_"
+
+
+def python_backend_regions(pids: Iterable[int]) -> set[Path]:
+    """The python backend's shared-memory regions that the processes ``pids`` have mapped."""
+    regions = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            fields = line.split(maxsplit=5)  # address perms offset device inode [path]
+            path = fields[5] if len(fields) == 6 else ""
+            if path.startswith(SHM_REGION_PREFIX):
+                regions.add(Path(path.removesuffix(" (deleted)")))
+    return regions
 
 
 @contextmanager

@@ -159,3 +159,30 @@ def test_the_command_in_the_foreground_stops_on_sigterm(repository: Path, tmp_pa
             proc.wait()
         if pid and group_members(pid):  # the launcher failed to stop it: do not leave it running
             os.killpg(pid, signal.SIGKILL)
+
+
+def test_stop_removes_the_python_backends_shared_memory_regions(server: TritonServer) -> None:
+    """A killed tritonserver leaves its python backend's regions in /dev/shm (1 MiB or more
+    each; hundreds had piled up on a test machine): stop removes those of its server."""
+    server.start()
+    server.wait_ready(["add_sub"])
+    regions = tr.python_backend_regions([server.pid, *group_members(server.pid)])
+    assert regions and all(region.exists() for region in regions)
+    os.killpg(server.pid, signal.SIGKILL)  # no chance to clean up after itself
+    assert wait_until(lambda: not group_members(server.pid) or not server.running)
+    server.stop()
+    assert not any(region.exists() for region in regions)
+
+
+def test_regions_are_read_from_the_processes_mappings() -> None:
+    import mmap
+
+    region = Path(f"{tr.SHM_REGION_PREFIX}test-{os.getpid()}")
+    region.write_bytes(b"\0" * 4096)
+    try:
+        with region.open("r+b") as handle, mmap.mmap(handle.fileno(), 4096):
+            assert region in tr.python_backend_regions([os.getpid()])
+        assert region not in tr.python_backend_regions([os.getpid()])  # unmapped
+        assert tr.python_backend_regions([2**22 + 7]) == set()  # no such process
+    finally:
+        region.unlink()
