@@ -109,3 +109,29 @@ def join_raw_outputs(head: bytes, blobs: Sequence[Any]) -> bytes:
         parts.append(_RAW_OUTPUT_KEY + encode_varint(size))
         parts.append(blob)
     return b"".join(parts)
+
+
+def _length_delimited(field: int, payload: bytes) -> bytes:
+    return bytes([(field << 3) | _LENGTH_DELIMITED]) + encode_varint(len(payload)) + payload
+
+
+def _final_parameter(final: bool) -> bytes:
+    """ModelInferResponse.parameters (field 4) entry ``triton_final_response``: the map entry
+    (key 1, value 2) of an InferParameter whose bool_param (field 1) is ``final``."""
+    parameter = b"\x08\x01" if final else b"\x08\x00"
+    entry = _length_delimited(1, b"triton_final_response") + _length_delimited(2, parameter)
+    return _length_delimited(4, entry)
+
+
+_FINAL_PARAMETER = {True: _final_parameter(True), False: _final_parameter(False)}
+_STREAM_RESPONSE_FIELD = 2  # ModelStreamInferResponse.infer_response
+
+
+def stream_response(infer_response: bytes, final: bool) -> bytes:
+    """A serialized ModelStreamInferResponse holding the serialized ModelInferResponse
+    ``infer_response`` with its ``triton_final_response`` parameter set to ``final`` (a map
+    entry written after the message's own fields replaces one of the same key)."""
+    inner = _FINAL_PARAMETER[final]
+    size = len(infer_response) + len(inner)
+    key = bytes([(_STREAM_RESPONSE_FIELD << 3) | _LENGTH_DELIMITED])
+    return b"".join((key, encode_varint(size), infer_response, inner))

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from repokit.protocol.generated import grpc_service_pb2 as pb
-from repokit.protocol.grpc_raw import _varint, encode_varint, join_raw_outputs, split_raw_inputs
+from repokit.protocol.grpc_raw import (
+    _varint,
+    encode_varint,
+    join_raw_outputs,
+    split_raw_inputs,
+    stream_response,
+)
 
 
 def _request(contents: list[bytes]) -> pb.ModelInferRequest:
@@ -110,3 +116,22 @@ def test_varint_round_trip(value: int) -> None:
     assert msg.model_name == "a"
     encoded = encode_varint(value)
     assert _varint(encoded, 0, len(encoded)) == (value, len(encoded))
+
+
+@pytest.mark.parametrize("final", [True, False])
+def test_stream_response_is_the_runtimes(final: bool) -> None:
+    inner = pb.ModelInferResponse(model_name="m", id="7", raw_output_contents=[b"x" * 300])
+    inner.parameters["triton_final_response"].bool_param = not final  # replaced
+    inner.parameters["other"].int64_param = 3
+    expected = pb.ModelStreamInferResponse(infer_response=inner)
+    expected.infer_response.parameters["triton_final_response"].bool_param = final
+    got = pb.ModelStreamInferResponse.FromString(stream_response(inner.SerializeToString(), final))
+    assert got == expected
+    assert (
+        stream_response(b"", final)
+        == pb.ModelStreamInferResponse(
+            infer_response=pb.ModelInferResponse(
+                parameters={"triton_final_response": pb.InferParameter(bool_param=final)}
+            )
+        ).SerializeToString()
+    )

@@ -28,7 +28,7 @@ from repokit.frontends.grpc.codec import (
     parse_infer_request,
 )
 from repokit.frontends.grpc.parsing import UNPARSABLE_REQUEST, Unparsable
-from repokit.frontends.grpc.stream import GRPC_ERROR_HEADER, StreamSession
+from repokit.frontends.grpc.stream import GRPC_ERROR_HEADER, StreamResponse, StreamSession
 from repokit.frontends.heap import HeapTrimmer
 from repokit.frontends.status import grpc_status_name
 from repokit.protocol.generated import grpc_service_pb2 as pb
@@ -246,7 +246,7 @@ class InferenceServicer:
         self,
         request_iterator: AsyncIterator[pb.ModelInferRequest | Unparsable],
         context: Context,
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    ) -> AsyncIterator[StreamResponse]:
         # grpc.aio needs an async generator function here, not one returning a generator
         grpc_error = any(
             key == GRPC_ERROR_HEADER and value == "true"

@@ -32,10 +32,16 @@ from collections.abc import AsyncIterator, Callable, Hashable
 
 from repokit.core.service import InferenceService
 from repokit.errors import RepokitError
-from repokit.frontends.grpc.codec import DecodedRequest, decode_infer_request, encode_infer_response
+from repokit.frontends.grpc.codec import (
+    DecodedRequest,
+    decode_infer_request,
+    encode_infer_response_bytes,
+)
 from repokit.frontends.grpc.messages import parse_model_version
 from repokit.frontends.grpc.parsing import Unparsable
 from repokit.protocol.generated import grpc_service_pb2 as pb
+from repokit.protocol.grpc_raw import stream_response
+from repokit.protocol.types import InferResponse
 
 FINAL_RESPONSE_PARAM = "triton_final_response"
 
@@ -54,7 +60,9 @@ class StreamFailed:
         self.error = error
 
 
-_Item = pb.ModelStreamInferResponse | StreamFailed | None
+# a response: a message, or one serialized already (see serialize_stream_response)
+StreamResponse = pb.ModelStreamInferResponse | bytes
+_Item = StreamResponse | StreamFailed | None
 
 
 def _sequence_key(msg: pb.ModelInferRequest) -> Hashable | None:
@@ -70,9 +78,17 @@ def _sequence_key(msg: pb.ModelInferRequest) -> Hashable | None:
     return None
 
 
-def _final_flagged(msg: pb.ModelInferResponse, final: bool) -> pb.ModelStreamInferResponse:
-    msg.parameters[FINAL_RESPONSE_PARAM].bool_param = final
-    return pb.ModelStreamInferResponse(infer_response=msg)
+def _final_flagged(response: InferResponse, final: bool) -> bytes:
+    """The serialized stream response of ``response`` with ``triton_final_response``."""
+    return stream_response(encode_infer_response_bytes(response), final)
+
+
+def serialize_stream_response(response: StreamResponse) -> bytes:
+    """ModelStreamInfer's response serializer: responses may be serialized already."""
+    if isinstance(response, bytes):
+        return response
+    body: bytes = response.SerializeToString()
+    return body
 
 
 def error_response(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
@@ -108,7 +124,7 @@ class StreamSession:
         self._grpc_error = grpc_error
         self.failure: RepokitError | None = None  # set when the stream ends with a status
 
-    async def responses(self) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    async def responses(self) -> AsyncIterator[StreamResponse]:
         """The stream's responses; in ``triton_grpc_error`` mode they stop at the first
         failure, which is then in :attr:`failure`."""
         out: asyncio.Queue[_Item] = asyncio.Queue()
@@ -178,7 +194,7 @@ class StreamSession:
 
     async def _run(
         self, msg: pb.ModelInferRequest, issued: list[bool]
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    ) -> AsyncIterator[StreamResponse]:
         service = self._service
         version = parse_model_version(msg.model_version)
         decoupled = service.is_decoupled(msg.model_name, version)
@@ -189,21 +205,19 @@ class StreamSession:
         issued[0] = True
         if not decoupled:
             response = await service.infer(decoded.request)
-            yield _final_flagged(encode_infer_response(response), True)
+            yield _final_flagged(response, True)
             return
         async for item in self._run_decoupled(decoded):
             yield item
 
-    async def _run_decoupled(
-        self, decoded: DecodedRequest
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    async def _run_decoupled(self, decoded: DecodedRequest) -> AsyncIterator[StreamResponse]:
         request = decoded.request
         ended = False
         async for response in self._service.infer_stream(request):
             ended = response.final
-            yield _final_flagged(encode_infer_response(response), response.final)
+            yield _final_flagged(response, response.final)
         if not ended and decoded.enable_empty_final_response:
             empty = pb.ModelInferResponse(
                 id=request.id, model_name=request.model_name, model_version=request.model_version
             )
-            yield _final_flagged(empty, True)
+            yield stream_response(empty.SerializeToString(), True)
