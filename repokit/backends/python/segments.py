@@ -20,6 +20,13 @@ process that made it), and whether an array arrives writable still follows the s
 - an instance process copies what it sends into a new segment (a model may have written into
   the pages of an input it returns, which the file would not show).
 
+Why only from :data:`SEGMENT_LIMIT` (32 MiB) up: a new segment per tensor costs more CPU than
+the socket's two kernel copies (a new file, its pages allocated, mapped, faulted in, unmapped
+and freed for every message): through the dynamic batcher, 1 MiB and 16 MiB tensors took 1.2x
+and 2x the CPU per request with segments (``benchmarks/README.md``). The memory a segment
+saves matters for the large tensors the limit is meant for (the 64 MiB round trip below,
+Triton's 1 GiB ``bls_memory``).
+
 Measured with one BLS round trip of a 64 MiB FP32 tensor to a python identity model, peak
 memory above idle summed over the three processes went from 5.0 tensor copies (2 in the caller,
 2 in the server, 1 in the called instance) to 3.0 (the caller's own array and the response it
@@ -38,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-SEGMENT_LIMIT = 1024 * 1024
+SEGMENT_LIMIT = 32 * 1024 * 1024
 MAX_SEGMENTS = 32  # per frame (one SCM_RIGHTS message); more large buffers go through the socket
 _WRITE_CHUNK = 1 << 30
 _FD_SIZE = array.array("i").itemsize
