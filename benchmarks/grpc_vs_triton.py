@@ -17,7 +17,9 @@ a change of the machine's load hits all of them; per server the runs, their medi
 server's CPU per request (its process and its model instances' processes) and the ratios of
 medians against Triton are printed, with the machine and its load average. The bare servicer
 does the same work (decode raw bytes, add/sub with numpy, build the response) with no model
-machinery, on uvloop as ``repokit serve`` runs: the ceiling of the grpc.aio stack.
+machinery, on uvloop as ``repokit serve`` runs: the ceiling of the grpc.aio stack. The bare
+HTTP/2 server (``bare_h2_grpc.py``) does the same work over our own HTTP/2 framing: what an own
+gRPC transport could give instead of grpc.aio.
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--stream-messages", type=int, default=16)
-    parser.add_argument("--no-bare", action="store_true", help="leave out the bare servicer")
+    parser.add_argument("--no-bare", action="store_true", help="leave out the bare servers")
     args = parser.parse_args()
     require_tools("h2load", install="nghttp2-client")
     work = Path(tempfile.mkdtemp(prefix="grpc-bench-"))
@@ -185,15 +187,20 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     bare_port = free_port()
     bare = None
+    h2_port = free_port()
+    h2 = None
     if not args.no_bare:
         bare = subprocess.Popen([sys.executable, "-c", BARE_SERVER, str(bare_port)], env=env)
+        script = Path(__file__).with_name("bare_h2_grpc.py")
+        h2 = subprocess.Popen([sys.executable, str(script), str(h2_port)], env=env)
     rounds = Rounds()
     try:
         with triton(repo, work) as reference, running_repokit(repo) as (proc, ports):
             targets = {"triton": (reference.grpc_port, reference.pid),
                        "repokit": (ports["grpc"], proc.pid)}  # fmt: skip
-            if bare is not None:
+            if bare is not None and h2 is not None:
                 targets["bare grpc.aio"] = (bare_port, bare.pid)
+                targets["bare own HTTP/2"] = (h2_port, h2.pid)
             for port, _ in targets.values():
                 wait_and_check(port)
             print(machine(), "(before)")
@@ -209,8 +216,7 @@ def main() -> None:
                         done = run.succeeded * count
                         rounds.add(workload, name, run.rate * count, 1e6 * used / max(1, done))
     finally:
-        if bare is not None:
-            stop_processes([bare], signal.SIGINT)
+        stop_processes([p for p in (bare, h2) if p is not None], signal.SIGINT)
         shutil.rmtree(work, ignore_errors=True)
     print(machine(), "(after)")
     print(f"h2load, {args.rounds} alternating rounds of {args.duration}s per server and workload")
