@@ -30,6 +30,7 @@ from repokit.protocol.types import InferTensor, ParamValue
 if TYPE_CHECKING:
     from repokit.backends.server_api import RequestControl, ServerApi
     from repokit.backends.wire_plan import WirePlan
+    from repokit.scheduler.rate_limiter import ModelSlots
 
 
 def instance_count(config: mc.ModelConfig) -> int:
@@ -128,6 +129,11 @@ class Backend(abc.ABC):
         # set by the core before unload() at shutdown: the time.monotonic() by which unload()
         # must be done (--exit-timeout-secs); a backend cuts its waits (finalize) short then
         self.unload_deadline: float | None = None
+        # set by the core when --rate-limit execution_count limits this version's instances:
+        # an instance executes a batch only while holding its slot (None: not limited). The
+        # schedulers take the slot around execute(); a backend that pipelines executions takes
+        # it itself when the instance really starts a batch (repokit.scheduler.rate_limiter).
+        self.rate_slots: ModelSlots | None = None
 
     @property
     @abc.abstractmethod

@@ -141,6 +141,21 @@ def serve(
     metrics_interval_ms: Annotated[
         float, typer.Option(metavar="MS", help="How often CPU metrics are collected.")
     ] = 2000.0,
+    rate_limit: Annotated[
+        str,
+        typer.Option(
+            metavar="MODE",
+            help="off | execution_count: instances run while their rate_limiter resources "
+            "are free.",
+        ),
+    ] = "off",
+    rate_limit_resource: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="NAME:COUNT[:DEVICE]",
+            help="A resource's count (on DEVICE, else on every device), repeatable.",
+        ),
+    ] = None,
     metrics_config: Annotated[
         list[str] | None,
         typer.Option(
@@ -207,8 +222,6 @@ def serve(
     backend_directory: _Inert = None,
     repoagent_directory: _Inert = None,
     cache_directory: _Inert = None,
-    rate_limit: _Inert = None,
-    rate_limit_resource: _InertList = None,
     pinned_memory_pool_byte_size: _Inert = None,
     cuda_memory_pool_byte_size: _InertList = None,
     cuda_virtual_address_size: _InertList = None,
@@ -238,6 +251,7 @@ def serve(
     from repokit.frontends.restricted_apis import parse_restricted_apis
     from repokit.frontends.runner import ServeSettings
     from repokit.paths import default_sample_repository
+    from repokit.scheduler.rate_limiter import parse_rate_limit, parse_resource_flags
 
     given = {f"--{name.replace('_', '-')}": value for name, value in locals().items()}
     repos = [*(repositories or []), *(model_repository or [])]
@@ -309,6 +323,8 @@ def serve(
             metrics=metrics,
             trace=trace,
             response_cache=response_cache,
+            rate_limit=parse_rate_limit(rate_limit),  # type: ignore[arg-type]
+            rate_limit_resources=parse_resource_flags(rate_limit_resource or []),
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

@@ -34,8 +34,6 @@ INERT_FLAGS: dict[str, str] = {
     "--backend-directory": "backends are built in",
     "--repoagent-directory": "repository agents are not supported",
     "--cache-directory": "the local response cache is built in",
-    "--rate-limit": "there is no rate limiter: instances run requests as they are free",
-    "--rate-limit-resource": "there is no rate limiter",
     "--pinned-memory-pool-byte-size": "no GPUs are used",
     "--cuda-memory-pool-byte-size": "no GPUs are used",
     "--cuda-virtual-address-size": "no GPUs are used",

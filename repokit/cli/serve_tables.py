@@ -32,7 +32,16 @@ def options_table(settings: ServerSettings, extensions: list[str]) -> str:
         ("model_control_mode", _MODES[settings.model_control_mode]),
         ("strict_model_config", int(settings.strict_model_config)),
         ("model_config_name", settings.model_config_name),
-        ("rate_limit", "OFF"),
+        ("rate_limit", "EXEC_COUNT" if settings.rate_limit == "execution_count" else "OFF"),
+    ]
+    rows += [
+        (
+            f"rate_limit_resource[{i}]",
+            f'{{"name":"{r.name}", "count":{r.count} "device":{r.device}}}',
+        )
+        for i, r in enumerate(settings.rate_limit_resources)
+    ]
+    rows += [
         ("strict_readiness", int(settings.strict_readiness)),
         ("exit_timeout", f"{settings.exit_timeout_secs:g}"),
         ("cache_enabled", int(settings.response_cache is not None)),

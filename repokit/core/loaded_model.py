@@ -28,6 +28,7 @@ from repokit.core.wire_lane import WireLane, wire_lane_for
 from repokit.errors import RepokitError, internal, invalid_arg
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.base import Scheduler
+from repokit.scheduler.rate_limiter import ModelSlots, RateLimiter, instance_needs
 
 BackendFactory = Callable[[ModelContext], Backend]
 SchedulerFactory = Callable[[Backend, ModelStats], Scheduler]
@@ -76,6 +77,8 @@ class LoadedVersion:
     wire_lane: WireLane | None = field(default=None, init=False, repr=False)
     # the server's response cache, when it has one and the config enables it (set once started)
     response_cache: ModelCache | None = field(default=None, init=False, repr=False)
+    # --rate-limit: the instances' places at the rate limiter (None: not limited)
+    _rate: tuple[RateLimiter, ModelSlots] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.version_text = str(self.version)
@@ -121,6 +124,7 @@ class LoadedVersion:
         server: ServerApi | None = None,
         auto_complete: bool = True,
         cache: ResponseCache | None = None,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         """Load the backend, warm every instance up, start the scheduler. Ensembles get an
         ensemble scheduler whose steps go through ``run_step`` (the core's composing-model
@@ -152,12 +156,15 @@ class LoadedVersion:
             self.backend = backend
             try:
                 self._check_io()  # a model without auto_complete_config left its config as is
+                if rate_limiter is not None:  # after load: the model may complete its groups
+                    self._limit(rate_limiter, backend)
                 await warm_up(backend)
                 scheduler = scheduler_factory(backend, self.stats)
                 await scheduler.start()
             except BaseException:
                 self.backend = None
                 await backend.unload()
+                self._unlimit()
                 raise
             self.scheduler = scheduler
             self._use_cache(cache)
@@ -168,6 +175,20 @@ class LoadedVersion:
         if cache is not None and self.config.response_cache.enable:
             self.response_cache = ModelCache(cache, self.name, self.version)
             self.stats.cache_enabled = True
+    def _limit(self, limiter: RateLimiter, backend: Backend) -> None:
+        """Register the instances' resources (a count the server cannot give fails the load
+        with Triton's message) and hand the backend its slots."""
+        needs = instance_needs(self.config, backend.instance_count)
+        if not any(needs):
+            return
+        slots = limiter.register(needs)
+        self._rate = (limiter, slots)
+        backend.rate_slots = slots
+
+    def _unlimit(self) -> None:
+        rate, self._rate = self._rate, None
+        if rate is not None:
+            rate[0].unregister(rate[1])
 
     def _adopt_completed_config(self, completed_json: str) -> ModelContext:
         """Make the config a model completed (python ``auto_complete_config``) this version's
@@ -237,3 +258,4 @@ class LoadedVersion:
                 pass  # the version is gone either way; finalize errors are the model's own
             finally:
                 self.backend = None
+                self._unlimit()

@@ -60,6 +60,7 @@ from repokit.errors import RepokitError, internal, invalid_arg, not_found, unava
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.model_version import parse_model_version
 from repokit.scheduler.base import ScheduledResult
+from repokit.scheduler.rate_limiter import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +210,12 @@ class ModelManager:
         # the server's response cache, shared by every model that enables it
         cache = settings.response_cache
         self.response_cache = ResponseCache(cache.size) if cache is not None else None
+        # --rate-limit execution_count: every loaded instance's resources (None: off)
+        self.rate_limiter: RateLimiter | None = (
+            RateLimiter(settings.rate_limit_resources)
+            if settings.rate_limit == "execution_count"
+            else None
+        )
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -586,6 +593,7 @@ class ModelManager:
                 self.run_step,
                 self.server,
                 cache=self.response_cache,
+                rate_limiter=self.rate_limiter,
             )
         except RepokitError as exc:
             return exc.message

@@ -14,6 +14,7 @@ from typing import Literal
 
 from repokit.core.response_cache import CacheSettings
 from repokit.core.tracing.options import TraceStartup
+from repokit.scheduler.rate_limiter import ResourceLimit
 
 ControlMode = Literal["none", "explicit", "poll"]
 LogFormat = Literal["default", "ISO8601"]
@@ -75,6 +76,9 @@ class ServerSettings:
     trace: TraceStartup = field(default_factory=TraceStartup)
     # --cache-config local,size=N (or --response-cache-byte-size N); None = no response cache
     response_cache: CacheSettings | None = None
+    # --rate-limit (off | execution_count) and --rate-limit-resource NAME:COUNT[:DEVICE]
+    rate_limit: Literal["off", "execution_count"] = "off"
+    rate_limit_resources: tuple[ResourceLimit, ...] = ()
 
     def __post_init__(self) -> None:
         self.repositories = [Path(p) for p in self.repositories]
@@ -89,6 +93,8 @@ class ServerSettings:
             raise ValueError("--model-load-thread-count must be at least 1")
         if self.model_load_retry_count < 0:
             raise ValueError("--model-load-retry-count must not be negative")
+        if self.rate_limit not in ("off", "execution_count"):
+            raise ValueError(f"invalid argument for --rate-limit: '{self.rate_limit}'")
         if "*" in self.load_models and len(self.load_models) > 1:
             raise ValueError(
                 "Wildcard model name '*' must be the ONLY startup model if specified at all."

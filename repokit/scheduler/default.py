@@ -93,7 +93,12 @@ class DefaultScheduler(Scheduler):
         finally:
             self._pending -= 1
         started = time.perf_counter_ns()
+        slots = self._backend.rate_slots
+        slot = None if slots is None else slots.slot(instance)
         try:
+            if slot is not None:  # --rate-limit: the instance's resources first (queue time)
+                await slot.acquire()
+                started = time.perf_counter_ns()
             results, timing = await self._backend.execute(instance, [request])
         except RepokitError as exc:
             results, timing = [BackendResult(error=exc)], Timing()
@@ -101,6 +106,8 @@ class DefaultScheduler(Scheduler):
             results = [BackendResult(error=internal(f"backend failed: {exc!r}"))]
             timing = Timing()
         finally:
+            if slot is not None:
+                slot.release()
             free.put_nowait(instance)
         if self._on_execution is not None:
             self._on_execution(batch_size, timing)

@@ -137,13 +137,20 @@ async def execute_batch(
             instance,
             len(requests),
         )
+    slots = backend.rate_slots
+    slot = None if slots is None or backend.pipelines_executions else slots.slot(instance)
     try:
+        if slot is not None:  # --rate-limit: the instance's resources first
+            await slot.acquire()
         results, timing = await backend.execute(instance, requests)
     except RepokitError as exc:
         return [BackendResult(error=exc) for _ in requests], Timing()
     except Exception as exc:  # a backend bug must not kill the worker
         error = internal(f"model execution failed: {type(exc).__name__}: {exc}")
         return [BackendResult(error=error) for _ in requests], Timing()
+    finally:
+        if slot is not None:
+            slot.release()
     if len(results) != len(requests):
         error = internal(
             f"model returned {len(results)} responses for a batch of {len(requests)} requests"

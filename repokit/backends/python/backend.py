@@ -191,6 +191,7 @@ class _Instance:
     death: str = ""  # why the server killed it (a hung execute), for the error and the log
     # hang timers of the execute messages at the process, in the order they were sent
     timers: deque[asyncio.TimerHandle | None] = field(default_factory=deque)
+    slot: int = 0  # its place among the model's instances (a restart keeps it)
 
     def alive(self) -> bool:
         return not self.dead and self.process.poll() is None
@@ -376,7 +377,8 @@ class PythonBackend(Backend):
         finally:
             child_sock.close()
             child_lane.close()
-        instance = _Instance(name=name, process=process, sock=parent_sock)
+        slot = self._names.index(name) if name in self._names else 0
+        instance = _Instance(name=name, process=process, sock=parent_sock, slot=slot)
         lane = segments.FdLane(parent_lane, forward=True)
         channel = Channel(parent_sock, lambda: self._lost(instance), lane=lane)
         instance.channel = channel
@@ -432,6 +434,11 @@ class PythonBackend(Backend):
             if timer is not None:
                 timer.cancel()
         instance.timers.clear()
+        if instance.queue and not instance.in_flight:  # waiting for its resources (--rate-limit)
+            waiting, instance.queue = instance.queue, []
+            for _, _, future, _ in waiting:
+                if not future.done():
+                    future.set_exception(ipc.ChannelClosed(f"instance '{instance.name}' died"))
         if instance.stopping or self._unloading or instance not in self._instances:
             return
         slot = self._instances.index(instance)
@@ -514,6 +521,7 @@ class PythonBackend(Backend):
             and len(instance.queue) == 1
             and type(payload) is list  # a RequestBatch (a WireItem is a tuple)
             and len(payload) > 1
+            and self.rate_slots is None
         ):
             self._flush(instance)
         return future
@@ -522,6 +530,8 @@ class PythonBackend(Backend):
         queue = instance.queue
         while queue and queue[0][2].done():  # cancelled before it was sent
             queue.pop(0)
+        if self.rate_slots is not None and self._rate_limited(instance):
+            return
         if not queue:
             return
         if queue[0][0] != EXECUTE:
@@ -535,6 +545,8 @@ class PythonBackend(Backend):
                 if total > MERGE_LIMIT_BYTES:
                     break
                 count += 1
+            if self.rate_slots is not None:  # one batch per turn at the resources
+                count = 1
             sent = [item for item in queue[:count] if not item[2].done()]
             del queue[:count]
             message = (EXECUTE, [item[1] for item in sent])
@@ -555,8 +567,50 @@ class PythonBackend(Backend):
             error = f"failed to send the request(s) to model instance '{instance.name}': {exc}"
             self._delivered(instance, sent, (ERROR, error))
 
+    def _rate_limited(self, instance: _Instance) -> bool:
+        """--rate-limit: whether the instance must wait before sending what it has queued. An
+        execute message goes only while the instance holds its resources (one batch at a time,
+        the only message at the process); they are asked for when one waits and given back
+        when its reply arrives (or the process dies), and when the work that waited for them
+        went away meanwhile. Both lanes (``execute``, ``execute_wire``) meet here."""
+        slots = self.rate_slots
+        slot = slots.slot(instance.slot) if slots is not None else None
+        if slot is None:
+            return False
+        queue = instance.queue
+        if not queue or queue[0][0] != EXECUTE:
+            if slot.holding and instance.in_flight == 0:
+                slot.release()
+            elif not queue:
+                slot.withdraw()
+            return False
+        if instance.in_flight:
+            return True  # sent again when the reply arrives
+        if slot.holding:
+            return False
+        index = instance.slot
+        slot.request(lambda: self._granted(index))
+        return True
+
+    def _granted(self, index: int) -> None:
+        """The resources of the instance at ``index`` are its own: send its next batch (the
+        instance there now: a restarted one took the place of the one that asked)."""
+        target = self._instances[index] if index < len(self._instances) else None
+        if target is not None and not target.dead:
+            self._flush(target)
+            return
+        slots = self.rate_slots
+        slot = slots.slot(index) if slots is not None else None
+        if slot is not None:
+            slot.release()
+
     def _delivered(self, instance: _Instance, sent: list[_Queued], reply: Any) -> None:
         instance.in_flight -= 1
+        slots = self.rate_slots
+        if slots is not None and sent and sent[0][0] == EXECUTE:
+            slot = slots.slot(instance.slot)
+            if slot is not None:  # the execution ended: its resources go back
+                slot.release()
         if instance.timers:
             timer = instance.timers.popleft()
             if timer is not None:
