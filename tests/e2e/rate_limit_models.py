@@ -117,9 +117,7 @@ def write_model(
         f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in params.items()
     )
     dims = "[ 1 ]"
-    bodies = groups or [
-        f"kind: KIND_CPU count: {count} {rate_limiter_text(resources, priority)}"
-    ]
+    bodies = groups or [f"kind: KIND_CPU count: {count} {rate_limiter_text(resources, priority)}"]
     group_text = ", ".join(f"{{ {body} }}" for body in bodies)
     (model / "config.pbtxt").write_text(
         f'name: "{name}"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n'

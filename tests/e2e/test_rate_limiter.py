@@ -95,7 +95,11 @@ def repo(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Path:
     write_ensemble(repo, "ens", "step_a", "step_b")
     # error paths share R6
     write_model(
-        repo, "failing", log_path=logs / "err", resources=[("R6", 1, False)], parameters={"fail": "boom"}
+        repo,
+        "failing",
+        log_path=logs / "err",
+        resources=[("R6", 1, False)],
+        parameters={"fail": "boom"},
     )
     write_model(
         repo,
@@ -259,7 +263,9 @@ def test_a_request_cancelled_while_waiting_never_runs(server: ServerThread, logs
         hold = pool.submit(infer, server, "cancel_hold")
         until(lambda: starts(log) == ["cancel_hold_0_0"], "the holder runs")
         answers: queue.Queue[Any] = queue.Queue()
-        call = client.async_infer("cancel_wait", [item], callback=lambda result, error: answers.put(error))
+        call = client.async_infer(
+            "cancel_wait", [item], callback=lambda result, error: answers.put(error)
+        )
         slots = loaded(server, "cancel_wait").backend.rate_slots  # type: ignore[union-attr]
         slot = slots.slot(0) if slots is not None else None
         assert slot is not None
