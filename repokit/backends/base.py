@@ -21,15 +21,15 @@ import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
+from repokit.backends.wire_plan import WirePlan
 from repokit.errors import RepokitError
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferTensor, ParamValue
 
 if TYPE_CHECKING:
     from repokit.backends.server_api import RequestControl, ServerApi
-    from repokit.backends.wire_plan import WirePlan
     from repokit.scheduler.rate_limiter import ModelSlots
 
 
@@ -62,6 +62,8 @@ class BackendResult:
     outputs: list[InferTensor] = field(default_factory=list)
     error: RepokitError | None = None
     parameters: dict[str, ParamValue] = field(default_factory=dict)
+    # the response as the instance encoded it for the client (wire lane only; no outputs then)
+    encoded: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -89,26 +91,11 @@ class Timing:
     compute_output_ns: int = 0
 
 
-@dataclass
-class WireOutcome:
-    """What :meth:`Backend.execute_wire` gives back: the encoded response (``body``), or a
-    result in the usual form for the server to finish (``result``: errors, outputs the instance
-    could not encode), or neither when the request must take the server's standard path (then
-    nothing ran). ``batch_size`` is the request's (0 when the model does not batch)."""
-
-    body: bytes | None = None
-    result: BackendResult | None = None
-    batch_size: int = 0
-    timing: Timing = field(default_factory=Timing)
-
-
 class Backend(abc.ABC):
     """A loaded model version with ``instance_count`` instances."""
 
     # True: execute() may be called while the instance runs another batch (see module doc)
     pipelines_executions: bool = False
-    # True: execute_wire() takes a request in its wire form (repokit.core.wire_lane)
-    supports_wire: bool = False
 
     def __init__(self, context: ModelContext) -> None:
         self.context = context
@@ -149,14 +136,6 @@ class Backend(abc.ABC):
     ) -> tuple[list[BackendResult], Timing]:
         """Run one batch on one instance; never raises for a model error (see BackendResult)."""
 
-    async def execute_wire(
-        self, instance: int, protocol: str, raw: bytes, plan: WirePlan, limit: int
-    ) -> WireOutcome:
-        """Run one request given as its wire bytes (``protocol``: "grpc" or "json") on one
-        instance, which decodes, checks and encodes it (backends with ``supports_wire`` only);
-        ``limit`` is the server's maximum input size."""
-        raise NotImplementedError(f"{type(self).__name__} takes no wire requests")
-
     @abc.abstractmethod
     async def unload(self) -> None:
         """Release every instance (python models get finalize())."""
@@ -177,3 +156,33 @@ class Backend(abc.ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"backend": type(self).__name__, "instances": self.instance_count}
+
+
+# --- the wire lane: an optional capability (repokit.core.wire_lane) ----------------------------
+class WireRequest(NamedTuple):
+    """One request as its protocol bytes, for an instance that decodes it itself."""
+
+    codec: str  # the instance's decoder and encoder ("grpc", "json": InferCodec.lane)
+    raw: bytes
+    plan: WirePlan  # what the instance checks the request against
+    limit: int  # the server's maximum input size (0: none)
+
+
+class WireRun(NamedTuple):
+    """A wire request that ran: its result (``encoded`` set when the instance encoded the
+    response; else the outputs or the error, which the server finishes as usual), the batch
+    size the instance found (0 when the model does not batch) and the execution's durations."""
+
+    result: BackendResult
+    batch_size: int
+    timing: Timing
+
+
+@runtime_checkable
+class WireBackend(Protocol):
+    """A backend whose instances take requests as their protocol bytes (the python backend):
+    the instance decodes and checks the request, runs the model and encodes the response."""
+
+    async def execute_wire(self, instance: int, request: WireRequest) -> WireRun | None:
+        """Run one request on one instance (pipelined, as ``execute``); None when the instance
+        does not take it (nothing ran: the server's standard path answers it)."""

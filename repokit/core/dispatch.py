@@ -1,7 +1,8 @@
 """Run one checked request on a loaded version's scheduler and count it as Triton does.
 
-Used by the service for client requests and by the ensemble step runner for composing-model
-requests, so both go through the same scheduler and the same statistics:
+Used by the service for client requests (on the standard path and on the wire lane) and by the
+ensemble step runner for composing-model requests, so all go through the same scheduler and the
+same statistics:
 
 * the request's priority and timeout go to the scheduler (the dynamic batcher uses them);
 * a request the scheduler rejects counts as a failure with reason REJECTED: one rejected by its
@@ -21,19 +22,24 @@ requests, so both go through the same scheduler and the same statistics:
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from repokit.backends.base import BackendRequest, BackendResult, Timing
+from repokit.backends.base import BackendRequest, BackendResult, Timing, WireRequest
 from repokit.core.loaded_model import LoadedVersion
 from repokit.core.request_checks import SEQUENCE_END, SEQUENCE_START, prepare
 from repokit.core.response_cache import ModelCache
+from repokit.core.wire_lane import WireLane
 from repokit.errors import RepokitError, internal, unavailable
 from repokit.protocol.types import InferRequest, InputSpec, RequestedOutput, SharedMemoryRef
 from repokit.scheduler.base import ScheduledResult, Scheduler
 from repokit.scheduler.queue_policy import QUEUE_FULL_MESSAGE, TIMEOUT_MESSAGE
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -96,19 +102,36 @@ async def _submit_cached(
 async def _schedule(
     loaded: LoadedVersion, scheduler: Scheduler, request: BackendRequest, batch_size: int
 ) -> tuple[ScheduledResult, int]:
+    return await _timed(
+        loaded,
+        scheduler.submit(
+            request, batch_size, priority=request.priority, timeout_us=request.timeout_us
+        ),
+    )
+
+
+async def submit_wire(
+    loaded: LoadedVersion, lane: WireLane, request: WireRequest
+) -> tuple[tuple[ScheduledResult, int] | None, int]:
+    """A request as its bytes on the version's wire lane: the scheduled result with the batch
+    size the instance found (None when nothing ran), and the request's duration in ns."""
+    return await _timed(loaded, lane.scheduler.submit_wire(request))
+
+
+async def _timed(loaded: LoadedVersion, scheduled: Awaitable[T]) -> tuple[T, int]:
+    """``scheduled`` awaited as one in-flight request of the version, with its duration;
+    a request the scheduler rejects is counted (see the module docstring)."""
     started = time.perf_counter_ns()
     loaded.begin()
     try:
-        scheduled = await scheduler.submit(
-            request, batch_size, priority=request.priority, timeout_us=request.timeout_us
-        )
+        result = await scheduled
     except RepokitError as exc:
         if exc.message == TIMEOUT_MESSAGE or exc.message.endswith(QUEUE_FULL_MESSAGE):
             loaded.stats.record_failure(time.perf_counter_ns() - started, "REJECTED")
         raise
     finally:
         loaded.end()
-    return scheduled, time.perf_counter_ns() - started
+    return result, time.perf_counter_ns() - started
 
 
 async def _submit_traced(

@@ -168,7 +168,14 @@ class LoadedVersion:
                 raise
             self.scheduler = scheduler
             self._use_cache(cache)
-            self.wire_lane = wire_lane_for(self)  # declines a version with the cache
+            self.wire_lane = wire_lane_for(  # declines a version with the cache
+                self.name,
+                self.version_text,
+                self.io,
+                scheduler,
+                self.decoupled,
+                cached=self.response_cache is not None,
+            )
         self.stats.load_duration_secs = time.perf_counter() - began
 
     def _use_cache(self, cache: ResponseCache | None) -> None:

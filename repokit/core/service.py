@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable
+from typing import Any, TypeVar
 
-from repokit.backends.base import BackendResult
+from repokit.backends.base import WireRequest
 from repokit.backends.server_api import RequestControl
 from repokit.core.cpu_metrics import CpuMetrics, stop_task
 from repokit.core.decoupled import stream_responses
-from repokit.core.dispatch import record_ran, submit
+from repokit.core.dispatch import record_ran, submit, submit_wire
+from repokit.core.infer_codec import InferCodec
 from repokit.core.loaded_model import LoadedVersion
 from repokit.core.log_settings import LogSettingsStore
 from repokit.core.metrics import MetricSource, render_metrics
@@ -30,8 +31,8 @@ from repokit.core.settings import ServerSettings
 from repokit.core.shared_memory import SystemSharedMemory
 from repokit.core.tracing.manager import TraceManager
 from repokit.core.tracing.trace import Trace
-from repokit.core.wire_lane import WireLane
-from repokit.errors import RepokitError, invalid_arg, unavailable
+from repokit.core.wire_lane import WIRE_LANE_MAX_BYTES
+from repokit.errors import RepokitError, invalid_arg, unavailable, unsupported
 from repokit.protocol import datatypes
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferRequest, InferResponse
@@ -41,8 +42,10 @@ log = logging.getLogger(__name__)
 _EXIT_TIMEOUT = "Exit timeout expired. Exiting immediately."
 _DRAIN_POLL_S = 0.02  # shutdown: how often the in-flight count is looked at
 
-# the result record of a request whose response the instance encoded (statistics only)
-_NO_RESULT = BackendResult()
+T = TypeVar("T")
+RawT = TypeVar("RawT")
+DecodedT = TypeVar("DecodedT")
+OutT = TypeVar("OutT")
 
 # Triton's extension list in Triton's order, keeping only what repokit implements:
 # not cuda_shared_memory (no GPUs).
@@ -62,7 +65,9 @@ EXTENSIONS = (
 )
 
 
-def _request_tag(request: InferRequest) -> str:
+def _request_tag(request: InferRequest | None) -> str:
+    if request is None:  # a request an instance decoded
+        return "[request id: <id_unknown>]"
     return f"[request id: {request.id or '<id_unknown>'}]"
 
 
@@ -202,12 +207,7 @@ class InferenceService:
         return self.manager.get(name, version).config_json
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
-        try:
-            return self.manager.get(name, version).decoupled
-        except RepokitError:
-            if self._exiting:  # the models are unloading: say why, as admit() does
-                raise unavailable("Server exiting") from None
-            raise
+        return self._version(name, version).decoupled
 
     # --- inference ---------------------------------------------------------------------
     async def infer(self, request: InferRequest, trace: Trace | None = None) -> InferResponse:
@@ -278,20 +278,9 @@ class InferenceService:
         backend_request = prepared.backend_request
         control = backend_request.control = RequestControl()
         batch = prepared.batch_size
-        self._inflight += 1
-        try:
-            scheduled, elapsed = await submit(loaded, backend_request, batch)
-        except asyncio.CancelledError:
-            control.cancel()
-            if log.isEnabledFor(VERBOSE):
-                log.debug("%s cancelled: the client went away", _request_tag(request))
-            raise
-        except RepokitError as exc:
-            if log.isEnabledFor(VERBOSE):
-                log.debug("%s Infer failed: %s", _request_tag(request), exc.message)
-            raise
-        finally:
-            self._inflight -= 1
+        scheduled, elapsed = await self._in_flight(
+            submit(loaded, backend_request, batch), request, control
+        )
         if not log.isEnabledFor(VERBOSE):
             return self._respond(loaded, request, batch, scheduled, elapsed)
         try:
@@ -308,60 +297,121 @@ class InferenceService:
         )
         return response
 
-    def wire_lane(self, name: str, version: str = "") -> WireLane | None:
-        """The wire lane of the version a request names (:mod:`repokit.core.wire_lane`), or
-        None: the model does not qualify, or it is not there and the standard path says why."""
-        if self._exiting:
-            return None
-        try:
-            return self.manager.get(name, version).wire_lane
-        except RepokitError:
-            return None
-
-    async def infer_wire(
-        self,
-        lane: WireLane,
-        protocol: str,
-        raw: bytes,
-        decode: Callable[[], InferRequest],
-        limit: int = 0,
-    ) -> bytes | InferResponse | None:
-        """Run a request given as its wire bytes (``protocol`` "grpc": a ModelInferRequest;
-        "json": an HTTP JSON body, ``limit`` the maximum input size) on its model's lane: the
-        encoded response, an InferResponse when the instance answered in the usual form
-        (``decode`` gives the request to finish it with; errors raise as for :meth:`infer`), or
-        None when the request must take the standard path (nothing ran, nothing was counted)."""
-        loaded = lane.loaded
-        started = time.perf_counter_ns()
+    async def _in_flight(
+        self, run: Awaitable[T], request: InferRequest | None, control: RequestControl | None
+    ) -> T:
+        """``run`` (a dispatch call) counted as a request in flight on the server; a caller
+        that goes away cancels ``control``; failures are logged at --log-verbose 1."""
         self._inflight += 1
-        loaded.begin()
         try:
-            outcome, queue_ns = await lane.scheduler.submit_wire(protocol, raw, lane.plan, limit)
+            return await run
+        except asyncio.CancelledError:
+            if control is not None:
+                control.cancel()
+            if log.isEnabledFor(VERBOSE):
+                log.debug("%s cancelled: the client went away", _request_tag(request))
+            raise
+        except RepokitError as exc:
+            if log.isEnabledFor(VERBOSE):
+                log.debug("%s Infer failed: %s", _request_tag(request), exc.message)
+            raise
         finally:
-            loaded.end()
             self._inflight -= 1
-        body, result = outcome.body, outcome.result
-        elapsed = time.perf_counter_ns() - started
-        if log.isEnabledFor(VERBOSE) and (body is not None or result is not None):
-            if result is not None and result.error is not None:
-                log.debug("[request id: <id_unknown>] Infer failed: %s", result.error.message)
+
+    async def infer_encoded(
+        self,
+        codec: InferCodec[RawT, DecodedT, OutT],
+        model: str,
+        version: str,
+        raw: RawT,
+        trace: Trace | None = None,
+    ) -> OutT:
+        """Run a unary infer request given as it arrived (``raw``, in ``codec``'s protocol) and
+        encode its response; errors raise as for :meth:`infer` (a decoupled model:
+        UNSUPPORTED with the codec's message). A small request for a model with a wire lane
+        (:mod:`repokit.core.wire_lane`) goes to the instance as its bytes; anything else, and
+        any request the instance does not take, is decoded here once and runs as
+        :meth:`infer`. A traced request (``trace``) takes the standard path, with the
+        codec's timestamps around decoding and encoding."""
+        loaded = self._version(model, version)
+        if loaded.decoupled:
+            raise unsupported(codec.decoupled_message)
+        if trace is not None:
+            return await self._infer_encoded_traced(codec, model, version, raw, trace)
+        lane = loaded.wire_lane
+        if lane is not None and not self._exiting:
+            data = codec.lane_bytes(raw)
+            if data is not None and len(data) <= WIRE_LANE_MAX_BYTES:
+                wire = WireRequest(codec.lane, data, lane.plan, codec.lane_limit)
+                ran, elapsed = await self._in_flight(submit_wire(loaded, lane, wire), None, None)
+                if ran is not None:
+                    return self._wire_answer(codec, loaded, model, version, raw, ran, elapsed)
+        decoded = codec.decode(raw, model, version)
+        return codec.encode(decoded, await self.infer(codec.request(decoded)))
+
+    async def _infer_encoded_traced(
+        self,
+        codec: InferCodec[RawT, DecodedT, OutT],
+        model: str,
+        version: str,
+        raw: RawT,
+        trace: Trace,
+    ) -> OutT:
+        read_start, read_end, send_start, send_end = codec.trace_stamps
+        if read_start:
+            trace.stamp(read_start)
+        decoded = codec.decode(raw, model, version)
+        if read_end:
+            trace.stamp(read_end)
+        response = await self.infer(codec.request(decoded), trace)
+        if send_start:
+            trace.stamp(send_start)
+        encoded = codec.encode(decoded, response)
+        if send_end:
+            trace.stamp(send_end)
+        return encoded
+
+    def _wire_answer(
+        self,
+        codec: InferCodec[RawT, DecodedT, OutT],
+        loaded: LoadedVersion,
+        model: str,
+        version: str,
+        raw: RawT,
+        ran: tuple[ScheduledResult, int],
+        elapsed: int,
+    ) -> OutT:
+        """The encoded response of a request that ran on the wire lane: the instance's own
+        encoding, or the result it gave back finished here (errors raise)."""
+        scheduled, batch = ran
+        result = scheduled.result
+        if log.isEnabledFor(VERBOSE):
+            if result.error is not None:
+                log.debug("%s Infer failed: %s", _request_tag(None), result.error.message)
             else:
                 log.debug(
-                    "[request id: <id_unknown>] completed: model %s version %d, %.3f ms (%s, "
-                    "decoded by the instance)",
+                    "%s completed: model %s version %d, %.3f ms (%s, decoded by the instance)",
+                    _request_tag(None),
                     loaded.name,
                     loaded.version,
                     elapsed / 1e6,
-                    protocol,
+                    codec.lane,
                 )
-        if body is not None:
-            scheduled = ScheduledResult(_NO_RESULT, queue_ns, outcome.timing)
-            record_ran(loaded, outcome.batch_size, elapsed, scheduled)
-            return body
-        if result is None:
-            return None
-        scheduled = ScheduledResult(result, queue_ns, outcome.timing)
-        return self._respond(loaded, decode(), outcome.batch_size, scheduled, elapsed)
+        if result.encoded is not None:
+            record_ran(loaded, batch, elapsed, scheduled)
+            return codec.encoded(result.encoded)
+        decoded = codec.decode(raw, model, version)
+        response = self._respond(loaded, codec.request(decoded), batch, scheduled, elapsed)
+        return codec.encode(decoded, response)
+
+    def _version(self, name: str, version: str) -> LoadedVersion:
+        """The version a request names (raises NOT_FOUND/UNAVAILABLE as :meth:`is_decoupled`)."""
+        try:
+            return self.manager.get(name, version)
+        except RepokitError:
+            if self._exiting:  # the models are unloading: say why, as admit() does
+                raise unavailable("Server exiting") from None
+            raise
 
     async def infer_stream(
         self, request: InferRequest, control: RequestControl | None = None

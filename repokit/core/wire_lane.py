@@ -3,14 +3,17 @@
 For a python-backend model with the default scheduler, a request's own work is small next to
 the server's work around it: decoding the protocol message, the request checks, packing the
 tensors for the instance process, and encoding the response. On the wire lane the server does
-none of that: it hands the bytes it received to the instance process
-(``Backend.execute_wire``), which decodes and checks the request, runs ``execute`` and encodes
-the response (:mod:`repokit.backends.python.wire_grpc`). That work then runs beside the
-model, in the instance process, instead of on the event loop every client shares.
+none of that: it hands the bytes it received to the instance process, which decodes and checks
+the request, runs ``execute`` and encodes the response (the instance side of the frontend's
+codec, :mod:`repokit.core.infer_codec`). That work then runs beside the model, in the instance
+process, instead of on the event loop every client shares. Frontends do not choose: they call
+``InferenceService.infer_encoded``, which takes the lane when it can. The lane is an optional
+capability of a scheduler (:class:`~repokit.scheduler.base.WireScheduler`, the default
+scheduler) over a backend (:class:`~repokit.backends.base.WireBackend`, the python backend).
 
 The lane never changes an answer. The instance takes only requests that the standard path would
 accept without a second look (the plain path's rules); for anything else it answers "take the
-standard path" before the model runs, and the frontend runs the request as usual, which decides
+standard path" before the model runs, and the service runs the request as usual, which decides
 any error and its message. Scheduling, cancellation and statistics are those of the standard path:
 the same instance queues and merging, the same counters. A model qualifies when it is a
 non-decoupled python model on the default scheduler whose inputs all take the plain path (no
@@ -25,13 +28,10 @@ shares; the throughput and server CPU it saves are in ``benchmarks/README.md`` (
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from repokit.backends.wire_plan import WirePlan
-from repokit.scheduler.default import DefaultScheduler
-
-if TYPE_CHECKING:
-    from repokit.core.loaded_model import LoadedVersion
+from repokit.core.request_checks import ModelIO
+from repokit.scheduler.base import Scheduler, WireScheduler
 
 # larger requests take the standard path: their tensors travel out of band there, without copies
 WIRE_LANE_MAX_BYTES = 64 * 1024
@@ -39,31 +39,34 @@ WIRE_LANE_MAX_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class WireLane:
-    loaded: LoadedVersion
-    scheduler: DefaultScheduler
+    scheduler: WireScheduler
     plan: WirePlan
 
 
-def wire_lane_for(loaded: LoadedVersion) -> WireLane | None:
+def wire_lane_for(
+    name: str,
+    version_text: str,
+    io: ModelIO,
+    scheduler: Scheduler | None,
+    decoupled: bool,
+    *,
+    cached: bool,
+) -> WireLane | None:
     """The lane of a started model version, or None when its requests cannot take it."""
-    backend, scheduler, io = loaded.backend, loaded.scheduler, loaded.io
     if (
-        backend is None
-        or not backend.supports_wire
-        or not isinstance(scheduler, DefaultScheduler)
-        or not scheduler.pipelined
-        or loaded.decoupled
-        or loaded.is_ensemble
-        or loaded.response_cache is not None
+        not isinstance(scheduler, WireScheduler)
+        or not scheduler.takes_wire
+        or decoupled
+        or cached
         or io.fast_inputs is None
         or io.reshaped_outputs
     ):
         return None
     plan = WirePlan(
-        model_name=loaded.name,
-        version_text=loaded.version_text,
+        model_name=name,
+        version_text=version_text,
         max_batch_size=io.max_batch_size,
         inputs=dict(io.fast_inputs),
         outputs=frozenset(io.outputs),
     )
-    return WireLane(loaded, scheduler, plan)
+    return WireLane(scheduler, plan)

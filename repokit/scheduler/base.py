@@ -12,9 +12,9 @@ event loop, never in ``__init__``.
 from __future__ import annotations
 
 import abc
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, runtime_checkable
 
-from repokit.backends.base import BackendRequest, BackendResult, Timing
+from repokit.backends.base import BackendRequest, BackendResult, Timing, WireRequest
 
 
 class ScheduledResult(NamedTuple):
@@ -50,3 +50,19 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def pending_count(self) -> int:
         """Requests accepted but not yet executing (nv_inference_pending_request_count)."""
+
+
+@runtime_checkable
+class WireScheduler(Protocol):
+    """A scheduler that can hand a request in its protocol bytes to its backend's instances
+    (the wire lane, :mod:`repokit.core.wire_lane`): the default scheduler over a backend with
+    :class:`~repokit.backends.base.WireBackend`."""
+
+    @property
+    def takes_wire(self) -> bool:
+        """True when :meth:`submit_wire` can run requests (started, over a wire backend)."""
+
+    async def submit_wire(self, request: WireRequest) -> tuple[ScheduledResult, int] | None:
+        """Run one request given as its bytes; with the batch size the instance found. None
+        when nothing ran (the standard path then answers the request); statistics as
+        :meth:`Scheduler.submit`."""

@@ -20,8 +20,15 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing, WireOutcome
-from repokit.backends.wire_plan import WirePlan
+from repokit.backends.base import (
+    Backend,
+    BackendRequest,
+    BackendResult,
+    Timing,
+    WireBackend,
+    WireRequest,
+    WireRun,
+)
 from repokit.errors import RepokitError, internal, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.base import ScheduledResult, Scheduler
@@ -54,6 +61,8 @@ class DefaultScheduler(Scheduler):
         self._stopped = False
         # pipelined backends: requests outstanding per active instance
         self._outstanding: dict[int, int] = {}
+        # the backend when its instances take requests as their bytes (the wire lane)
+        self._wire: WireBackend | None = backend if isinstance(backend, WireBackend) else None
 
     async def start(self) -> None:
         self._free = asyncio.Queue()
@@ -151,28 +160,36 @@ class DefaultScheduler(Scheduler):
         """True when requests go straight to the backend's instance queues (python backend)."""
         return bool(self._outstanding)
 
-    async def submit_wire(
-        self, protocol: str, raw: bytes, plan: WirePlan, limit: int = 0
-    ) -> tuple[WireOutcome, int]:
-        """A request in its wire form (``Backend.execute_wire``) on the active instance with
-        the fewest requests outstanding, as :meth:`submit` runs a pipelined request; with its
-        queue time. An outcome with neither body nor result ran nothing and is not counted."""
+    @property
+    def takes_wire(self) -> bool:
+        """True when requests may come as their bytes (:meth:`submit_wire`): a pipelined
+        backend whose instances decode requests themselves (the python backend)."""
+        return bool(self._outstanding) and self._wire is not None
+
+    async def submit_wire(self, request: WireRequest) -> tuple[ScheduledResult, int] | None:
+        """A request as its bytes (``WireBackend.execute_wire``) on the active instance with
+        the fewest requests outstanding, as :meth:`submit` runs a pipelined request; with the
+        batch size the instance found. None when nothing ran (not counted)."""
+        backend = self._wire
         outstanding = self._outstanding
-        if self._free is None or self._stopped or not outstanding:
-            return WireOutcome(), 0  # the standard path gives the error
+        if self._free is None or self._stopped or not outstanding or backend is None:
+            return None  # the standard path gives the error
         instance = self._least_busy()
         enqueued = time.perf_counter_ns()
+        run: WireRun | None
         try:
-            outcome = await self._backend.execute_wire(instance, protocol, raw, plan, limit)
+            run = await backend.execute_wire(instance, request)
         except RepokitError as exc:
-            outcome = WireOutcome(result=BackendResult(error=exc))
+            run = WireRun(BackendResult(error=exc), 0, Timing())
         except Exception as exc:  # a backend bug must not take the server down
-            outcome = WireOutcome(result=BackendResult(error=internal(f"backend failed: {exc!r}")))
+            run = WireRun(BackendResult(error=internal(f"backend failed: {exc!r}")), 0, Timing())
         finally:
             outstanding[instance] -= 1
-        if outcome.body is None and outcome.result is None:
-            return outcome, 0
-        return outcome, self._ran(enqueued, outcome.batch_size, outcome.timing)
+        if run is None:
+            return None
+        result, batch_size, timing = run
+        queue_ns = self._ran(enqueued, batch_size, timing)
+        return ScheduledResult(result, queue_ns, timing), batch_size
 
     @staticmethod
     def _single(results: list[BackendResult]) -> BackendResult:

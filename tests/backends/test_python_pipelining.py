@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from repokit.backends.base import BackendRequest
+from repokit.backends.base import BackendRequest, WireRequest
 from repokit.backends.python import ipc
 from repokit.backends.python.backend import PythonBackend
 from repokit.backends.wire_plan import WirePlan
@@ -234,16 +234,20 @@ async def test_wire_plan_goes_again_when_its_message_was_cancelled_unsent(tmp_pa
     sent = count_messages(backend)
     first = asyncio.ensure_future(backend.execute(0, [row(100)]))
     await asyncio.sleep(0)  # at the process, which waits for the gate
-    queued = asyncio.ensure_future(backend.execute_wire(0, "grpc", _wire_request(1), plan, 0))
+    queued = asyncio.ensure_future(
+        backend.execute_wire(0, WireRequest("grpc", _wire_request(1), plan, 0))
+    )
     await asyncio.sleep(0)
     queued.cancel()
     (tmp_path / "gated" / "1" / "gate").touch()
     await first
-    outcome = await backend.execute_wire(0, "grpc", _wire_request(2), plan, 0)
+    outcome = await backend.execute_wire(0, WireRequest("grpc", _wire_request(2), plan, 0))
     assert sent == ["execute x1", "execute x1"]  # the cancelled request never left
-    assert outcome.body is not None and outcome.result is None and outcome.batch_size == 1
-    reply = pb.ModelInferResponse.FromString(outcome.body)
+    assert outcome is not None and outcome.batch_size == 1
+    body = outcome.result.encoded
+    assert body is not None and outcome.result.error is None
+    reply = pb.ModelInferResponse.FromString(body)
     assert np.frombuffer(reply.raw_output_contents[0], np.float32).tolist() == [3.0] * 4
-    again = await backend.execute_wire(0, "grpc", _wire_request(5), plan, 0)
-    assert again.body is not None  # the process kept the plan
+    again = await backend.execute_wire(0, WireRequest("grpc", _wire_request(5), plan, 0))
+    assert again is not None and again.result.encoded is not None  # the process kept the plan
     await backend.unload()

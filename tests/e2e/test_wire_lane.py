@@ -24,6 +24,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from repokit.core import service as service_module
+from repokit.core.dispatch import submit_wire
 from repokit.frontends.runner import ServerHandle
 from tests.frontends.grpc.serving import make_repository, running_server
 
@@ -69,20 +71,22 @@ class Server:
         self.grpc_url = f"127.0.0.1:{handle.grpc_port}"
         self.http_url = f"127.0.0.1:{handle.http_port}"
         self.outcomes: Counter[str] = Counter()
-        service = handle.service
-        run = service.infer_wire
 
-        async def counted(*args: Any) -> Any:
-            try:
-                answer = await run(*args)
-            except Exception:
-                self.outcomes["raised"] += 1  # an error the instance answered
-                raise
-            kind = "body" if isinstance(answer, bytes) else "full" if answer is None else "result"
-            self.outcomes[kind] += 1
-            return answer
-
-        service.infer_wire = counted  # type: ignore[method-assign,assignment]
+    async def counted(self, *args: Any) -> Any:
+        """The service's wire-lane dispatch (repokit.core.dispatch.submit_wire), counting
+        what the instance answered: nothing (the standard path takes the request), the
+        encoded response, an error, or a result the server finishes."""
+        answer = await submit_wire(*args)
+        ran = answer[0]
+        if ran is None:
+            kind = "full"
+        else:
+            result = ran[0].result
+            kind = "body" if result.encoded is not None else "result"
+            if result.error is not None:
+                kind = "raised"  # an error the instance answered
+        self.outcomes[kind] += 1
+        return answer
 
     def stats(self, model: str) -> dict[str, Any]:
         client = httpclient.InferenceServerClient(self.http_url)
@@ -100,7 +104,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     (repo / "picky" / "config.pbtxt").write_text(textwrap.dedent(_PICKY_CONFIG))
     (repo / "picky" / "1" / "model.py").write_text(_PICKY_MODEL)
     with running_server(repo, http=True) as handle:
-        yield Server(handle)
+        server = Server(handle)
+        service_module.submit_wire = server.counted  # type: ignore[assignment]
+        try:
+            yield server
+        finally:
+            service_module.submit_wire = submit_wire
 
 
 def _inputs(module: Any, x: np.ndarray, name: str = "X", datatype: str = "INT32") -> list[Any]:

@@ -100,7 +100,8 @@ from repokit.backends.base import (
     BackendResult,
     ModelContext,
     Timing,
-    WireOutcome,
+    WireRequest,
+    WireRun,
     instance_count,
 )
 from repokit.backends.python import ipc, segments
@@ -209,8 +210,7 @@ def instance_names(context: ModelContext) -> list[str]:
 class PythonBackend(Backend):
     """Runs ``model.py`` (``class TritonPythonModel``) in one process per instance."""
 
-    pipelines_executions = True
-    supports_wire = True
+    pipelines_executions = True  # and requests as their bytes: execute_wire (WireBackend)
 
     def __init__(
         self,
@@ -689,28 +689,28 @@ class PythonBackend(Backend):
                 results[index] = await link.answer(batch[index][-1])
         return results
 
-    async def execute_wire(
-        self, instance: int, protocol: str, raw: bytes, plan: WirePlan, limit: int
-    ) -> WireOutcome:
-        """One request as its wire bytes: the instance decodes, checks, runs and encodes it
-        (:mod:`repokit.backends.python.wire_grpc`, :mod:`.wire_http`). ``plan`` goes along
-        the first time each instance process gets this plan. A client that goes away cancels
-        the request at the instance (``is_cancelled()``), as for :meth:`execute`."""
+    async def execute_wire(self, instance: int, request: WireRequest) -> WireRun | None:
+        """One request as its bytes: the instance decodes, checks, runs and encodes it
+        (:mod:`repokit.backends.python.wire_grpc`, :mod:`.wire_http`); None when it does not
+        take it (nothing ran). The plan goes along the first time each instance process gets
+        it. A client that goes away cancels the request at the instance (``is_cancelled()``),
+        as for :meth:`execute`."""
         if not self._instances:
-            return WireOutcome()  # the standard path gives the error
+            return None  # the standard path gives the error
         target = self._instances[instance % len(self._instances)]
         if target.dead:
-            return WireOutcome()  # the standard path waits for the restart or gives the error
+            return None  # the standard path waits for the restart or gives the error
         key = next(self._keys)
+        codec, raw, plan, limit = request
         # the plan goes along until a reply shows the process has it (a message cancelled
         # before it was sent never reached the process)
-        item: WireItem = (protocol, raw, key, None if target.wire_plan is plan else plan, limit)
+        item: WireItem = (codec, raw, key, None if target.wire_plan is plan else plan, limit)
         try:
             status, body, (input_ns, infer_ns, output_ns) = await self._call(
                 target, EXECUTE, item, len(raw)
             )
         except ipc.ChannelClosed:
-            return WireOutcome(result=self._dead(target, [None])[0])
+            return WireRun(self._dead(target, [None])[0], 0, Timing())
         except asyncio.CancelledError:
             if target.channel is not None and target.link is not None:
                 _cancel_at_instance(target.channel, target.link, key)
@@ -719,14 +719,13 @@ class PythonBackend(Backend):
         if target.link is not None:
             target.link.request_done(key)
         if status == FALLBACK:
-            return WireOutcome()
+            return None
         timing = Timing(input_ns, infer_ns, output_ns)
         if status != WIRE:  # the instance failed the message as a whole
-            error = RepokitError(Code.INTERNAL, str(body))
-            return WireOutcome(result=BackendResult(error=error), timing=timing)
+            return WireRun(BackendResult(error=RepokitError(Code.INTERNAL, str(body))), 0, timing)
         kind, payload, batch_size = body
         if kind == BODY:
-            return WireOutcome(body=payload, batch_size=batch_size, timing=timing)
+            return WireRun(BackendResult(encoded=payload), batch_size, timing)
         if kind == OK:
             result = self._result(payload[0])
             if payload[0] == SENT_LATER and target.link is not None:
@@ -736,7 +735,7 @@ class PythonBackend(Backend):
             self._log_release_failure(result.error)
         else:
             result = BackendResult(error=RepokitError(Code.INTERNAL, str(payload)))
-        return WireOutcome(result=result, batch_size=batch_size, timing=timing)
+        return WireRun(result, batch_size, timing)
 
     def _log_release_failure(self, error: RepokitError | None) -> None:
         server = self.context.server

@@ -23,7 +23,6 @@ from repokit.frontends.grpc.restricted import RestrictedProtocolInterceptor
 from repokit.frontends.grpc.servicer import (
     InferenceServicer,
     guarded,
-    serialize_infer_response,
 )
 from repokit.frontends.grpc.stream import serialize_stream_response
 from repokit.frontends.v1.grpc_service import add_v1_servicer
@@ -97,13 +96,11 @@ def _credentials(options: GrpcOptions) -> grpc.ServerCredentials | None:
 
 
 def _add_inference_service(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
-    """GRPCInferenceService's generated handlers, except that ModelInfer gets the request's
-    bytes (the servicer parses them, or hands them to a model's wire lane) and sends responses
-    that may be serialized already. Only ModelInfer is a registered method (see
+    """GRPCInferenceService's generated handlers, except that ModelInfer takes the request's
+    bytes and answers with the response's bytes (the core decodes and encodes them, or hands
+    them to a model's wire lane). Only ModelInfer is a registered method (see
     :mod:`repokit.frontends.grpc.registration`)."""
-    model_infer = grpc.unary_unary_rpc_method_handler(
-        servicer.ModelInferWire, response_serializer=serialize_infer_response
-    )
+    model_infer = grpc.unary_unary_rpc_method_handler(servicer.ModelInfer)
     # stream responses may be serialized already as well (the request messages are parsed
     # by the handler, as for every generated handler)
     model_stream_infer = parsing_handler(

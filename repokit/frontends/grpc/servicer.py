@@ -17,30 +17,20 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from repokit.core.service import InferenceService
-from repokit.core.tracing.trace import Trace
-from repokit.core.wire_lane import WIRE_LANE_MAX_BYTES
 from repokit.errors import Code, RepokitError, unsupported
 from repokit.frontends.grpc import messages
-from repokit.frontends.grpc.codec import (
-    decode_infer_request,
-    encode_infer_response,
-    encode_infer_response_bytes,
-    parse_infer_request,
-)
+from repokit.frontends.grpc.codec import parse_infer_request
+from repokit.frontends.grpc.infer_codec import GrpcInferCall, GrpcInferCodec
 from repokit.frontends.grpc.parsing import UNPARSABLE_REQUEST, Unparsable
 from repokit.frontends.grpc.stream import GRPC_ERROR_HEADER, StreamResponse, StreamSession
 from repokit.frontends.heap import HeapTrimmer
 from repokit.frontends.status import grpc_status_name
 from repokit.protocol.generated import grpc_service_pb2 as pb
-from repokit.protocol.types import InferRequest
 
 T = TypeVar("T")
 Context = Any  # grpc.aio.ServicerContext (grpc ships no type information)
 
 _log = logging.getLogger(__name__)
-
-# Triton's answer to bytes that are not a ModelInferRequest (status INTERNAL)
-DECOUPLED_UNARY_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 
 
 def status_code(code: Code) -> grpc.StatusCode:
@@ -74,6 +64,7 @@ class InferenceServicer:
     def __init__(self, service: InferenceService, trimmer: HeapTrimmer | None = None) -> None:
         self._service = service
         self._trimmer = trimmer or HeapTrimmer()
+        self._codec = GrpcInferCodec()
 
     # --- health & metadata -------------------------------------------------------------
     async def ServerLive(
@@ -140,107 +131,36 @@ class InferenceServicer:
         return await guarded(context, run)
 
     # --- inference ---------------------------------------------------------------------
-    async def ModelInfer(
-        self,
-        request: pb.ModelInferRequest,
-        context: Context,
-        raw_contents: list[memoryview] | None = None,
-    ) -> bytes | pb.ModelInferResponse:
-        """Errors are answered with ``set_code`` and an empty message, not ``abort``: an abort
-        keeps the request alive in a reference cycle (see :mod:`repokit.frontends.heap`).
-        ``raw_contents``: the raw input contents of a large request, parsed apart."""
-        service = self._service
-        tracing = service.tracing
-        if tracing.enabled:  # every request is counted by the sampling (rate, count)
-            trace = tracing.sample(request.model_name, _traceparent(context))
-            if trace is not None:
-                try:
-                    return await self._infer_traced(request, context, trace, raw_contents)
-                finally:
-                    trace.finish()
-        try:
-            version = messages.parse_model_version(request.model_version)
-            if service.is_decoupled(request.model_name, version):
-                raise unsupported(DECOUPLED_UNARY_MESSAGE)
-            decoded = decode_infer_request(request, raw_contents)
-            decoded.request.model_version = version
-            response = await service.infer(decoded.request)
-            return encode_infer_response_bytes(response)
-        except RepokitError as error:
-            return _failed(context, status_code(error.code), error.message)
-        except Exception as exc:  # a bug must not reach the client as a traceback
-            return _internal(context, exc)
-
-    async def _infer_traced(
-        self,
-        request: pb.ModelInferRequest,
-        context: Context,
-        trace: Trace,
-        raw_contents: list[memoryview] | None,
-    ) -> bytes | pb.ModelInferResponse:
-        """A sampled ModelInfer: GRPC_WAITREAD_START/END around turning the message (grpc has
-        read it) into the core's request, GRPC_SEND_START/END around encoding the response
-        (grpc writes it after the handler returns)."""
-        service = self._service
-        trace.stamp("GRPC_WAITREAD_START")
-        try:
-            version = messages.parse_model_version(request.model_version)
-            if service.is_decoupled(request.model_name, version):
-                raise unsupported(DECOUPLED_UNARY_MESSAGE)
-            decoded = decode_infer_request(request, raw_contents)
-            decoded.request.model_version = version
-            trace.stamp("GRPC_WAITREAD_END")
-            response = await service.infer(decoded.request, trace)
-            trace.stamp("GRPC_SEND_START")
-            encoded = encode_infer_response_bytes(response)
-            trace.stamp("GRPC_SEND_END")
-            return encoded
-        except RepokitError as error:
-            return _failed(context, status_code(error.code), error.message)
-        except Exception as exc:  # a bug must not reach the client as a traceback
-            return _internal(context, exc)
-
-    async def ModelInferWire(self, raw: bytes, context: Context) -> bytes | pb.ModelInferResponse:
-        """ModelInfer from the request's bytes: a small request for a model with a wire lane
-        goes to the model's instance process as it came (:mod:`repokit.core.wire_lane`) and
-        its encoded response goes back as it came; anything else runs :meth:`ModelInfer`.
-        The memory of a large request goes back to the system once it is answered."""
+    async def ModelInfer(self, raw: bytes, context: Context) -> bytes:
+        """ModelInfer from the request's bytes, answered with the response's bytes: one call
+        into the core (:meth:`InferenceService.infer_encoded`), which may hand the bytes to the
+        model's instance process (:mod:`repokit.core.wire_lane`). Errors are answered with
+        ``set_code`` and an empty message, not ``abort``: an abort keeps the request alive in
+        a reference cycle (see :mod:`repokit.frontends.heap`); the memory of a large request
+        goes back to the system once it is answered."""
         self._trimmer.after(len(raw))
         try:
             request, raw_contents = parse_infer_request(raw)
         except DecodeError:
             return _failed(context, grpc.StatusCode.INTERNAL, UNPARSABLE_REQUEST)
-        lane = raw_contents is None and len(raw) <= WIRE_LANE_MAX_BYTES
-        if lane and not self._service.tracing.enabled:  # traced requests: the standard path
-            try:
-                answer = await self._on_wire_lane(request, raw)
-            except RepokitError as error:
-                return _failed(context, status_code(error.code), error.message)
-            except Exception as exc:  # a bug must not reach the client as a traceback
-                return _internal(context, exc)
-            if answer is not None:
-                return answer
-        return await self.ModelInfer(request, context, raw_contents)
-
-    async def _on_wire_lane(
-        self, request: pb.ModelInferRequest, raw: bytes
-    ) -> bytes | pb.ModelInferResponse | None:
-        """The answer of the request's model's wire lane, or None: no lane, or the request must
-        take the standard path."""
         service = self._service
+        call = GrpcInferCall(raw, request, raw_contents)
+        tracing = service.tracing
+        trace = None
+        if tracing.enabled:  # every request is counted by the sampling (rate, count)
+            trace = tracing.sample(request.model_name, _traceparent(context))
         try:
             version = messages.parse_model_version(request.model_version)
-        except RepokitError:
-            return None  # the standard path reports it
-        lane = service.wire_lane(request.model_name, version)
-        if lane is None:
-            return None
-        answer = await service.infer_wire(
-            lane, "grpc", raw, lambda: _decoded(request, lane.loaded.version_text)
-        )
-        if answer is None or isinstance(answer, bytes):
-            return answer
-        return encode_infer_response(answer)
+            return await service.infer_encoded(
+                self._codec, request.model_name, version, call, trace
+            )
+        except RepokitError as error:
+            return _failed(context, status_code(error.code), error.message)
+        except Exception as exc:  # a bug must not reach the client as a traceback
+            return _internal(context, exc)
+        finally:
+            if trace is not None:
+                trace.finish()
 
     async def ModelStreamInfer(
         self,
@@ -393,33 +313,18 @@ def _traceparent(context: Context) -> str | None:
     return None
 
 
-def _failed(context: Context, code: grpc.StatusCode, message: str) -> pb.ModelInferResponse:
+def _failed(context: Context, code: grpc.StatusCode, message: str) -> bytes:
     """An error status for the call, without raising (the empty message is not sent)."""
     context.set_code(code)
     context.set_details(message)
-    return pb.ModelInferResponse()
+    return b""
 
 
-def _internal(context: Context, exc: Exception) -> pb.ModelInferResponse:
+def _internal(context: Context, exc: Exception) -> bytes:
     """A bug: INTERNAL with a one-line message (logged with its traceback), never the trace."""
     _log.exception("ModelInfer failed")
     message = f"internal error: {type(exc).__name__}: {exc}"
     return _failed(context, grpc.StatusCode.INTERNAL, message)
-
-
-def _decoded(request: pb.ModelInferRequest, version: str) -> InferRequest:
-    """The protocol request of a message the wire lane took (it decodes without errors)."""
-    decoded = decode_infer_request(request).request
-    decoded.model_version = version
-    return decoded
-
-
-def serialize_infer_response(response: bytes | pb.ModelInferResponse) -> bytes:
-    """ModelInfer's response serializer: the wire lane's responses are serialized already."""
-    if isinstance(response, bytes):
-        return response
-    body: bytes = response.SerializeToString()
-    return body
 
 
 def _only_default_repository(repository_name: str) -> None:

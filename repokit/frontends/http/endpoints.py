@@ -18,7 +18,6 @@ from sanic import HTTPResponse, Request
 from repokit.core.service import InferenceService
 from repokit.core.tracing.setting import SETTING_KEYS as TRACE_SETTING_KEYS
 from repokit.core.tracing.trace import Trace
-from repokit.core.wire_lane import WIRE_LANE_MAX_BYTES
 from repokit.errors import Code, RepokitError, invalid_arg
 from repokit.frontends.http.compression import choose_response_encoding, compress, decompress_body
 from repokit.frontends.http.generate import (
@@ -30,22 +29,13 @@ from repokit.frontends.http.generate import (
     json_body,
     sse_event,
 )
-from repokit.frontends.http.infer_request import (
-    DecodedInfer,
-    decode_infer_request,
-    parse_header_length,
-    parse_json_document,
-    parse_model_version,
-)
-from repokit.frontends.http.infer_response import (
-    JSON_CONTENT_TYPE,
-    EncodedResponse,
-    encode_infer_response,
-)
+from repokit.frontends.http.infer_codec import DECOUPLED_MESSAGE, HttpInferBody, HttpInferCodec
+from repokit.frontends.http.infer_request import parse_json_document, parse_model_version
+from repokit.frontends.http.infer_response import EncodedResponse
 from repokit.frontends.http.responses import JSON, empty_response, error_response, json_response
 from repokit.frontends.http.routing import Route
 from repokit.frontends.status import http_status
-from repokit.protocol.types import InferRequest, InferResponse
+from repokit.protocol.types import InferResponse
 
 CLIENT_SHM_DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
@@ -71,6 +61,7 @@ class Endpoints:
         self.service = service
         self.max_input_size = max_input_size
         self.allow_client_shm = allow_client_shm
+        self.codec = HttpInferCodec(max_input_size)
 
     # --- health & metadata ---------------------------------------------------------------
 
@@ -151,10 +142,7 @@ class Endpoints:
         """The version an infer route names; raises for unknown models and decoupled ones."""
         version = parse_model_version(route.version) if route.version else ""
         if self.service.is_decoupled(route.model, version):
-            raise RepokitError(
-                Code.UNSUPPORTED,
-                "HTTP end point doesn't support models with decoupled transaction policy",
-            )
+            raise RepokitError(Code.UNSUPPORTED, DECOUPLED_MESSAGE)
         return version
 
     async def run_infer(
@@ -165,35 +153,11 @@ class Endpoints:
         header_length_value: str | None,
         trace: Trace | None = None,
     ) -> EncodedResponse:
-        """Decode an (uncompressed) infer body, run it and encode the response: the part
-        shared by this endpoint and the protocol lane of :mod:`.fast_protocol`. A traced
-        request records HTTP_RECV_END once decoded, and takes no wire lane."""
-        limit = self.max_input_size
-        if (
-            trace is None
-            and header_length_value is None
-            and len(body) <= min(WIRE_LANE_MAX_BYTES, limit)
-        ):
-            lane = self.service.wire_lane(model, version)
-            if lane is not None:  # a JSON body for a model that takes the wire lane
-                decoded_json: DecodedInfer | None = None
-
-                def decode() -> InferRequest:  # only when the server finishes the response
-                    nonlocal decoded_json
-                    decoded_json = decode_infer_request(model, version, body, len(body), limit)
-                    return decoded_json.request
-
-                answer = await self.service.infer_wire(lane, "json", body, decode, limit)
-                if isinstance(answer, bytes):
-                    return EncodedResponse(answer, JSON_CONTENT_TYPE, None)
-                if answer is not None and decoded_json is not None:
-                    return encode_infer_response(answer, decoded_json)
-        header_length = parse_header_length(header_length_value, len(body))
-        decoded = decode_infer_request(model, version, body, header_length, limit)
-        if trace is not None:
-            trace.stamp("HTTP_RECV_END")
-        result = await self.service.infer(decoded.request, trace)
-        return encode_infer_response(result, decoded)
+        """Run an (uncompressed) infer body and encode the response: the part shared by this
+        endpoint and the protocol lane of :mod:`.fast_protocol` (one call into the core). A
+        traced request records HTTP_RECV_END once decoded, and takes no wire lane."""
+        raw = HttpInferBody(body, header_length_value)
+        return await self.service.infer_encoded(self.codec, model, version, raw, trace)
 
     async def _infer_traced(
         self, request: Request, model: str, version: str, trace: Trace

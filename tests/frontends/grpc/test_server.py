@@ -15,7 +15,7 @@ import pytest
 
 from repokit.core.service import InferenceService
 from repokit.core.tracing.manager import TraceManager
-from repokit.errors import RepokitError, invalid_arg, not_found
+from repokit.errors import RepokitError, invalid_arg, not_found, unsupported
 from repokit.frontends.grpc import GrpcOptions, build_grpc_server
 from repokit.frontends.grpc.options import parse_restricted_protocols
 from repokit.protocol.generated import grpc_service_pb2 as pb
@@ -52,8 +52,14 @@ class IdentityService(InferenceService):
         self._check(name)
         return True
 
-    def wire_lane(self, name: str, version: str = "") -> None:
-        return None  # no model process to hand wire bytes to
+    async def infer_encoded(
+        self, codec: Any, model: str, version: str, raw: Any, trace: Any = None
+    ) -> Any:
+        """The core's standard path (no model process to hand the bytes to)."""
+        if self.is_decoupled(model, version):
+            raise unsupported(codec.decoupled_message)
+        decoded = codec.decode(raw, model, version)
+        return codec.encode(decoded, await self.infer(codec.request(decoded)))
 
     async def infer(self, request: InferRequest) -> InferResponse:
         if request.model_name == "broken":

@@ -1,0 +1,61 @@
+"""The gRPC infer codec: ModelInferRequest bytes in, serialized ModelInferResponse bytes out
+(see :mod:`repokit.core.infer_codec`).
+
+Server side: :func:`.codec.decode_infer_request` and :func:`.codec.encode_infer_response`, on
+the message the servicer parsed (it needs the model's name), so a request is parsed once here.
+Instance side (``lane`` "grpc"): :mod:`repokit.backends.python.wire_grpc`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from repokit.frontends.grpc.codec import (
+    DecodedRequest,
+    decode_infer_request,
+    encode_infer_response_bytes,
+)
+from repokit.protocol.generated import grpc_service_pb2 as pb
+from repokit.protocol.types import InferRequest, InferResponse
+
+DECOUPLED_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+
+class GrpcInferCall(NamedTuple):
+    """A ModelInfer request as it arrived and as the servicer parsed it (``raw_contents``: the
+    raw input contents of a large request, parsed apart: :func:`.codec.parse_infer_request`)."""
+
+    raw: bytes
+    message: pb.ModelInferRequest
+    raw_contents: list[memoryview] | None
+
+
+class GrpcInferCodec:
+    def __init__(self) -> None:
+        self.lane = "grpc"
+        self.lane_limit = 0  # gRPC has its own message size limit
+        self.decoupled_message = DECOUPLED_MESSAGE
+        # grpc has read the message before the handler runs, and writes it after it returns
+        self.trace_stamps = (
+            "GRPC_WAITREAD_START",
+            "GRPC_WAITREAD_END",
+            "GRPC_SEND_START",
+            "GRPC_SEND_END",
+        )
+
+    def lane_bytes(self, raw: GrpcInferCall) -> bytes | None:
+        return raw.raw if raw.raw_contents is None else None  # large ones are not for the lane
+
+    def decode(self, raw: GrpcInferCall, model: str, version: str) -> DecodedRequest:
+        decoded = decode_infer_request(raw.message, raw.raw_contents)
+        decoded.request.model_version = version
+        return decoded
+
+    def request(self, decoded: DecodedRequest) -> InferRequest:
+        return decoded.request
+
+    def encode(self, decoded: DecodedRequest, response: InferResponse) -> bytes:
+        return encode_infer_response_bytes(response)
+
+    def encoded(self, body: bytes) -> bytes:
+        return body
