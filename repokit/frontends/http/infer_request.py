@@ -2,7 +2,9 @@
 
 Follows Triton's ``HTTPAPIServer::HandleInfer`` / ``EVBufferToInput`` / ``ParseJsonTritonIO`` /
 ``ParseJsonTritonParams`` (server ``src/http_server.cc``) step by step, with Triton's messages.
-The body is sliced with memoryviews; binary tensors become read-only ``numpy.frombuffer`` views.
+The body is sliced with memoryviews; binary tensors become read-only ``uint8`` views of their
+bytes, as gRPC's ``raw_input_contents`` do, so the core's request checks decide their byte size
+(and BYTES elements) for both protocols, with Triton's core messages (request id included).
 Plain JSON inputs and outputs take :mod:`repokit.protocol.plain_json` first; anything else
 (and every error) goes through the checked path below.
 
@@ -29,7 +31,6 @@ from repokit.protocol.array_shape import shaped
 from repokit.protocol.json_codec import array_from_json
 from repokit.protocol.model_version import parse_model_version as parse_model_version
 from repokit.protocol.plain_json import plain_json_input, plain_output
-from repokit.protocol.tensor_codec import array_from_bytes
 from repokit.protocol.types import (
     InferRequest,
     InputSpec,
@@ -376,7 +377,7 @@ def _binary_array(
             f"model '{model}'"
         )
     _element_count(name, shape)
-    return array_from_bytes(datatype, shape, chunk, input_name=name, model_name=model)
+    return np.frombuffer(chunk, dtype=np.uint8)
 
 
 def _json_array(
