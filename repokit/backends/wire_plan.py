@@ -10,13 +10,8 @@ process imports nothing else before the model asks for it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
-
-# input name -> (protocol datatype, config dims, numpy dtype of the wire bytes, elements per batch
-# item or -1 when some dim is variable)
-InputPlan = dict[str, tuple[str, tuple[int, ...], "np.dtype[Any]", int]]
+from repokit.protocol.plain_request import InputPlan
 
 
 @dataclass(frozen=True)
@@ -24,6 +19,6 @@ class WirePlan:
     model_name: str
     version_text: str  # the version every response names
     max_batch_size: int
-    inputs: InputPlan
+    inputs: InputPlan  # the plain-request rules' inputs (repokit.protocol.plain_request)
     outputs: frozenset[str]  # the config's outputs: what may be requested, and what a
     # request that names none gets

@@ -9,8 +9,10 @@ including every request that would fail a check, returns None and goes through
 path can never change an answer, only skip work. Models with BYTES, reshaped, shape-tensor or
 ragged inputs always take the full checks (``ModelIO.fast_inputs`` is None).
 
-Raw bytes (gRPC ``raw_input_contents`` arrive as ``uint8`` views) of exactly the input's byte
-size are viewed as the datatype here; any other size goes to the full checks for the error.
+The rules themselves are :func:`repokit.protocol.plain_request.plain_input`'s (shared with the
+wire lane's decoders). Raw bytes (gRPC ``raw_input_contents`` and HTTP binary data arrive as
+``uint8`` views) of exactly the input's byte size are viewed as the datatype here; any other
+size goes to the full checks for the error.
 
 The full checks cost about three times what this path does for a small plain request (figures in
 ``benchmarks/README.md``).
@@ -21,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from repokit.core.request_checks import ModelIO, PreparedRequest, prepared
-from repokit.protocol.plain_shape import fit_plain_shape
+from repokit.protocol.plain_request import plain_input
 from repokit.protocol.types import InferRequest, InferTensor
 
 _RAW_BYTES = np.dtype(np.uint8)
@@ -41,29 +43,22 @@ def prepare_plain(io: ModelIO, request: InferRequest) -> PreparedRequest | None:
     batch_size = 0
     tensors: dict[str, InferTensor] = {}
     for spec in specs:
-        name = spec.name
-        plan = fast.get(name)
         data = spec.data
-        if plan is None or name in tensors or data is None or spec.shm is not None:
+        if data is None or spec.shm is not None:
             return None
-        datatype, dims, dtype, count = plan
+        name = spec.name
         shape = tuple(spec.shape)
-        if spec.datatype != datatype:
+        checked = plain_input(
+            fast, max_batch, tensors, name, spec.datatype, shape, data.nbytes, batch_size
+        )
+        if checked is None:
             return None
-        raw = data.dtype == _RAW_BYTES and dtype != _RAW_BYTES  # gRPC raw_input_contents
-        if data.dtype != dtype and not raw:
-            return None
-        fitted = fit_plain_shape(shape, dims, count, max_batch, batch_size)
-        if fitted is None:
-            return None
-        batch_size, elements = fitted
-        if raw:
-            if data.size != elements * dtype.itemsize:
+        dtype, batch_size = checked
+        if data.dtype != dtype:
+            if data.dtype != _RAW_BYTES:  # gRPC raw_input_contents, HTTP binary data
                 return None
             data = data.view(dtype)
-        elif data.size != elements:
-            return None
         if data.shape != shape:
             data = data.reshape(shape)
-        tensors[name] = InferTensor(name, datatype, shape, data, dict(spec.parameters))
+        tensors[name] = InferTensor(name, spec.datatype, shape, data, dict(spec.parameters))
     return prepared(io, request, tensors, batch_size)

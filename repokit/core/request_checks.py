@@ -30,6 +30,7 @@ from repokit.protocol import datatypes
 from repokit.protocol.array_shape import representable
 from repokit.protocol.bytes_tensor import deserialize_bytes_tensor
 from repokit.protocol.generated import model_config_pb2 as mc
+from repokit.protocol.plain_request import InputPlan
 from repokit.protocol.types import InferRequest, InferTensor, SharedMemoryRef
 
 RAW_INPUT_NAME = "raw_input"
@@ -112,7 +113,7 @@ class ModelIO:
         # name -> (datatype, dims, dtype, elements per batch item or -1 with variable dims);
         # None when some input needs the full checks every time (BYTES, reshape, shape
         # tensor, ragged)
-        self.fast_inputs: dict[str, tuple[str, tuple[int, ...], np.dtype[Any], int]] | None = {}
+        self.fast_inputs: InputPlan | None = {}
         for info in self.inputs.values():
             if (
                 info.datatype == "BYTES"

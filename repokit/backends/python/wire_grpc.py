@@ -1,22 +1,22 @@
 """gRPC ModelInfer straight from and to wire bytes, in the instance process.
 
 The server hands a plain ModelInferRequest to the instance as the bytes it received, and gets
-the serialized ModelInferResponse back (:mod:`repokit.core.wire_lane`): the decoding, the
-checks and the encoding then run here, beside the model, instead of on the server's event loop.
+the serialized ModelInferResponse back (:mod:`repokit.core.wire_lane`): the decoding, the checks
+and the encoding then run here, beside the model, instead of on the server's event loop.
 
-:func:`decode_request` accepts exactly the requests the server's plain path accepts
-(:func:`repokit.core.plain_path.prepare_plain` after
+:func:`decode_request` accepts exactly the requests the server's plain path accepts (the
+plain-request rules of :mod:`repokit.protocol.plain_request`, as
+:func:`repokit.core.plain_path.prepare_plain` after
 :func:`repokit.frontends.grpc.codec.decode_infer_request`): every input once, in
-``raw_input_contents``, with the model's datatype, a shape matching the config and the exact
-byte size, no parameters anywhere (sequence ids, priorities, shared memory, classification),
-requested outputs that exist. Anything else returns None, before the model runs, and the server
-takes the request through its standard path, which decides any error and its message; so this path
-never changes an answer, it only moves work. :func:`encode_response` builds the response the
-server would build for a successful response with numeric outputs and no parameters; for
-anything else it returns None and the reply travels in the usual packed form.
+``raw_input_contents``, no parameters anywhere (sequence ids, priorities, shared memory,
+classification), requested outputs that exist. Anything else returns None, before the model
+runs, and the server takes the request through its standard path, which decides any error and
+its message; so this path never changes an answer, it only moves work. :func:`encode_response`
+builds the response the server would build for a successful response with numeric outputs and no
+parameters; for anything else it returns None and the reply travels in the usual packed form.
 
-The generated protobuf types are imported on the first request (a model that is never asked
-over gRPC does not load them).
+The generated protobuf types are imported on the first request (a model that is never asked over
+gRPC does not load them).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 
 from repokit.backends.python.wire_checks import numeric_outputs
 from repokit.backends.wire_plan import WirePlan
-from repokit.protocol.plain_shape import fit_plain_shape
+from repokit.protocol.plain_request import plain_input
 
 if TYPE_CHECKING:
     from repokit.backends.python.pb_utils import InferenceResponse
@@ -60,22 +60,18 @@ def decode_request(raw: bytes, plan: WirePlan, limit: int = 0) -> DecodedRequest
     arrays: list[tuple[str, np.ndarray[Any, Any]]] = []
     seen: set[str] = set()
     for index, tensor in enumerate(tensors):
+        if tensor.parameters or tensor.HasField("contents"):
+            return None
         name = tensor.name
-        entry = expected.get(name)
-        if entry is None or name in seen or tensor.parameters or tensor.HasField("contents"):
-            return None
-        seen.add(name)
-        datatype, dims, dtype, count = entry
-        if tensor.datatype != datatype:
-            return None
-        shape = tuple(tensor.shape)
-        fitted = fit_plain_shape(shape, dims, count, max_batch, batch_size)
-        if fitted is None:
-            return None
-        batch_size, elements = fitted
         data = contents[index]
-        if len(data) != elements * dtype.itemsize:
+        shape = tuple(tensor.shape)
+        checked = plain_input(
+            expected, max_batch, seen, name, tensor.datatype, shape, len(data), batch_size
+        )
+        if checked is None:
             return None
+        dtype, batch_size = checked
+        seen.add(name)
         # a writable copy, as the packed path delivers (models may write into their inputs)
         arrays.append((name, np.frombuffer(bytearray(data), dtype=dtype).reshape(shape)))
     requested: set[str] = set()

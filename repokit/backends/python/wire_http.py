@@ -1,16 +1,16 @@
-"""HTTP/REST infer requests (JSON only) straight from and to their bytes, in the instance
-process: the HTTP counterpart of :mod:`.wire_grpc` for the wire lane
-(:mod:`repokit.core.wire_lane`).
+"""HTTP/REST infer requests (JSON only) straight from and to their bytes, in the instance process:
+the HTTP counterpart of :mod:`.wire_grpc` for the wire lane (:mod:`repokit.core.wire_lane`).
 
-:func:`decode_request` takes a JSON body that the server's decoder would take through its fast
+:func:`decode_request` takes a JSON body that the server's decoder would take through its plain
 paths (:mod:`repokit.protocol.plain_json`) and its request checks would pass without a second
-look: a JSON object with ``inputs`` (each ``{"name", "datatype", "shape", "data"}`` with flat
-numeric data), optionally ``id`` (a string) and ``outputs`` (each ``{"name"}``, or with
-``"parameters": {"binary_data": false}``), nothing else (no request parameters, no binary
-data, no shared memory, no classification). Anything else returns None before the model runs
-and the server's standard path answers the request, errors included. :func:`encode_response`
-writes the JSON the server writes for a successful response whose outputs are JSON numbers or
-booleans (finite floats); anything else travels in the packed form and the server encodes it.
+look (the plain-request rules of :mod:`repokit.protocol.plain_request`): a JSON object with
+``inputs`` (each ``{"name", "datatype", "shape", "data"}`` with flat numeric data), optionally
+``id`` (a string) and ``outputs`` (each ``{"name"}``, or with ``"parameters": {"binary_data":
+false}``), nothing else (no request parameters, no binary data, no shared memory, no
+classification). Anything else returns None before the model runs and the server's standard path
+answers the request, errors included. :func:`encode_response` writes the JSON the server writes
+for a successful response whose outputs are JSON numbers or booleans (finite floats); anything
+else travels in the packed form and the server encodes it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from repokit.backends.python.wire_checks import OUTPUT_DATATYPES, numeric_outputs
 from repokit.backends.wire_plan import WirePlan
 from repokit.protocol.plain_json import plain_json_input, plain_output
-from repokit.protocol.plain_shape import fit_plain_shape
+from repokit.protocol.plain_request import plain_input
 
 if TYPE_CHECKING:
     from repokit.backends.python.pb_utils import InferenceResponse
@@ -65,19 +65,16 @@ def decode_request(body: bytes, plan: WirePlan, limit: int) -> DecodedRequest | 
         spec = plain_json_input(item, limit)
         if spec is None:
             return None
-        name = spec.name
-        entry = expected.get(name)
-        if entry is None or name in seen:
+        name, data = spec.name, spec.data
+        if data is None:
             return None
+        checked = plain_input(
+            expected, max_batch, seen, name, spec.datatype, spec.shape, data.nbytes, batch_size
+        )
+        if checked is None or data.dtype != checked[0]:
+            return None
+        batch_size = checked[1]
         seen.add(name)
-        datatype, dims, dtype, count = entry
-        data = spec.data
-        if spec.datatype != datatype or data is None or data.dtype != dtype:
-            return None
-        fitted = fit_plain_shape(spec.shape, dims, count, max_batch, batch_size)
-        if fitted is None or fitted[1] != data.size:
-            return None
-        batch_size = fitted[0]
         arrays.append((name, data))
     requested: set[str] = set()
     if "outputs" in document:
