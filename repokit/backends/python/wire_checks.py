@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from repokit.protocol import datatypes
+from repokit.protocol.plain_request import PlainOutput
 
 if TYPE_CHECKING:
     from repokit.backends.python.pb_utils import InferenceResponse
@@ -16,17 +17,14 @@ if TYPE_CHECKING:
 # numpy dtypes (native byte order) sent as they are, and their protocol names
 OUTPUT_DATATYPES: dict[np.dtype[Any], str] = datatypes.NUMPY_TO_PROTOCOL
 
-# a requested output: (name, array, protocol datatype)
-NumericOutput = tuple[str, "np.ndarray[Any, Any]", str]
 
-
-def numeric_outputs(response: InferenceResponse, requested: set[str]) -> list[NumericOutput] | None:
+def numeric_outputs(response: InferenceResponse, requested: set[str]) -> list[PlainOutput] | None:
     """The response's requested outputs in the model's order, when the response is a success
     without parameters and every such output is a numeric array of native byte order; else
     None (the packed form then carries the response, and the server encodes it)."""
     if response.error() is not None or response.parameter_dict():
         return None
-    outputs: list[NumericOutput] = []
+    outputs: list[PlainOutput] = []
     try:
         for tensor in response.output_tensors():
             name = tensor.name()
@@ -36,7 +34,7 @@ def numeric_outputs(response: InferenceResponse, requested: set[str]) -> list[Nu
             datatype = OUTPUT_DATATYPES.get(array.dtype)
             if datatype is None:
                 return None
-            outputs.append((name, array, datatype))
+            outputs.append((name, datatype, array.shape, array))
     except Exception:  # e.g. a BF16 tensor: the packed form reports it as it always has
         return None
     return outputs

@@ -27,6 +27,7 @@ import numpy as np
 
 from repokit.backends.python.wire_checks import numeric_outputs
 from repokit.backends.wire_plan import WirePlan
+from repokit.protocol.plain_grpc import plain_grpc_response
 from repokit.protocol.plain_request import plain_input
 
 if TYPE_CHECKING:
@@ -85,18 +86,10 @@ def decode_request(raw: bytes, plan: WirePlan, limit: int = 0) -> DecodedRequest
 def encode_response(
     plan: WirePlan, response: InferenceResponse, requested: set[str], request_id: str
 ) -> bytes | None:
-    """The serialized ModelInferResponse, or None when the packed form must carry it (an
-    error, response parameters, or an output that is not a plain numeric array)."""
+    """The serialized ModelInferResponse (:mod:`repokit.protocol.plain_grpc`, as the server
+    writes it), or None when the packed form must carry it (an error, response parameters, or
+    an output that is not a plain numeric array)."""
     outputs = numeric_outputs(response, requested)
     if outputs is None:
         return None
-    msg = _messages().ModelInferResponse(
-        model_name=plan.model_name, model_version=plan.version_text, id=request_id
-    )
-    add_output = msg.outputs.add
-    contents = msg.raw_output_contents
-    for name, array, datatype in outputs:
-        add_output(name=name, datatype=datatype, shape=array.shape)
-        contents.append(np.ascontiguousarray(array).tobytes())
-    body: bytes = msg.SerializeToString()
-    return body
+    return plain_grpc_response(request_id, plan.model_name, plan.version_text, outputs)

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repokit.backends.python.wire_checks import OUTPUT_DATATYPES, numeric_outputs
+from repokit.backends.python.wire_checks import numeric_outputs
 from repokit.backends.wire_plan import WirePlan
-from repokit.protocol.plain_json import plain_json_input, plain_output
+from repokit.protocol.plain_json import plain_json_input, plain_json_response, plain_output
 from repokit.protocol.plain_request import plain_input
 
 if TYPE_CHECKING:
@@ -30,9 +30,6 @@ if TYPE_CHECKING:
 # a decoded request: [(input name, array)], requested output names, request id, batch size
 DecodedRequest = tuple[list[tuple[str, "np.ndarray[Any, Any]"]], set[str], str, int]
 _KEYS = frozenset({"id", "inputs", "outputs"})
-# output datatypes written as plain JSON numbers or booleans (the server writes FP16 and the
-# others through its own conversions)
-_JSON_DATATYPES = frozenset(OUTPUT_DATATYPES.values()) - {"FP16"}
 
 
 def _orjson() -> Any:
@@ -92,26 +89,10 @@ def decode_request(body: bytes, plan: WirePlan, limit: int) -> DecodedRequest | 
 def encode_response(
     plan: WirePlan, response: InferenceResponse, requested: set[str], request_id: str
 ) -> bytes | None:
-    """The response's JSON, or None when the packed form must carry it (an error, response
+    """The response's JSON (:func:`repokit.protocol.plain_json.plain_json_response`, as the
+    server writes it), or None when the packed form must carry it (an error, response
     parameters, or an output that is not plain JSON numbers or booleans)."""
     outputs = numeric_outputs(response, requested)
     if outputs is None:
         return None
-    header: dict[str, Any] = {}
-    if request_id:
-        header["id"] = request_id
-    header["model_name"] = plan.model_name
-    header["model_version"] = plan.version_text
-    written: list[dict[str, Any]] = []
-    for name, array, datatype in outputs:
-        if datatype not in _JSON_DATATYPES:
-            return None
-        if array.dtype.kind == "f" and not np.isfinite(array).all():
-            return None  # NaN and Infinity: the server writes Triton's bare tokens
-        written.append(
-            {"name": name, "datatype": datatype, "shape": list(array.shape),
-             "data": array.ravel().tolist()}
-        )  # fmt: skip
-    header["outputs"] = written
-    body: bytes = _orjson().dumps(header)
-    return body
+    return plain_json_response(request_id, plan.model_name, plan.version_text, outputs)

@@ -11,11 +11,14 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from repokit.frontends.grpc.codec import (
+    RAW_SPLIT_BYTES,
     DecodedRequest,
     decode_infer_request,
     encode_infer_response_bytes,
 )
 from repokit.protocol.generated import grpc_service_pb2 as pb
+from repokit.protocol.plain_grpc import plain_grpc_response
+from repokit.protocol.plain_request import PlainOutput
 from repokit.protocol.types import InferRequest, InferResponse
 
 DECOUPLED_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
@@ -55,6 +58,25 @@ class GrpcInferCodec:
         return decoded.request
 
     def encode(self, decoded: DecodedRequest, response: InferResponse) -> bytes:
+        """A plain response as :func:`repokit.protocol.plain_grpc.plain_grpc_response` writes
+        it (a python instance on the wire lane too); anything else, and outputs of more than
+        :data:`.codec.RAW_SPLIT_BYTES` (written into the message apart from the protobuf
+        runtime), by the general encoder."""
+        if not response.parameters and not response.shm_outputs:
+            outputs: list[PlainOutput] = []
+            size = 0
+            for t in response.outputs:
+                if t.parameters:  # e.g. classification labels' parameters
+                    break
+                outputs.append((t.name, t.datatype, t.shape, t.data))
+                size += t.data.nbytes
+            else:
+                if size <= RAW_SPLIT_BYTES:
+                    plain = plain_grpc_response(
+                        response.id, response.model_name, response.model_version, outputs
+                    )
+                    if plain is not None:
+                        return plain
         return encode_infer_response_bytes(response)
 
     def encoded(self, body: bytes) -> bytes:

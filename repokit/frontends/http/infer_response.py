@@ -23,16 +23,14 @@ import orjson
 
 from repokit.frontends.http.infer_request import DecodedInfer
 from repokit.protocol.json_codec import array_to_json
+from repokit.protocol.plain_json import PLAIN_JSON_OUTPUTS, plain_json_response
 from repokit.protocol.tensor_codec import array_to_bytes
 from repokit.protocol.types import InferResponse
 
 JSON_CONTENT_TYPE = "application/json"
 BINARY_CONTENT_TYPE = "application/octet-stream"
 # datatypes whose JSON form is a plain ``tolist()`` (BYTES decode, FP16/BF16 refuse JSON)
-_PLAIN_JSON = frozenset(
-    {"BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP32",
-     "FP64"}
-)  # fmt: skip
+_PLAIN_JSON = PLAIN_JSON_OUTPUTS
 
 
 @dataclass
@@ -63,6 +61,23 @@ def _has_non_finite(array: Any) -> bool:
 
 
 def encode_infer_response(response: InferResponse, decoded: DecodedInfer) -> EncodedResponse:
+    """The response's body: a plain response (no parameters, every output as JSON data) as
+    :func:`repokit.protocol.plain_json.plain_json_response` writes it (a python instance on
+    the wire lane too), anything else here."""
+    if not (
+        response.parameters
+        or response.shm_outputs
+        or decoded.default_binary
+        or any(decoded.binary_outputs.values())
+    ):
+        plain = plain_json_response(
+            response.id,
+            response.model_name,
+            str(response.model_version),
+            [(t.name, t.datatype, t.shape, t.data) for t in response.outputs],
+        )
+        if plain is not None:
+            return EncodedResponse(plain, JSON_CONTENT_TYPE, None)
     header: dict[str, Any] = {}
     if response.id:
         header["id"] = response.id
