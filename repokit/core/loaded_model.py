@@ -182,6 +182,7 @@ class LoadedVersion:
         if cache is not None and self.config.response_cache.enable:
             self.response_cache = ModelCache(cache, self.name, self.version)
             self.stats.cache_enabled = True
+
     def _limit(self, limiter: RateLimiter, backend: Backend) -> None:
         """Register the instances' resources (a count the server cannot give fails the load
         with Triton's message) and hand the backend its slots."""
