@@ -249,3 +249,39 @@ def test_grpc_client_unknown_model_status(server: ServerThread) -> None:
         client.get_trace_settings(model_name="nope")
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
     client.close()
+
+
+def test_restricted_trace_api(tmp_path: Path) -> None:
+    repo = copy_models(tmp_path / "repo", ("add_sub",))
+    with running_server(
+        repo,
+        allow_grpc=True,
+        http_restricted_api=["trace:admin-key=secret"],
+        grpc_restricted_protocol=["trace:admin-key=secret"],
+    ) as srv:
+        base = f"http://{srv.http_url}"
+        refused = requests.get(f"{base}/v2/trace/setting", timeout=30)
+        assert refused.status_code == 403
+        allowed = requests.get(
+            f"{base}/v2/models/add_sub/trace/setting", headers={"admin-key": "secret"}, timeout=30
+        )
+        assert allowed.status_code == 200
+        client = grpcclient.InferenceServerClient(srv.grpc_url)
+        with pytest.raises(InferenceServerException) as info:
+            client.get_trace_settings()
+        assert "UNAVAILABLE" in str(info.value.status())
+        headers = {"triton-grpc-protocol-admin-key": "secret"}
+        assert client.get_trace_settings(headers=headers).settings["trace_mode"].value == ["triton"]
+        client.close()
+
+
+def test_opentelemetry_packages_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from repokit.core.tracing.manager import TraceManager
+
+    monkeypatch.delitem(sys.modules, "repokit.core.tracing.otel", raising=False)
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # import fails
+    manager = TraceManager(parse_trace_flags(["mode=opentelemetry", "level=TIMESTAMPS"]))
+    with pytest.raises(ValueError, match="install repokit with the 'tracing' extra"):
+        manager.start()

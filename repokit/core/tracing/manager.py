@@ -97,11 +97,8 @@ class TraceManager:
 
     # --- the trace extension -------------------------------------------------------------
     def settings(self, model: str = "") -> dict[str, str | list[str]]:
-        return (
-            self._models.get(model, self._global).to_response()
-            if model
-            else (self._global.to_response())
-        )
+        """The global setting (``model`` ""), or the one ``model``'s requests are traced with."""
+        return self._models.get(model, self._global).to_response()
 
     def update(
         self, model: str, changes: dict[str, list[str] | None]

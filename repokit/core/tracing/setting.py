@@ -1,7 +1,8 @@
 """One trace setting (global or one model's): its values, its sampling and its traces.
 
-A setting object never changes its values: an update builds a new one (Triton's
-``TraceManager::TraceSetting``), so a trace sampled under the old values finishes under them.
+A setting object keeps its values (only the remaining count goes down): an update builds a new
+one (Triton's ``TraceManager::TraceSetting``), so a trace sampled under the old values finishes
+under them.
 Sampling follows Triton: every ``rate``-th request is traced while ``count`` is not exhausted
 (-1: no limit); ``rate`` 0, level OFF, or (triton mode) no trace file means nothing is sampled,
 except requests that carry an OpenTelemetry context in opentelemetry mode (forced).
