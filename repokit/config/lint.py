@@ -17,6 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repokit.config.diagnostics import Diagnostic, Severity
+from repokit.config.lint_rate_limiter import (
+    RATE_LIMITER_LINT_RULES,
+    global_conflict,
+    needs_server_flag,
+    resource_fields,
+)
 from repokit.config.parse import ConfigParseError, parse_file
 from repokit.config.report import ModelReport, RepositoryReport, ValidateOptions
 from repokit.protocol.generated import model_config_pb2 as mc
@@ -363,6 +369,7 @@ LINT_RULES: dict[str, str] = {
     "lint-unused-model-files": "files or versions no loaded version uses",
     "lint-response-cache-sequence-step": "a cached ensemble over a sequence-batched model",
     "lint-response-cache-server-flag": "response_cache needs the server's --cache-config",
+    **RATE_LIMITER_LINT_RULES,
 }
 
 
@@ -377,6 +384,9 @@ RULES: tuple[Rule, ...] = (
     unused_model_files,
     response_cache_over_sequence,
     response_cache_needs_server_flag,
+    resource_fields,
+    global_conflict,
+    needs_server_flag,
 )
 
 

@@ -74,6 +74,7 @@ _HELP_PAGES: tuple[tuple[str, str], ...] = (
     ("lint-tensorrt", DOCS + "user_guide/optimization.md"),
     ("lint-ensemble", ARCHITECTURE_DOC + "#ensemble-models"),
     ("lint-response-cache", CONFIG_DOC + "#response-cache"),
+    ("lint-rate-limiter", CONFIG_DOC + "#rate-limiter-configuration"),
     ("lint-", DOCS + "user_guide/optimization.md"),
     ("config-", CONFIG_DOC),
     ("", CONFIG_DOC + "#name-platform-and-backend"),
