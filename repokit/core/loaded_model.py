@@ -189,7 +189,10 @@ class LoadedVersion:
         needs = instance_needs(self.config, backend.instance_count)
         if not any(needs):
             return
-        slots = limiter.register(needs)
+        try:
+            slots = limiter.register(needs)
+        except RepokitError as exc:  # Triton's load error carries its status text
+            raise invalid_arg(f"Invalid argument: {exc.message}") from None
         self._rate = (limiter, slots)
         backend.rate_slots = slots
 

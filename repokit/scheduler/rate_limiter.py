@@ -11,9 +11,11 @@ instance that needs more than there is fails its load with Triton's message. A r
 be both global and per device across the loaded models.
 
 Instances waiting for their resources are served as Triton's rate limiter serves them: the one
-with the lowest ``executions so far x max(priority, 1)`` first (so an instance with priority 2
-gets half the turns of one with priority 1 when both always wait; lower value = higher
-priority), ties to the lower priority value and then to the one that waited longer. Only the
+with the lowest ``(executions so far + 1) x max(priority, 1)`` first (so an instance with
+priority 2 gets half the turns of one with priority 1 when both always wait; lower value =
+higher priority), ties to the lower priority value and then to the one that waited longer.
+Checked against Triton 2.51: two models with priorities 1 and 2 and six requests each waiting
+for one resource run as ``a a b a a b a a b b b b`` on both. Only the
 first waiting instance may take resources: one that needs more than is free keeps the others
 waiting behind it, so it is never starved. Instances whose group declares no resources are not
 limited at all.
@@ -309,7 +311,8 @@ class RateLimiter:
         order = next(self._order)
         slot.waiting = order
         heapq.heappush(
-            self._queue, (slot.executions * max(slot.priority, 1), slot.priority, order, slot)
+            self._queue,
+            ((slot.executions + 1) * max(slot.priority, 1), slot.priority, order, slot),
         )
         self._allocate()
 

