@@ -61,7 +61,9 @@ def test_a_resource_count_below_a_models_need_fails_the_startup(tmp_path: Path) 
         'Resource count for "R1" is limited to 1 which will prevent scheduling of one or more '
         "model instances, the minimum required count is 2"
     ) in output
-    assert re.search(r"\| needs_two +\| 1 +\| UNAVAILABLE: Invalid argument: Resource count", output)
+    assert re.search(
+        r"\| needs_two +\| 1 +\| UNAVAILABLE: Invalid argument: Resource count", output
+    )
 
 
 def test_rate_limit_off_ignores_the_resources(tmp_path: Path) -> None:
