@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import queue
 import textwrap
 from collections import Counter
 from collections.abc import Iterator
@@ -334,3 +335,31 @@ def test_json_lane_statistics(server: Server) -> None:
     after = server.stats("picky")
     assert after["inference_count"] - before["inference_count"] == 4
     assert after["execution_count"] - before["execution_count"] == 2
+
+
+def test_stream_requests_take_the_lane_and_answer_as_the_full_path(server: Server) -> None:
+    """ModelStreamInfer runs each request of a model that is not decoupled as a unary call
+    does: plain ones on the lane, the others (and errors) as before; every response carries
+    ``triton_final_response``."""
+    a = np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16)
+    x = np.array([[-1, 2]], dtype=np.int32)
+    answers: queue.Queue[Any] = queue.Queue()
+    before = server.outcomes["body"]
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        client.async_stream_infer("add_sub", _add_sub(grpcclient, a), request_id="s-1")
+        client.async_stream_infer("picky", _inputs(grpcclient, x), request_id="s-2")
+        client.async_stream_infer("add_sub", _add_sub(grpcclient, a), parameters={"k": 1})
+        got = [answers.get(timeout=60) for _ in range(3)]
+        client.stop_stream()
+    assert server.outcomes["body"] >= before + 1  # s-1 (the parameter takes the standard path)
+    results = {r.get_response().id if r is not None else "error": (r, e) for r, e in got}
+    lane, _ = results["s-1"]
+    response = lane.get_response()
+    assert (response.model_name, response.model_version) == ("add_sub", "1")
+    assert response.parameters["triton_final_response"].bool_param is True
+    assert lane.as_numpy("OUTPUT0").tolist() == (a + a).tolist()
+    full, _ = results[""]
+    assert full.as_numpy("OUTPUT1").tolist() == (a - a).tolist()
+    _, error = results["error"]
+    assert error is not None and "negative input" in str(error.message())

@@ -17,7 +17,6 @@ import grpc
 from repokit.core.service import InferenceService
 from repokit.errors import unavailable
 from repokit.frontends.grpc.options import GrpcOptions, grpc_options_from_settings
-from repokit.frontends.grpc.parsing import parsing_handler
 from repokit.frontends.grpc.registration import add_service
 from repokit.frontends.grpc.restricted import RestrictedProtocolInterceptor
 from repokit.frontends.grpc.servicer import (
@@ -26,7 +25,6 @@ from repokit.frontends.grpc.servicer import (
 )
 from repokit.frontends.grpc.stream import serialize_stream_response
 from repokit.frontends.v1.grpc_service import add_v1_servicer
-from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from repokit.protocol.generated import health_pb2 as health_pb
 from repokit.protocol.generated import health_pb2_grpc as health_grpc
@@ -101,14 +99,10 @@ def _add_inference_service(servicer: InferenceServicer, server: grpc.aio.Server)
     them to a model's wire lane). Only ModelInfer is a registered method (see
     :mod:`repokit.frontends.grpc.registration`)."""
     model_infer = grpc.unary_unary_rpc_method_handler(servicer.ModelInfer)
-    # stream responses may be serialized already as well (the request messages are parsed
-    # by the handler, as for every generated handler)
-    model_stream_infer = parsing_handler(
-        grpc.stream_stream_rpc_method_handler(
-            servicer.ModelStreamInfer,
-            request_deserializer=pb.ModelInferRequest.FromString,
-            response_serializer=serialize_stream_response,
-        )
+    # the stream's messages come as their bytes as well (the servicer parses them, and may
+    # hand them to a model's wire lane), its responses may be serialized already
+    model_stream_infer = grpc.stream_stream_rpc_method_handler(
+        servicer.ModelStreamInfer, response_serializer=serialize_stream_response
     )
     add_service(
         server,

@@ -21,8 +21,13 @@ from repokit.errors import Code, RepokitError, unsupported
 from repokit.frontends.grpc import messages
 from repokit.frontends.grpc.codec import parse_infer_request
 from repokit.frontends.grpc.infer_codec import GrpcInferCall, GrpcInferCodec
-from repokit.frontends.grpc.parsing import UNPARSABLE_REQUEST, Unparsable
-from repokit.frontends.grpc.stream import GRPC_ERROR_HEADER, StreamResponse, StreamSession
+from repokit.frontends.grpc.parsing import UNPARSABLE_REQUEST
+from repokit.frontends.grpc.stream import (
+    GRPC_ERROR_HEADER,
+    StreamResponse,
+    StreamSession,
+    stream_calls,
+)
 from repokit.frontends.heap import HeapTrimmer
 from repokit.frontends.status import grpc_status_name
 from repokit.protocol.generated import grpc_service_pb2 as pb
@@ -164,15 +169,17 @@ class InferenceServicer:
 
     async def ModelStreamInfer(
         self,
-        request_iterator: AsyncIterator[pb.ModelInferRequest | Unparsable],
+        request_iterator: AsyncIterator[bytes],
         context: Context,
     ) -> AsyncIterator[StreamResponse]:
+        """The stream's messages come as their bytes (parsed by :func:`.stream.stream_calls`)."""
         # grpc.aio needs an async generator function here, not one returning a generator
         grpc_error = any(
             key == GRPC_ERROR_HEADER and value == "true"
             for key, value in context.invocation_metadata() or ()
         )
-        session = StreamSession(self._service, request_iterator, grpc_error)
+        calls = stream_calls(request_iterator)
+        session = StreamSession(self._service, calls, grpc_error, self._codec)
         async for response in session.responses():
             yield response
         if session.failure is not None:

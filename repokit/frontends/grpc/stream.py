@@ -30,13 +30,17 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Hashable
 
+from google.protobuf.message import DecodeError
+
 from repokit.core.service import InferenceService
 from repokit.errors import RepokitError
 from repokit.frontends.grpc.codec import (
     DecodedRequest,
     decode_infer_request,
     encode_infer_response_bytes,
+    parse_infer_request,
 )
+from repokit.frontends.grpc.infer_codec import GrpcInferCall, GrpcInferCodec
 from repokit.frontends.grpc.messages import parse_model_version
 from repokit.frontends.grpc.parsing import Unparsable
 from repokit.protocol.generated import grpc_service_pb2 as pb
@@ -110,18 +114,44 @@ def _forget(
     return forget
 
 
+async def stream_calls(
+    raw_messages: AsyncIterator[bytes],
+) -> AsyncIterator[GrpcInferCall | Unparsable]:
+    """The stream's messages as they arrived and parsed (large ones with their raw input
+    contents apart, as unary calls); bytes that are no ModelInferRequest as
+    :class:`Unparsable`."""
+    index = 0
+    async for raw in raw_messages:
+        index += 1
+        try:
+            message, raw_contents = parse_infer_request(raw)
+        except DecodeError:
+            yield Unparsable(index, len(raw), pb.ModelInferRequest.DESCRIPTOR.full_name)
+            continue
+        yield GrpcInferCall(raw, message, raw_contents)
+
+
 class StreamSession:
-    """The state of one ModelStreamInfer call."""
+    """The state of one ModelStreamInfer call.
+
+    A request for a model that is not decoupled runs as a unary ModelInfer does, through
+    :meth:`InferenceService.infer_encoded` with the gRPC codec (a small one may take the
+    model's wire lane), and its encoded response goes into the stream's response as it is
+    (:func:`repokit.protocol.grpc_raw.stream_response`); in ``triton_grpc_error`` mode, where a
+    refusal before the request runs and a failure while it runs are answered differently,
+    and for decoupled models it is decoded here and runs on the standard path."""
 
     def __init__(
         self,
         service: InferenceService,
-        requests: AsyncIterator[pb.ModelInferRequest | Unparsable],
+        requests: AsyncIterator[GrpcInferCall | Unparsable],
         grpc_error: bool = False,
+        codec: GrpcInferCodec | None = None,
     ) -> None:
         self._service = service
         self._requests = requests
         self._grpc_error = grpc_error
+        self._codec = codec or GrpcInferCodec()
         self.failure: RepokitError | None = None  # set when the stream ends with a status
 
     async def responses(self) -> AsyncIterator[StreamResponse]:
@@ -147,13 +177,13 @@ class StreamSession:
         tasks: set[asyncio.Task[None]] = set()
         last_of_sequence: dict[Hashable, asyncio.Task[None]] = {}
         try:
-            async for msg in self._requests:
-                if isinstance(msg, Unparsable):
-                    await out.put(error_response(pb.ModelInferRequest(), msg.message))
+            async for call in self._requests:
+                if isinstance(call, Unparsable):
+                    await out.put(error_response(pb.ModelInferRequest(), call.message))
                     continue
-                key = _sequence_key(msg)
+                key = _sequence_key(call.message)
                 previous = last_of_sequence.get(key) if key is not None else None
-                task = asyncio.create_task(self._handle(msg, previous, out))
+                task = asyncio.create_task(self._handle(call, previous, out))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 if key is not None:
@@ -173,15 +203,16 @@ class StreamSession:
 
     async def _handle(
         self,
-        msg: pb.ModelInferRequest,
+        call: GrpcInferCall,
         previous: asyncio.Task[None] | None,
         out: asyncio.Queue[_Item],
     ) -> None:
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
+        msg = call.message
         issued = [False]  # the request reached the core (its errors may end the stream)
         try:
-            async for response in self._run(msg, issued):
+            async for response in self._run(call, issued):
                 await out.put(response)
         except RepokitError as error:
             if self._grpc_error and issued[0]:
@@ -192,13 +223,17 @@ class StreamSession:
             _log.exception("stream request failed")
             await out.put(error_response(msg, f"internal error: {type(exc).__name__}: {exc}"))
 
-    async def _run(
-        self, msg: pb.ModelInferRequest, issued: list[bool]
-    ) -> AsyncIterator[StreamResponse]:
+    async def _run(self, call: GrpcInferCall, issued: list[bool]) -> AsyncIterator[StreamResponse]:
         service = self._service
+        msg = call.message
         version = parse_model_version(msg.model_version)
         decoupled = service.is_decoupled(msg.model_name, version)
-        decoded = decode_infer_request(msg)
+        if not decoupled and not self._grpc_error:
+            issued[0] = True
+            body = await service.infer_encoded(self._codec, msg.model_name, version, call)
+            yield stream_response(body, True)
+            return
+        decoded = decode_infer_request(msg, call.raw_contents)
         decoded.request.model_version = version
         if self._grpc_error:  # a request the core refuses is answered in-band all the same
             service.admit(decoded.request)
