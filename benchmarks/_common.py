@@ -155,9 +155,12 @@ def require_tools(*tools: str, install: str) -> None:
 
 
 @contextmanager
-def triton(repository: Path, workdir: Path, ready: Iterable[str] = ()) -> Iterator[TritonReference]:
-    """Triton serving ``repository``, ready (or its ``ready`` models are), stopped on exit."""
-    with running_triton(repository, workdir / "triton", ready=ready) as server:
+def triton(
+    repository: Path, workdir: Path, ready: Iterable[str] = (), flags: Sequence[str] = ()
+) -> Iterator[TritonReference]:
+    """Triton serving ``repository`` (with tritonserver ``flags``), ready (or its ``ready``
+    models are), stopped on exit."""
+    with running_triton(repository, workdir / "triton", flags, ready=ready) as server:
         yield server
 
 
@@ -185,15 +188,18 @@ def stop_processes(processes: Sequence[subprocess.Popen[bytes]], sig: int = sign
 
 
 @contextmanager
-def running_repokit(repository: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int]]]:
-    """``repokit serve`` on loopback with free ports ({"http", "grpc", "metrics"}), ready, and
-    stopped (SIGTERM) on exit."""
+def running_repokit(
+    repository: Path, flags: Sequence[str] = ()
+) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int]]]:
+    """``repokit serve`` (with ``flags``) on loopback with free ports ({"http", "grpc",
+    "metrics"}), ready, and stopped (SIGTERM) on exit."""
     names = ("http", "grpc", "metrics")
     ports = dict(zip(names, free_ports(3), strict=True))
     command = [sys.executable, "-m", "repokit", "serve", str(repository),
                "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1"]  # fmt: skip
     for name in names:
         command += [f"--{name}-port", str(ports[name])]
+    command += list(flags)
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
         wait_ready(f"http://127.0.0.1:{ports['http']}/v2/health/ready")
@@ -221,7 +227,10 @@ def run_wrk(url: str, script: Path, connections: int, seconds: int, threads: int
     """One wrk run; raises when any response was not 2xx/3xx."""
     command = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds}s",
                "-s", str(script), url]  # fmt: skip
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    done = subprocess.run(command, capture_output=True, text=True)
+    out = done.stdout
+    if done.returncode != 0:
+        raise RuntimeError(f"wrk {url} exited with {done.returncode}:\n{out}{done.stderr}")
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if non_2xx:
         raise RuntimeError(f"{url}: {non_2xx.group(1)} error responses\n{out}")

@@ -228,9 +228,13 @@ class ModelCache:
         inputs = request.inputs
         for name in sorted(inputs):
             tensor = inputs[name]
-            data = _tensor_bytes(tensor)
-            header = f"{name}\0{tensor.datatype}\0{','.join(map(str, tensor.shape))}\0{len(data)}\0"
-            digest.update(header.encode())
+            array = tensor.data
+            if array.dtype != object and array.flags.c_contiguous:
+                data = array.data  # its buffer, as it is (no copy)
+            else:
+                data = memoryview(_tensor_bytes(tensor))
+            shape = ",".join(map(str, tensor.shape))
+            digest.update(f"{name}\0{tensor.datatype}\0{shape}\0{data.nbytes}\0".encode())
             digest.update(data)
         return digest.digest()
 
