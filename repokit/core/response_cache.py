@@ -27,6 +27,10 @@ empty one and answers later identical requests 200 with no outputs). What is sto
 model's output tensors, copied into buffers of their own; a hit is finished per request like
 any result (requested outputs, classification, shared-memory outputs). Response parameters are
 not stored, as in Triton (a hit on an ensemble has none).
+
+Each load of a model version keys its requests apart (a load counter is part of the key), so a
+version loaded again, perhaps from changed files, never answers from its previous load's
+entries; those age out of the LRU order.
 """
 
 from __future__ import annotations
@@ -158,6 +162,12 @@ class ResponseCache:
         self.evictions = 0
         self.lookup_ns = 0
         self.insertion_ns = 0
+        self._loads = 0
+
+    def next_load(self) -> int:
+        """A number no other model version load got (part of its keys)."""
+        self._loads += 1
+        return self._loads
 
     @property
     def num_entries(self) -> int:
@@ -221,7 +231,7 @@ class ModelCache:
 
     def __init__(self, cache: ResponseCache, model_name: str, version: int) -> None:
         self.cache = cache
-        self._prefix = f"{model_name}\0{version}\0".encode()
+        self._prefix = f"{model_name}\0{version}\0{cache.next_load()}\0".encode()
 
     def key(self, request: BackendRequest) -> bytes:
         digest = hashlib.blake2b(self._prefix, digest_size=16)

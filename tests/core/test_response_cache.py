@@ -250,6 +250,13 @@ def tensor(name: str, datatype: str, data: np.ndarray) -> InferTensor:
 
 CACHE = ResponseCache(4096)
 MODEL = ModelCache(CACHE, "m", 1)
+
+
+def test_each_load_of_a_version_has_keys_of_its_own() -> None:
+    reloaded = ModelCache(CACHE, "m", 1)
+    assert reloaded.key(BASE) != MODEL.key(BASE)
+
+
 BASE = request(tensor("A", "FP32", np.arange(4, dtype=np.float32)))
 
 

@@ -345,3 +345,19 @@ async def test_metrics_of_the_cache(cache_repository: Path, controls: Controls) 
     assert order.index("nv_cache_num_hits_per_model") < order.index(
         "nv_inference_pending_request_count"
     )
+
+
+async def test_a_reloaded_model_does_not_answer_from_its_previous_load(
+    service: InferenceService, controls: Controls, cache_repository: Path
+) -> None:
+    await service.infer(xreq("cached", [2, 2]))
+    await service.infer(xreq("cached", [2, 2]))
+    assert ran(controls) == 1
+    config = cache_repository / "cached" / "config.pbtxt"
+    config.write_text(
+        config.read_text() + 'parameters { key: "changed" value: { string_value: "1" } }\n'
+    )
+    await service.load_model("cached")
+    await service.infer(xreq("cached", [2, 2]))
+    assert ran(controls) == 2
+    assert counts(service, "cached")["cache_miss"] == 1  # the new load's statistics
