@@ -4,9 +4,10 @@ python identity model with ``InferenceRequest.exec()`` and checks every value it
 Peak memory is each process's ``VmHWM`` (reset through ``/proc/<pid>/clear_refs`` before the
 request) above its resident size then, summed over the server (``repokit serve`` in its own
 process) and both instance processes. The caller's own tensor and the response it reads are two
-copies no transport can avoid; the called instance's copy of its output is a third. Before
-tensors went as shared-memory segments (repokit.backends.python.segments) the server held both
-the request's and the response's tensor and the called instance received one: 5 copies.
+copies no transport can avoid. Before tensors went as shared-memory segments
+(repokit.backends.python.segments) the server held both the request's and the response's tensor
+and the called instance received one: 5 copies; with segments that the called instance copied
+into a new one for its output, 3; passing its unwritten input segment on as the output, 2.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tests.limits.served import served
 
 MIB = 1024 * 1024
 SIZE = 64 * MIB
-BOUND_COPIES = 4.0
+BOUND_COPIES = 3.0
 
 CALLER = """
 import numpy as np
@@ -108,7 +109,7 @@ def _call(url: str, count: int) -> bool:
         return bool(same[0])
 
 
-def test_a_bls_round_trip_of_a_large_tensor_holds_fewer_than_four_copies(tmp_path: Path) -> None:
+def test_a_bls_round_trip_of_a_large_tensor_holds_fewer_than_three_copies(tmp_path: Path) -> None:
     repo = _write_repository(tmp_path / "models")
     with served(repo) as server:
         url = f"127.0.0.1:{server.grpc_port}"

@@ -379,7 +379,7 @@ class PythonBackend(Backend):
             child_lane.close()
         slot = self._names.index(name) if name in self._names else 0
         instance = _Instance(name=name, process=process, sock=parent_sock, slot=slot)
-        lane = segments.FdLane(parent_lane, forward=True)
+        lane = segments.FdLane(parent_lane)
         channel = Channel(parent_sock, lambda: self._lost(instance), lane=lane)
         instance.channel = channel
         instance.link = ServerLink(

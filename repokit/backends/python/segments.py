@@ -12,13 +12,11 @@ Both ends map segments copy-on-write: the arrays are writable as before (a write
 process that made it), and whether an array arrives writable still follows the sender's array
 (pickle's read-only buffer flag).
 
-- the server passes an array that is a view of a received segment on as that same segment (a
-  BLS caller's input to the called model, a called model's output back to the caller): the
-  server copies nothing. This relies on the server's core never writing into a tensor in place
-  (it does not: it decodes, batches, checks and encodes; a write would stay in its private copy
-  and the next receiver would see the segment's bytes);
-- an instance process copies what it sends into a new segment (a model may have written into
-  the pages of an input it returns, which the file would not show).
+An array that is a view of a received segment is passed on as that same segment when none of
+its pages was written in this process (the page map, ``/proc/self/pagemap``, still shows them
+as the file's pages, or not faulted in): a BLS caller's input goes to the called model, and an
+identity-like model's output back to the caller, without a copy anywhere. A written page (a
+private copy the file would not show) makes the sender copy the bytes into a new segment.
 
 Why only from :data:`SEGMENT_LIMIT` (32 MiB) up: a new segment per tensor costs more CPU than
 the socket's two kernel copies (a new file, its pages allocated, mapped, faulted in, unmapped
@@ -27,10 +25,9 @@ and 2x the CPU per request with segments (``benchmarks/README.md``). The memory 
 saves matters for the large tensors the limit is meant for (the 64 MiB round trip below,
 Triton's 1 GiB ``bls_memory``).
 
-Measured with one BLS round trip of a 64 MiB FP32 tensor to a python identity model, peak
-memory above idle summed over the three processes went from 5.0 tensor copies (2 in the caller,
-2 in the server, 1 in the called instance) to 3.0 (the caller's own array and the response it
-reads, the called instance's copy of its output); ``tests/backends/test_python_bls_memory.py``.
+A BLS round trip of a 64 MiB FP32 tensor to a python identity model holds 2 copies of it at
+peak over the three processes (the caller's own array and the response it reads), where the
+socket alone held 5: ``tests/backends/test_python_bls_memory.py`` keeps it below 3.
 """
 
 from __future__ import annotations
@@ -57,7 +54,7 @@ class SegmentError(ConnectionError):
 
 
 class Segment(mmap.mmap):
-    """A mapped segment; on the server it keeps the segment's descriptor (``fd``) to pass on."""
+    """A mapped segment; it keeps the segment's descriptor (``fd``) to pass it on."""
 
     fd: int
     address: int
@@ -83,6 +80,34 @@ def _segment_of(buffer: memoryview) -> Segment | None:
     return None
 
 
+_PRESENT = np.uint64(1 << 63)
+_SWAPPED = np.uint64(1 << 62)
+_FILE_PAGE = np.uint64(1 << 61)
+
+
+def _unwritten(pagemap: int, address: int, size: int) -> bool:
+    """Whether no page of ``[address, address + size)`` of a private file mapping was written
+    (a written page is the process's own: present or swapped, and not the file's)."""
+    first = address // mmap.PAGESIZE
+    count = (address + size - 1) // mmap.PAGESIZE - first + 1
+    try:
+        raw = os.pread(pagemap, 8 * count, 8 * first)
+    except OSError:
+        return False
+    if len(raw) != 8 * count:
+        return False
+    entries = np.frombuffer(raw, dtype=np.uint64)
+    own = ((entries & _PRESENT) != 0) & ((entries & _FILE_PAGE) == 0)
+    return not (own.any() or ((entries & _SWAPPED) != 0).any())
+
+
+def _open_pagemap() -> int | None:
+    try:
+        return os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:  # no /proc: every segment is copied
+        return None
+
+
 def _new_segment(buffer: memoryview) -> int:
     """A new segment file holding ``buffer``'s bytes (its descriptor)."""
     fd = os.memfd_create("repokit-tensor", os.MFD_CLOEXEC)
@@ -98,16 +123,12 @@ def _new_segment(buffer: memoryview) -> int:
 
 
 class FdLane:
-    """One end of the descriptor socket beside an instance socket.
+    """One end of the descriptor socket beside an instance socket."""
 
-    ``forward``: the server's end (passes received segments on as they are); an instance's end
-    copies what it sends into new segments.
-    """
-
-    def __init__(self, sock: socket.socket, *, forward: bool) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         sock.setblocking(True)
         self._sock = sock
-        self.forward = forward
+        self._pagemap = _open_pagemap()
 
     # --- sending -------------------------------------------------------------------------------
     def share(self, buffer: memoryview, fds: list[int], created: list[int]) -> int | None:
@@ -116,11 +137,12 @@ class FdLane:
         socket instead (a full frame, or no memory for a segment)."""
         if len(fds) >= MAX_SEGMENTS:
             return None
-        if self.forward:
-            segment = _segment_of(buffer)
-            if segment is not None:
+        segment = _segment_of(buffer)
+        if segment is not None and self._pagemap is not None:
+            address = _address(buffer)
+            if _unwritten(self._pagemap, address, buffer.nbytes):
                 fds.append(segment.fd)
-                return _address(buffer) - segment.address
+                return address - segment.address
         try:
             fd = _new_segment(buffer)
         except OSError:
@@ -146,15 +168,10 @@ class FdLane:
         try:
             for fd, (size, offset) in zip(fds, entries, strict=True):
                 views.append(self._map(fd, size, offset))
-        except BaseException:
-            if self.forward:  # the mapped ones are closed with their segment
-                for fd in fds[len(views) :]:
-                    os.close(fd)
+        except BaseException:  # the mapped ones are closed with their segment
+            for fd in fds[len(views) :]:
+                os.close(fd)
             raise
-        finally:
-            if not self.forward:
-                for fd in fds:
-                    os.close(fd)
         return views
 
     def _recv_fds(self, count: int) -> list[int]:
@@ -176,14 +193,17 @@ class FdLane:
             raise SegmentError(f"segment of {file_size} bytes has no {size} bytes at {offset}")
         segment = Segment(fd, file_size, access=mmap.ACCESS_COPY)
         segment.address = _address(segment)
-        if self.forward:
-            segment.fd = fd
-            weakref.finalize(segment, os.close, fd)
+        segment.fd = fd
+        weakref.finalize(segment, os.close, fd)
         return memoryview(segment)[offset : offset + size]
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._sock.close()
+        if self._pagemap is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pagemap)
+            self._pagemap = None
 
 
 def lane_pair() -> tuple[socket.socket, socket.socket]:

@@ -639,7 +639,7 @@ def serve(sock: socket.socket, lane: FdLane | None = None) -> None:
 def main(argv: list[str]) -> int:
     sys.modules["triton_python_backend_utils"] = pb_utils
     sock = socket.socket(fileno=int(argv[1]))
-    lane = FdLane(socket.socket(fileno=int(argv[2])), forward=False) if len(argv) > 2 else None
+    lane = FdLane(socket.socket(fileno=int(argv[2]))) if len(argv) > 2 else None
     # Triton's stub embeds Python with no arguments: models see sys.argv == [""] (Triton's qa
     # models call unittest.main("model"), which would take a leftover argument for a test)
     sys.argv[:] = [""]
