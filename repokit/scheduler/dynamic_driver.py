@@ -104,6 +104,7 @@ class DynamicBatchScheduler(Scheduler):
         self._early = (
             self._batching
             and backend.pipelines_executions
+            and backend.rate_slots is None  # rate limited: the batch forms once it may run
             and not self._expires
             and self._settings.priority.levels <= 1
         )
@@ -222,13 +223,22 @@ class DynamicBatchScheduler(Scheduler):
                 future.set_exception(timeout_error())
 
     async def _serial_worker(self, instance: int) -> None:
+        slots = self._backend.rate_slots
+        slot = slots.slot(instance) if slots is not None else None
         while True:
+            if slot is not None and not slot.holding and len(self._planner):
+                # --rate-limit: the batch forms once the instance has its resources, so the
+                # requests that arrive while it waits join it (as Triton's batch keeps growing
+                # until an instance runs it); its execution gives them back
+                await slot.acquire()
             decision = self._planner.poll(self._clock())
             self._reject(decision.rejected)
             if not decision.batch and self._stopping and len(self._planner):
                 decision.batch = self._planner.queues.pop_front(
                     max(1, self._settings.max_batch_size)
                 )
+            if slot is not None and slot.holding and not decision.batch:
+                slot.release()  # nothing to run yet: others may use them meanwhile
             if decision.batch:
                 ran_ns = await self._run(instance, decision.batch)
                 self._planner.instance_freed(self._clock(), len(decision.batch), ran_ns)

@@ -34,6 +34,7 @@ from tests.frontends.http.server_thread import ServerThread, running_server
 PEER_WAIT = {"wait_for_peer_s": "0.2"}  # long enough to overlap if the limiter allowed it
 SEQUENCE = "sequence_batching { max_sequence_idle_microseconds: 5000000 }"
 DYNAMIC = "dynamic_batching { max_queue_delay_microseconds: 1000 }"
+BATCHING = ("dyn", "dyn_full")
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +94,18 @@ def repo(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Path:
     write_model(repo, "step_a", parameters=PEER_WAIT, **common)
     write_model(repo, "step_b", parameters=PEER_WAIT, **common)
     write_ensemble(repo, "ens", "step_a", "step_b")
+    # a dynamic batcher whose two instances share R8: batches form once an instance may run
+    write_model(
+        repo,
+        "dyn_full",
+        log_path=logs / "dynfull",
+        resources=[("R8", 1, False)],
+        count=2,
+        max_batch_size=4,
+        scheduling="dynamic_batching { preferred_batch_size: [ 1, 2, 3, 4 ] "
+        "max_queue_delay_microseconds: 5000000 }",
+        parameters={"gate_path": str(logs / "dyn_gate")},
+    )
     # error paths share R6
     write_model(
         repo,
@@ -140,9 +153,9 @@ def _row(value: float) -> np.ndarray:
 def infer(server: ServerThread, model: str, value: float = 1.0, **kwargs: Any) -> np.ndarray:
     client = httpclient.InferenceServerClient(server.http_url)
     data = _row(value)
-    shape = [1] if model != "dyn" else [1, 1]
-    if model == "dyn":
-        data = data.reshape(1, 1)
+    shape = [1]
+    if model in BATCHING:
+        data, shape = data.reshape(1, 1), [1, 1]
     item = httpclient.InferInput("INPUT0", shape, "FP32")
     item.set_data_from_numpy(data)
     result = client.infer(model, [item], **kwargs).as_numpy("OUTPUT0")
@@ -280,3 +293,22 @@ def test_a_request_cancelled_while_waiting_never_runs(server: ServerThread, logs
     assert out is not None and float(out[0]) == 5.0
     assert starts(log) == ["cancel_hold_0_0", "cancel_wait_0_0"]
     assert events(log)[-1] == ("E", "cancel_wait_0_0")
+
+
+def test_dynamic_batches_grow_while_the_instance_waits(server: ServerThread, logs: Path) -> None:
+    # one batch runs (held at the gate) while the other requests queue: every preferred size
+    # is ready at once, but the other instance has no resources, so the batcher keeps them
+    # until an instance may run, and then takes full batches (Triton's qa L0_rate_limiter)
+    log = logs / "dynfull"
+    scheduler = loaded(server, "dyn_full").scheduler
+    assert scheduler is not None
+    with ThreadPoolExecutor(9) as pool:
+        first = pool.submit(infer, server, "dyn_full", 0.0)
+        until(lambda: len(starts(log)) == 1, "the first batch runs")
+        rest = [pool.submit(infer, server, "dyn_full", float(v)) for v in range(1, 9)]
+        until(lambda: scheduler.pending_count == 8, "the other requests queue")
+        (logs / "dyn_gate").touch()
+        assert [float(f.result(timeout=60)[0, 0]) for f in [first, *rest]] == list(range(9))
+    sizes = [int(line.split()[2]) for line in log.read_text().splitlines() if line[0] == "S"]
+    assert sizes == [1, 4, 4]
+    assert max_concurrency(log) == 1
