@@ -183,7 +183,13 @@ def until(condition: Callable[[], bool], what: str) -> None:
 
 
 def test_two_models_sharing_one_resource_never_overlap(server: ServerThread, logs: Path) -> None:
-    calls = [lambda m=m, v=v: infer(server, m, v) for v in range(4) for m in ("share_a", "share_b")]
+    # share_a's plain requests take the wire lane, share_b's (with a parameter) the standard
+    # path: both lanes wait for the resource where the instance's requests leave for it
+    assert loaded(server, "share_a").wire_lane is not None
+    calls: list[Callable[[], Any]] = []
+    for v in range(4):
+        calls.append(lambda v=v: infer(server, "share_a", v))
+        calls.append(lambda v=v: infer(server, "share_b", v, parameters={"lane": "standard"}))
     results = run_all(calls)
     assert [float(r[0]) for r in results] == [float(v) for v in range(4) for _ in range(2)]
     assert len(starts(logs / "share")) == 8
