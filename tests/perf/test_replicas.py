@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from repokit.cli.main import make_app
-from repokit.perf.options import ConcurrencyRange, PerfOptions
+from repokit.perf.options import ConcurrencyRange, PerfOptions, RateRange
 from repokit.perf.profiler import run_perf_blocking
 from tests.cli.serve_process import PORT_FLAGS, ServeProcess
 from tests.frontends.http.server_thread import copy_models
@@ -88,6 +88,27 @@ def test_grpc_endpoints_given_with_a_comma(replicas: list[ServeProcess]) -> None
     assert result.server is not None and result.server.success_count == sum(
         e.server.success_count for e in result.endpoints if e.server is not None
     )
+
+
+def test_request_rate_is_dealt_to_both_replicas(replicas: list[ServeProcess]) -> None:
+    urls = ",".join(server.url("HTTPService") for server in replicas)
+    report = run_perf_blocking(
+        PerfOptions(
+            model="add_sub",
+            url=urls,
+            request_rate_range=RateRange(100, 100, 1),
+            measurement_interval_ms=600.0,
+            stability_percentage=1000.0,
+            max_trials=12,
+        )
+    )
+    assert report.exit_code == 0
+    [result] = report.results
+    # 100 requests/s in all, every other one to each replica
+    assert result.summary.throughput == pytest.approx(100, rel=0.25)
+    counts = [e.summary.request_count for e in result.endpoints]
+    assert abs(counts[0] - counts[1]) <= 2 + 0.1 * max(counts)
+    assert all(e.server is not None and e.server.success_count > 0 for e in result.endpoints)
 
 
 def test_a_replica_without_the_model_is_named(replicas: list[ServeProcess]) -> None:
