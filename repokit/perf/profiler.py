@@ -572,6 +572,8 @@ async def run_perf(
                 )
             sessions.append(await _prepare_endpoint(options, each, url, len(urls) > 1))
         session = sessions[0]
+        for other in sessions[1:]:  # one correlation-ID series for the whole service
+            other.sequences = session.sequences
         report.version = session.info.version
         report.include_server_stats = all(s.include_server_stats for s in sessions)
         report.decoupled = session.info.decoupled

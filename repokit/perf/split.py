@@ -8,7 +8,9 @@ evenly as possible, the first endpoints taking one more when it does not divide
 ``--request-intervals``) is generated once for the whole service and its requests are dealt to
 the endpoints in turn (:func:`deal_intervals`), so the service sees exactly the schedule it
 would see through a round-robin balancer; each endpoint gets ``--max-threads`` divided among
-them (at least one connection). Warmup requests are split like concurrency.
+them (at least one connection). Warmup requests are split like concurrency. Sequence models
+draw correlation IDs from one series for the whole run (no ID is live on two endpoints), and
+a sequence stays on the endpoint of its first request, as affinity routing would keep it.
 """
 
 from __future__ import annotations

@@ -128,6 +128,24 @@ def test_request_rate_is_dealt_round_robin_over_the_endpoints() -> None:
     assert all(a[1] != b[1] for a, b in itertools.pairwise(sends[:200]))
 
 
+def test_sequence_ids_are_one_series_over_the_endpoints() -> None:
+    """A correlation ID is never live on two endpoints at once (two names of one server would
+    otherwise mix two sequences in one slot), and each sequence stays on one endpoint."""
+    transports = [FakeTransport(latency=lambda now, inflight: 0.001) for _ in range(2)]
+    for transport in transports:
+        transport.config = {"name": "add_sub", "max_batch_size": 8, "sequence_batching": {}}
+    options = _options(
+        concurrency_range=ConcurrencyRange(4, 4, 1), sequence_length=5,
+        sequence_length_variation=0, sequence_id_range=(1, None),
+    )  # fmt: skip
+    assert _run(options, transports).exit_code == 0
+    starts = [{f.sequence_id for _, f in t.sent if f is not None and f.start} for t in transports]
+    assert starts[0] and starts[1] and not starts[0] & starts[1]
+    for transport, started in zip(transports, starts, strict=True):
+        ids = {f.sequence_id for _, f in transport.sent if f is not None}
+        assert ids == started  # every request of a sequence went where its START went
+
+
 def test_csv_writes_the_merge_and_one_file_per_endpoint(tmp_path: Path) -> None:
     fast = FakeTransport(latency=lambda now, inflight: 0.001)
     slow = FakeTransport(latency=lambda now, inflight: 0.004)
