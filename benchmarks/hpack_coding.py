@@ -29,6 +29,8 @@ import hpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _common import machine
+
 from repokit.perf.transports.grpc_wire import header_block
 from repokit.perf.transports.hpack import Decoder, Encoder
 
@@ -65,6 +67,7 @@ def main() -> None:
     decode_ours = _best(lambda: [cached.decode(b) for b in steady], calls)
     decode_library = _best(lambda: [plain.decode(b, raw=True) for b in steady], calls)
 
+    print(machine())
     print(f"encode: ours {encode_ours:.2f} us, library {encode_library:.2f} us, "
           f"library/ours {encode_library / encode_ours:.0f}x")  # fmt: skip
     print(f"decode: cached {decode_ours:.2f} us, library {decode_library:.2f} us, "

@@ -28,6 +28,7 @@ from _common import (
     Wrk,
     copy_models,
     free_port,
+    machine,
     require_tools,
     run_wrk,
     running_repokit,
@@ -178,6 +179,7 @@ def report(
                 used = cpu_seconds(repokit_pid) - cpu_before
                 cpu_per_request[model] = 1e6 * used / max(1, run.total)
             results[(model, name)] = run.rate
+    print(machine())
     print(
         f"{'scenario':<24}{'triton':>10}{'repokit':>10}{'bare':>10}{'rk/triton':>11}"
         f"{'rk/bare':>9}{'rk cpu us/req':>15}"

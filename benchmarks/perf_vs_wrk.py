@@ -37,6 +37,7 @@ import numpy as np
 from _common import (
     ROOT,
     copy_models,
+    machine,
     require_tools,
     run_h2load,
     run_wrk,
@@ -119,6 +120,7 @@ def measure(http_port: int, grpc_port: int, work: Path, levels: list[int], secon
          "Inference-Header-Content-Length": str(len(header))},
     )  # fmt: skip
     wrk(http_port, lua, 4, 2)  # warm-up
+    print(machine())
     print(f"Triton 2.51, add_sub (python backend) 1x16 FP32, {seconds} s per run")
     print(f"{'c':>4} {'wrk':>9} {'perf http':>10} {'wrk':>9} {'ratio':>6}")
     for c in levels:

@@ -21,6 +21,7 @@ from pathlib import Path
 import requests
 from _common import (
     copy_models,
+    machine,
     require_tools,
     run_wrk,
     running_repokit,
@@ -75,6 +76,7 @@ def main() -> None:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     title = "batcher (2 ms/execute, max_batch_size 32, delay 500 us, 1 instance)"
+    print(machine())
     print(f"{title}, wrk {args.duration}s per level")
     print(
         f"{'concurrency':<13}{'triton req/s':>14}{'repokit req/s':>15}{'rk/triton':>11}"

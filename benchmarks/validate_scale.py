@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import machine
+
 from repokit.config.report import RepositoryReport, ValidateOptions
 
 MODEL_PY = """import triton_python_backend_utils as pb_utils
@@ -149,6 +151,7 @@ def main() -> None:
             profile(repos[args.profile])
             return
         header = ("models", "best of 3 (s)", "per model (ms)", "growth", "errors")
+        print(machine())
         print("{:>8} {:>14} {:>15} {:>8} {:>7}".format(*header))
         previous: tuple[int, float] | None = None
         for size in args.sizes:
