@@ -17,9 +17,11 @@ A connection starts in the protocol lane. Each complete request in the buffer is
   Sanic's route, and the response is written with the same status, body and headers (minus
   Sanic's empty ``alt-svc``);
 * anything else (other endpoints, compression, chunked bodies, HTTP/1.0, oversized or
-  malformed heads, restricted APIs, access logging, and every request while tracing is on, so
-  that sampling sees them all) is handed to Sanic's own machinery as the raw bytes, together
-  with everything after it, and Sanic answers it exactly as before.
+  malformed heads, restricted APIs, access logging, and every request while OpenTelemetry
+  tracing is on, since its ``traceparent`` header matters) is handed to Sanic's own machinery
+  as the raw bytes, together with everything after it, and Sanic answers it exactly as before.
+  Triton-mode tracing samples lane requests here: a traced one records its receive and send
+  times around the lane's work.
 
 Requests of one connection are answered in order: the protocol lane serves one request at a time
 and hands over to Sanic only when its own response is written; the connection comes back to
@@ -96,6 +98,8 @@ from sanic.http import Http, Stage
 from sanic.server.protocols.base_protocol import SanicProtocol
 from sanic.server.protocols.http_protocol import HttpProtocol
 
+from repokit.core.tracing.setting import OTEL_MODE
+from repokit.core.tracing.trace import Trace
 from repokit.errors import RepokitError
 from repokit.frontends.http.compression import choose_response_encoding
 from repokit.frontends.http.connection_limits import ConnectionLimits
@@ -444,7 +448,9 @@ class FastInferProtocol(HttpProtocol):
                 self._hand_to_sanic()  # Sanic refuses an oversized head (413)
             return
         parsed = parse_infer_head(frontend, buffer, end_of_head, self.request_max_size)
-        if parsed is None or frontend.service.tracing.enabled:  # traced requests: Sanic's route
+        tracing = frontend.service.tracing
+        if parsed is None or (tracing.enabled and tracing.mode == OTEL_MODE):
+            # opentelemetry mode: Sanic's route reads the request's traceparent header
             self._hand_to_sanic()
             return
         if len(buffer) < parsed.body_end:  # the body is still arriving
@@ -506,13 +512,27 @@ class FastInferProtocol(HttpProtocol):
         super().data_received(data)
 
     async def _serve(self, frontend: HttpFrontend, parsed: FastInfer, body: bytes) -> None:
-        parts = await self._answer(frontend, parsed, body)
-        transport = self.transport
-        self._fast_task = None
-        if transport is None or transport.is_closing():
-            return
-        for part in parts:
-            transport.write(part)
+        trace = None
+        tracing = frontend.service.tracing
+        if tracing.enabled:  # triton mode here (opentelemetry requests take Sanic's route)
+            trace = tracing.sample(parsed.route.model)
+            if trace is not None:
+                trace.stamp("HTTP_RECV_START")
+        try:
+            parts = await self._answer(frontend, parsed, body, trace)
+            transport = self.transport
+            self._fast_task = None
+            if transport is None or transport.is_closing():
+                return
+            if trace is not None:
+                trace.stamp("HTTP_SEND_START")
+            for part in parts:
+                transport.write(part)
+            if trace is not None:
+                trace.stamp("HTTP_SEND_END")
+        finally:
+            if trace is not None:
+                trace.finish()
         self._time = current_time()
         if self._fast_buffer:
             if not self._lane_can_write.is_set():  # a slow reader: queue no more responses
@@ -523,13 +543,13 @@ class FastInferProtocol(HttpProtocol):
 
     @staticmethod
     async def _answer(
-        frontend: HttpFrontend, parsed: FastInfer, body: bytes
+        frontend: HttpFrontend, parsed: FastInfer, body: bytes, trace: Trace | None = None
     ) -> list[bytes | memoryview]:
         ops = frontend.endpoints
         route = parsed.route
         try:
             version = ops.infer_version(route)
-            encoded = await ops.run_infer(route.model, version, body, parsed.header_length)
+            encoded = await ops.run_infer(route.model, version, body, parsed.header_length, trace)
         except RepokitError as exc:
             return error_parts(http_status(exc.code), exc.message)
         except Exception as exc:  # a bug must still answer, as Sanic's error handler does
