@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,13 @@ def main() -> None:
     args = parser.parse_args()
     require_tools("wrk", install="wrk")
     work = Path(tempfile.mkdtemp(prefix="tracing_cost_"))
+    try:
+        _run(work, args.duration, args.rounds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(work: Path, duration: int, rounds: int) -> None:
     repo = copy_models(work / "repo", MODELS)
     data = list(range(16))
     body = {
@@ -76,7 +84,7 @@ def main() -> None:
     }
     rates: dict[str, dict[str, list[float]]] = {v: {m: [] for m in MODELS} for v in variants}
     cpus: dict[str, dict[str, list[float]]] = {v: {m: [] for m in MODELS} for v in variants}
-    for round_number in range(args.rounds):
+    for round_number in range(rounds):
         for name, flags in variants.items():
             http, grpc, metrics = free_ports(3)
             command = [sys.executable, "-m", "repokit", "serve", str(repo),
@@ -92,13 +100,13 @@ def main() -> None:
                     url = f"http://127.0.0.1:{http}/v2/models/{model}/infer"
                     run_wrk(url, script, 8, 1)  # warm up
                     before = _cpu_seconds(proc.pid)
-                    result = run_wrk(url, script, 8, args.duration)
+                    result = run_wrk(url, script, 8, duration)
                     used = _cpu_seconds(proc.pid) - before
                     rates[name][model].append(result.rate)
                     cpus[name][model].append(used / max(result.total, 1) * 1e6)
             finally:
                 stop_processes([proc])
-        print(f"round {round_number + 1}/{args.rounds} done", flush=True)
+        print(f"round {round_number + 1}/{rounds} done", flush=True)
     off_rate = {m: statistics.median(rates["off"][m]) for m in MODELS}
     off_cpu = {m: statistics.median(cpus["off"][m]) for m in MODELS}
     print(
