@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from repokit.backends.python import ipc
+from repokit.backends.python import ipc, segments
 from repokit.backends.python.channel import Channel
 from repokit.backends.python.segments import SEGMENT_LIMIT, FdLane, Segment, SegmentError, lane_pair
 
@@ -245,3 +245,17 @@ def test_a_read_only_array_arrives_read_only(to_instance: Pair) -> None:
     got = ipc.unpack_array(to_instance.receive()[1], {})
     assert _segment(got) is not None and not got.flags.writeable
     np.testing.assert_array_equal(got, sent)
+
+
+def test_without_a_page_map_every_segment_is_copied(
+    to_instance: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    to_instance.send(("x", ipc.pack_array(np.ones(BIG, dtype=np.float32))))
+    received = ipc.unpack_array(to_instance.receive()[1], {})
+    monkeypatch.setattr(segments, "_open_pagemap", lambda: None)  # no /proc
+    back = Pair()
+    try:
+        assert len(back.send(("y", ipc.pack_array(received)))) == 1  # a new segment
+        np.testing.assert_array_equal(ipc.unpack_array(back.receive()[1], {}), 1.0)
+    finally:
+        back.close()
