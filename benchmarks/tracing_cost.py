@@ -7,9 +7,8 @@ off. Run by hand, not a test:
 
     .venv/bin/python benchmarks/tracing_cost.py [--duration 6] [--rounds 3]
 
-In triton mode the protocol lane samples requests itself and a traced request takes the
-standard path instead of the wire lane (add_sub's); in opentelemetry mode every HTTP request
-takes Sanic's route, which reads the ``traceparent`` header (not measured here).
+The HTTP infer endpoint samples every request (in either mode; it reads the ``traceparent``
+header) and a traced request takes the standard path instead of the wire lane (add_sub's).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ _InertList = Annotated[
 def _run(coro: Any) -> Any:
     try:
         import uvloop
-    except ImportError:  # pragma: no cover - sanic depends on uvloop on Linux
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
         return asyncio.run(coro)
     return uvloop.run(coro)
 

@@ -131,9 +131,9 @@ class TritonLogHandler(logging.Handler):
         super().close()
 
 
-# libraries whose warnings and errors belong in the server log too (uncaught task errors,
-# Sanic's connection errors), in the same format
-_LIBRARY_LOGGERS = ("asyncio", "sanic.error", "sanic.root", "grpc")
+# libraries whose warnings and errors belong in the server log too (uncaught task errors),
+# in the same format
+_LIBRARY_LOGGERS = ("asyncio", "grpc")
 
 
 def install(settings: LogSettings, stream: IO[str] | None = None) -> TritonLogHandler:

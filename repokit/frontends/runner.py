@@ -14,24 +14,19 @@ import asyncio
 import gc
 import inspect
 import signal
-import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sanic import Sanic
-from sanic.http import Http
-from sanic.server.protocols.http_protocol import HttpProtocol
-
 from repokit.core.compose import build_service
 from repokit.core.service import InferenceService
 from repokit.core.settings import ServerSettings
 from repokit.frontends.grpc.server import create_grpc_server
-from repokit.frontends.http.app import create_http_app
-from repokit.frontends.http.fast_protocol import FastInferProtocol
-from repokit.frontends.http.metrics import create_metrics_app
+from repokit.frontends.http.app import create_http_server
+from repokit.frontends.http.metrics import create_metrics_server
+from repokit.frontends.http.server import HttpServer, bind_socket
 
 
 @dataclass
@@ -97,13 +92,6 @@ ServiceFactory = Callable[[ServerSettings], Any]
 
 
 @dataclass
-class _SanicServer:
-    app: Sanic[Any, Any]
-    server: Any  # sanic AsyncioServer
-    port: int
-
-
-@dataclass
 class ServerHandle:
     """A running server: the service, the bound ports (None when a frontend is disabled)."""
 
@@ -112,9 +100,9 @@ class ServerHandle:
     http_port: int | None = None
     metrics_port: int | None = None
     grpc_port: int | None = None
-    _sanic: list[_SanicServer] = field(default_factory=list)
+    _http: HttpServer | None = None
     _grpc: Any = None
-    _metrics: _SanicServer | None = None
+    _metrics: HttpServer | None = None
     _stopped: bool = False
     exit_timeout_expired: bool = False  # stop() had to abort requests still running
     _stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
@@ -148,24 +136,20 @@ class ServerHandle:
         self._stopped = True
         timeout = max(0.0, float(self.settings.exit_timeout_secs))
         deadline = time.monotonic() + timeout
-        for entry in self._sanic:
-            if entry is not self._metrics:
-                entry.server.server.close()
+        if self._http is not None:
+            self._http.stop_accepting()
         grpc_stop = None
         if self._grpc is not None:
             grpc_stop = asyncio.ensure_future(self._grpc.stop(timeout))
         drained = await _maybe_await(_service_call(self.service, "stop", deadline))
         self.exit_timeout_expired = drained is False
-        await _close_connections(self._sanic, deadline)
+        servers = [s for s in (self._http, self._metrics) if s is not None]
+        await _close_connections(servers, deadline)
         if grpc_stop is not None:
             await grpc_stop
-        for entry in self._sanic:
-            try:
-                await entry.server.before_stop()
-                await entry.server.after_stop()
-            finally:
-                Sanic.unregister_app(entry.app)
-        self._sanic.clear()
+        for server in servers:
+            await server.close()
+        self._http = self._metrics = None
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -181,56 +165,16 @@ def _service_call(service: InferenceService, name: str, *args: Any) -> Any:
     return method(*args)
 
 
-async def _close_connections(servers: list[_SanicServer], deadline: float) -> None:
+async def _close_connections(servers: list[HttpServer], deadline: float) -> None:
     """Close idle keep-alive connections until none is left or the deadline
     (time.monotonic()) passes, then abort the rest."""
     while True:
-        open_connections = [c for s in servers for c in s.server.connections]
-        for connection in open_connections:
-            connection.close_if_idle()
-        if not open_connections or time.monotonic() >= deadline:
+        still_open = sum(server.close_idle() for server in servers)
+        if not still_open or time.monotonic() >= deadline:
             break
         await asyncio.sleep(0.05)
-    for s in servers:
-        for connection in list(s.server.connections):
-            connection.abort()
-
-
-async def _start_sanic(
-    app: Sanic[Any, Any],
-    host: str,
-    port: int,
-    protocol: type[HttpProtocol] | None = None,
-    reuse_port: bool = False,
-) -> _SanicServer:
-    # Bind the socket ourselves: Sanic treats port 0 as "unset" and would pick 8000.
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
-        sock.listen(1024)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    # Sanic's TOUCHUP compiles the dispatches of signals nobody listens to out of its shared
-    # HTTP classes (about twice the requests/s); a second run in one process fails, so only
-    # the first server of the process does it (the apps register no signals of their own).
-    app.config.TOUCHUP = not getattr(Http, "__touched__", False)
-    server: Any = await app.create_server(
-        sock=sock,
-        return_asyncio_server=True,
-        access_log=app.config.ACCESS_LOG,
-        protocol=protocol,
-    )
-    await server.startup()
-    await server.before_start()
-    await server.after_start()
-    bound = server.server.sockets[0].getsockname()[1]
-    return _SanicServer(app, server, int(bound))
+    for server in servers:
+        server.abort_all()
 
 
 def _default_service_factory(settings: ServerSettings) -> InferenceService:
@@ -276,23 +220,17 @@ async def start_server(
     handle = ServerHandle(service=service, settings=settings)
     try:
         if settings.allow_http:
-            app = create_http_app(service, settings, access_log=settings.access_log)
-            entry = await _start_sanic(
-                app,
-                settings.http_address,
-                settings.http_port,
-                FastInferProtocol,
-                reuse_port=settings.reuse_http_port,
+            http, _frontend = create_http_server(service, settings, access_log=settings.access_log)
+            sock = bind_socket(
+                settings.http_address, settings.http_port, reuse_port=settings.reuse_http_port
             )
-            handle._sanic.append(entry)
-            handle.http_port = entry.port
+            handle._http = http
+            handle.http_port = await http.start(sock)
         if settings.allow_metrics:
-            metrics_app = create_metrics_app(service)
+            metrics = create_metrics_server(service)
             host = settings.metrics_address or settings.http_address
-            entry = await _start_sanic(metrics_app, host, settings.metrics_port)
-            handle._sanic.append(entry)
-            handle._metrics = entry
-            handle.metrics_port = entry.port
+            handle._metrics = metrics
+            handle.metrics_port = await metrics.start(bind_socket(host, settings.metrics_port))
         # --- gRPC hook: the gRPC frontend (repokit/frontends/grpc/) shares this loop --------
         if settings.allow_grpc:
             grpc_server = create_grpc_server(service, settings)

@@ -655,7 +655,7 @@ def run_perf_blocking(options: PerfOptions, observer: Observer | None = None) ->
         import uvloop
 
         factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - uvloop ships with sanic
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
         report = runner.run(run_perf(options, observer))

@@ -1,42 +1,37 @@
-"""The KServe v2 HTTP/REST frontend: a Sanic app built by :func:`create_http_app`.
+"""The KServe v2 HTTP/REST frontend: :func:`create_http_server` serves one
+:class:`HttpFrontend` over the HTTP/1.1 server of :mod:`.server` (our own protocol over
+``httptools``, :mod:`.protocol`).
 
-One catch-all Sanic route hands every request to :class:`HttpFrontend.dispatch`, which
-resolves the raw path with Triton's regexes in Triton's order (:mod:`.routing`), checks the
-restricted-API header, then the method (405 ``{"error":"Method Not Allowed"}``), then calls
-the matching :class:`~repokit.core.service.InferenceService` operation. Errors are
-``RepokitError``s mapped to HTTP statuses by the one table in :mod:`repokit.frontends.status`.
+Every request goes to :meth:`HttpFrontend.dispatch`, which resolves the raw path with Triton's
+regexes in Triton's order (:mod:`.routing`), checks the restricted-API header, then the method
+(405 ``{"error":"Method Not Allowed"}``), then calls the matching endpoint of
+:mod:`.endpoints`. Errors are ``RepokitError``s mapped to HTTP statuses by the one table in
+:mod:`repokit.frontends.status`.
 
 Endpoints answered like a Triton built without the feature: CUDA shared memory as a CPU-only
 Triton (status ``[]``, register 400 "GPUs not supported", unregister 200).
-
-Infer requests that are well formed skip this dispatch: the server runs the app with
-:class:`~repokit.frontends.http.fast_protocol.FastInferProtocol`, which answers them through the
-same :meth:`Endpoints.run_infer` (why and what qualifies: that module; the server's CPU per
-request on each lane is in ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
-
-from sanic import HTTPResponse, Request, Sanic
-from sanic.exceptions import SanicException
+from typing import Protocol
 
 from repokit.core.service import InferenceService
 from repokit.errors import RepokitError
 from repokit.frontends.http import endpoints
 from repokit.frontends.http.connection_limits import ConnectionLimits
+from repokit.frontends.http.messages import HttpRequest, HttpResponse
 from repokit.frontends.http.responses import error_response
 from repokit.frontends.http.restricted import parse_restricted_apis, restriction_error
 from repokit.frontends.http.routing import Endpoint, Route, resolve
+from repokit.frontends.http.server import HttpServer
 from repokit.frontends.status import http_status
 from repokit.frontends.v1.http_api import V1HttpFrontend
 
-ALL_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")
+# the methods the frontend knows; any other is 405 whatever the path
+ALL_METHODS = frozenset(("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"))
 DEFAULT_MAX_INPUT_SIZE = 1 << 26
-REQUEST_BUFFER_SIZE = 1 << 22
 
 
 class HttpSettings(Protocol):
@@ -51,7 +46,7 @@ class HttpSettings(Protocol):
 
 
 # a handler returns its response, or None when it already sent one (request.respond)
-Handler = Callable[[Request, Route], Awaitable[HTTPResponse | None]]
+Handler = Callable[[HttpRequest, Route], Awaitable[HttpResponse | None]]
 # resolved routes kept per raw path (a client usually sends few distinct paths)
 ROUTE_CACHE_SIZE = 1024
 
@@ -100,8 +95,16 @@ class HttpFrontend:
         routes[path] = route
         return route
 
-    async def dispatch(self, request: Request, path: str = "") -> HTTPResponse | None:
-        raw_path = request.path  # a property that decodes the URL on every access
+    @property
+    def max_body(self) -> int:
+        """The largest request body read: Triton limits only the JSON parts and raw or
+        decompressed inputs (``--http-max-input-size``), so the transport limit is generous."""
+        return max(self.max_input_size * 4, 1 << 31)
+
+    async def dispatch(self, request: HttpRequest) -> HttpResponse | None:
+        if request.method not in ALL_METHODS:
+            return error_response(405, "Method Not Allowed")
+        raw_path = request.path
         if raw_path.startswith("/api/"):  # v1 hook: repokit.frontends.v1.http_api
             return await self.v1.dispatch(request)
         route = self.route(raw_path)
@@ -122,46 +125,10 @@ class HttpFrontend:
             return error_response(http_status(exc.code), exc.message)
 
 
-def _sanic_error(request: Request, exception: Exception) -> HTTPResponse:
-    """Sanic's own errors (unknown method, oversized body, timeouts) as {"error": ...}."""
-    if isinstance(exception, SanicException):
-        status = int(getattr(exception, "status_code", 500) or 500)
-        message = str(exception) or "Error"
-        if status == 405:
-            message = "Method Not Allowed"
-        elif status == 404:
-            message = "Not Found"
-        return error_response(status, message)
-    return error_response(500, f"internal error: {type(exception).__name__}: {exception}")
-
-
-def create_http_app(
+def create_http_server(
     service: InferenceService, settings: HttpSettings, *, access_log: bool = False
-) -> Sanic[Any, Any]:
-    """A new Sanic app (unique name, so several servers can live in one process)."""
+) -> tuple[HttpServer, HttpFrontend]:
+    """An HTTP server (not started: :meth:`HttpServer.start` on a socket) for ``service``."""
     frontend = HttpFrontend(service, settings)
-    app: Sanic[Any, Any] = Sanic(f"repokit-http-{uuid.uuid4().hex[:12]}", configure_logging=False)
-    app.config.ACCESS_LOG = access_log
-    app.config.AUTO_RELOAD = False
-    app.config.TOUCHUP = False  # runner._start_sanic enables it once per process
-    # Bodies up to the input limit plus binary tensors: Triton limits only the JSON parts and
-    # raw/decompressed inputs, so the transport limit is generous.
-    app.config.REQUEST_MAX_SIZE = max(frontend.max_input_size * 4, 1 << 31)
-    # Sanic stops reading a connection once this much is buffered and resumes when the body
-    # reader drained it; its 64 KiB default costs a pause/resume round per 64 KiB of a large
-    # tensor (the whole body is read into memory before the handler runs in any case).
-    app.config.REQUEST_BUFFER_SIZE = REQUEST_BUFFER_SIZE
-    # repokit.frontends.http.connection_limits: the head (Sanic's request timeout), the model
-    # (its response timeout), idle keep-alive; the body timeout and the connection limit are
-    # the protocol's (FastInferProtocol)
-    limits = frontend.limits
-    app.config.REQUEST_TIMEOUT = limits.header_timeout_s
-    app.config.RESPONSE_TIMEOUT = limits.response_timeout_s
-    app.config.KEEP_ALIVE_TIMEOUT = limits.keepalive_timeout_s
-    app.config.NOISY_EXCEPTIONS = False
-    app.config.FALLBACK_ERROR_FORMAT = "json"  # Sanic's own errors are JSON, never guessed
-    app.ctx.frontend = frontend
-    app.add_route(frontend.dispatch, "/", methods=ALL_METHODS, name="root")
-    app.add_route(frontend.dispatch, "/<path:path>", methods=ALL_METHODS, name="dispatch")
-    app.error_handler.add(Exception, _sanic_error)
-    return app
+    server = HttpServer(frontend.dispatch, frontend.limits, frontend.max_body, access_log)
+    return server, frontend

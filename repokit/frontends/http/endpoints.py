@@ -13,8 +13,6 @@ import socket
 from collections.abc import AsyncGenerator, Awaitable
 from typing import Any
 
-from sanic import HTTPResponse, Request
-
 from repokit.core.service import InferenceService
 from repokit.core.tracing.setting import SETTING_KEYS as TRACE_SETTING_KEYS
 from repokit.core.tracing.trace import Trace
@@ -32,6 +30,7 @@ from repokit.frontends.http.generate import (
 from repokit.frontends.http.infer_codec import DECOUPLED_MESSAGE, HttpInferBody, HttpInferCodec
 from repokit.frontends.http.infer_request import parse_json_document, parse_model_version
 from repokit.frontends.http.infer_response import EncodedResponse
+from repokit.frontends.http.messages import HttpRequest, HttpResponse
 from repokit.frontends.http.responses import JSON, empty_response, error_response, json_response
 from repokit.frontends.http.routing import Route
 from repokit.frontends.status import http_status
@@ -45,11 +44,11 @@ _HEADER_LENGTH = "inference-header-content-length"
 STREAM_THRESHOLD = 1 << 16
 
 
-def _compressed(encoded: EncodedResponse, encoding: str) -> HTTPResponse:
+def _compressed(encoded: EncodedResponse, encoding: str) -> HttpResponse:
     headers = {"Content-Encoding": encoding}
     if encoded.header_length is not None:
         headers["Inference-Header-Content-Length"] = str(encoded.header_length)
-    return HTTPResponse(
+    return HttpResponse(
         compress(encoded.body, encoding), headers=headers, content_type=encoded.content_type
     )
 
@@ -65,36 +64,36 @@ class Endpoints:
 
     # --- health & metadata ---------------------------------------------------------------
 
-    async def health_live(self, request: Request, route: Route) -> HTTPResponse:
+    async def health_live(self, request: HttpRequest, route: Route) -> HttpResponse:
         return empty_response(200 if self.service.server_live() else 400)
 
-    async def health_ready(self, request: Request, route: Route) -> HTTPResponse:
+    async def health_ready(self, request: HttpRequest, route: Route) -> HttpResponse:
         return empty_response(200 if self.service.server_ready() else 400)
 
-    async def server_metadata(self, request: Request, route: Route) -> HTTPResponse:
+    async def server_metadata(self, request: HttpRequest, route: Route) -> HttpResponse:
         return json_response(self.service.server_metadata())
 
-    async def model_ready(self, request: Request, route: Route) -> HTTPResponse:
+    async def model_ready(self, request: HttpRequest, route: Route) -> HttpResponse:
         version = parse_model_version(route.version)
         if not self.service.model_ready(route.model, version):
             return error_response(400, "Model version not ready")
         return empty_response(200)
 
-    async def model_metadata(self, request: Request, route: Route) -> HTTPResponse:
+    async def model_metadata(self, request: HttpRequest, route: Route) -> HttpResponse:
         version = parse_model_version(route.version)
         return json_response(self.service.model_metadata(route.model, version))
 
-    async def model_config(self, request: Request, route: Route) -> HTTPResponse:
+    async def model_config(self, request: HttpRequest, route: Route) -> HttpResponse:
         version = parse_model_version(route.version)
         return json_response(self.service.model_config_json(route.model, version))
 
-    async def statistics(self, request: Request, route: Route) -> HTTPResponse:
+    async def statistics(self, request: HttpRequest, route: Route) -> HttpResponse:
         version = parse_model_version(route.version)
         return json_response(self.service.model_statistics(route.model, version))
 
     # --- inference -------------------------------------------------------------------------
 
-    async def infer(self, request: Request, route: Route) -> HTTPResponse | None:
+    async def infer(self, request: HttpRequest, route: Route) -> HttpResponse | None:
         version = self.infer_version(route)
         headers = request.headers
         tracing = self.service.tracing
@@ -123,20 +122,18 @@ class Endpoints:
             if chosen != "identity":
                 return _compressed(encoded, chosen)
         if encoded.header_length is None:
-            return HTTPResponse(encoded.head, content_type=encoded.content_type)
+            return HttpResponse(encoded.head, content_type=encoded.content_type)
         out_headers = {"Inference-Header-Content-Length": str(encoded.header_length)}
         size = encoded.size
         if size < STREAM_THRESHOLD:
-            return HTTPResponse(
+            return HttpResponse(
                 encoded.body, headers=out_headers, content_type=encoded.content_type
             )
         # Large binary outputs go to the socket as they are, after the JSON header: joining
-        # them would copy every byte once here and once more in Sanic's header+body concat.
-        out_headers["content-length"] = str(size)
-        response = await request.respond(headers=out_headers, content_type=encoded.content_type)
-        for part in encoded.parts:
-            await response.send(part)
-        return None
+        # them would copy every byte once more.
+        return HttpResponse(
+            headers=out_headers, content_type=encoded.content_type, parts=encoded.parts
+        )
 
     def infer_version(self, route: Route) -> str:
         """The version an infer route names; raises for unknown models and decoupled ones."""
@@ -153,16 +150,15 @@ class Endpoints:
         header_length_value: str | None,
         trace: Trace | None = None,
     ) -> EncodedResponse:
-        """Run an (uncompressed) infer body and encode the response: the part shared by this
-        endpoint and the protocol lane of :mod:`.fast_protocol` (one call into the core). A
-        traced request records HTTP_RECV_END once decoded, and takes no wire lane."""
+        """Run an (uncompressed) infer body and encode the response (one call into the core).
+        A traced request records HTTP_RECV_END once decoded, and takes no wire lane."""
         raw = HttpInferBody(body, header_length_value)
         return await self.service.infer_encoded(self.codec, model, version, raw, trace)
 
     async def _infer_traced(
-        self, request: Request, model: str, version: str, trace: Trace
-    ) -> HTTPResponse | None:
-        """A sampled infer request: HTTP_RECV_START when the handler takes it (Sanic has read
+        self, request: HttpRequest, model: str, version: str, trace: Trace
+    ) -> HttpResponse | None:
+        """A sampled infer request: HTTP_RECV_START when the handler takes it (the protocol has read
         the body), HTTP_RECV_END once decoded, HTTP_SEND_START/END around writing the
         response to the connection."""
         trace.stamp("HTTP_RECV_START")
@@ -191,7 +187,7 @@ class Endpoints:
         trace.stamp("HTTP_SEND_END")
         return None
 
-    async def generate(self, request: Request, route: Route) -> HTTPResponse | None:
+    async def generate(self, request: HttpRequest, route: Route) -> HttpResponse | None:
         """``/generate`` and ``/generate_stream`` (:mod:`.generate`), through the service as
         every inference; errors before the model runs are plain JSON errors."""
         version = parse_model_version(route.version) if route.version else ""
@@ -222,11 +218,11 @@ class Endpoints:
         else:
             assert first is not None
             body = json_body(encode_generate_response(first))
-        return HTTPResponse(body, status=_status_of(first), content_type=JSON)
+        return HttpResponse(body, status=_status_of(first), content_type=JSON)
 
     # --- repository ------------------------------------------------------------------------
 
-    def _optional_json(self, request: Request) -> dict[str, Any] | None:
+    def _optional_json(self, request: HttpRequest) -> dict[str, Any] | None:
         body = request.body
         if not body:
             return None
@@ -235,7 +231,7 @@ class Endpoints:
             raise invalid_arg("the request body must be a JSON object")
         return document
 
-    async def repository_index(self, request: Request, route: Route) -> HTTPResponse:
+    async def repository_index(self, request: HttpRequest, route: Route) -> HttpResponse:
         # Triton ignores a repository name on the index (it only rejects it on load/unload)
         document = self._optional_json(request)
         ready = False
@@ -245,7 +241,7 @@ class Endpoints:
             ready = document["ready"]
         return json_response(self.service.repository_index(ready_only=ready))
 
-    async def repository_control(self, request: Request, route: Route) -> HTTPResponse:
+    async def repository_control(self, request: HttpRequest, route: Route) -> HttpResponse:
         if route.repository:
             raise RepokitError(Code.UNSUPPORTED, "'repository_name' specification is not supported")
         document = self._optional_json(request)
@@ -270,7 +266,7 @@ class Endpoints:
 
     # --- shared memory ---------------------------------------------------------------------
 
-    async def system_shm(self, request: Request, route: Route) -> HTTPResponse:
+    async def system_shm(self, request: HttpRequest, route: Route) -> HttpResponse:
         if route.action == "status":
             return json_response(self.service.shm_status(route.region))
         if not self.allow_client_shm:
@@ -297,7 +293,7 @@ class Endpoints:
         self.service.shm_register(route.region, key, offset, byte_size)
         return empty_response(200, "application/json")
 
-    async def cuda_shm(self, request: Request, route: Route) -> HTTPResponse:
+    async def cuda_shm(self, request: HttpRequest, route: Route) -> HttpResponse:
         """As a CPU-only Triton: no region can ever be registered."""
         if route.action == "status":
             if route.region:
@@ -316,7 +312,7 @@ class Endpoints:
 
     # --- logging & trace -------------------------------------------------------------------
 
-    async def logging(self, request: Request, route: Route) -> HTTPResponse:
+    async def logging(self, request: HttpRequest, route: Route) -> HttpResponse:
         if request.method == "POST":
             document = parse_json_document(request.body, self.max_input_size)
             if not isinstance(document, dict):
@@ -324,7 +320,7 @@ class Endpoints:
             self.service.update_log_settings(_log_updates(document))
         return json_response(self.service.log_settings())
 
-    async def trace(self, request: Request, route: Route) -> HTTPResponse:
+    async def trace(self, request: HttpRequest, route: Route) -> HttpResponse:
         """``/v2[/models/{m}]/trace/setting``: the model is checked before the body is read,
         as in Triton."""
         model = route.model or ""
@@ -367,7 +363,7 @@ def _status_of(first: InferResponse | RepokitError | None) -> int:
 
 
 async def _send_events(
-    request: Request, answers: AsyncGenerator[InferResponse | RepokitError, None]
+    request: HttpRequest, answers: AsyncGenerator[InferResponse | RepokitError, None]
 ) -> None:
     """Server-Sent Events, one per answer; the status is set by the first one (or 200 when
     the model sent only the final flag); the stream ends after the last."""
@@ -381,10 +377,11 @@ async def _send_events(
     await response.eof()
 
 
-def _no_delay(request: Request) -> None:
+def _no_delay(request: HttpRequest) -> None:
     """Events go out as they come: without TCP_NODELAY the second small write of a stream
     waits for the client's delayed ACK (measured: 40 ms added to every stream here)."""
-    sock = request.transport.get_extra_info("socket")
+    transport = request.transport
+    sock = None if transport is None else transport.get_extra_info("socket")
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -5,35 +5,29 @@ with an empty body."""
 from __future__ import annotations
 
 import re
-import uuid
-from typing import Any
-
-from sanic import HTTPResponse, Request, Sanic
 
 from repokit.core.service import InferenceService
-from repokit.frontends.http.app import ALL_METHODS
+from repokit.frontends.http.messages import HttpRequest, HttpResponse
 from repokit.frontends.http.responses import error_response
+from repokit.frontends.http.server import HttpServer
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; charset=utf-8"
 _METRICS_PATH = re.compile(r"/metrics/?")
 
 
-def create_metrics_app(service: InferenceService) -> Sanic[Any, Any]:
-    async def handle(request: Request, path: str = "") -> HTTPResponse:
+class MetricsFrontend:
+    def __init__(self, service: InferenceService) -> None:
+        self.service = service
+
+    async def dispatch(self, request: HttpRequest) -> HttpResponse:
         if request.method != "GET":
             return error_response(405, "Method Not Allowed")
         if _METRICS_PATH.fullmatch(request.path) is None:
-            return HTTPResponse(b"", status=200)
-        text = service.metrics_text()
-        return HTTPResponse(text.encode(), status=200, content_type=PROMETHEUS_CONTENT_TYPE)
+            return HttpResponse(b"", status=200)
+        text = self.service.metrics_text()
+        return HttpResponse(text.encode(), status=200, content_type=PROMETHEUS_CONTENT_TYPE)
 
-    app: Sanic[Any, Any] = Sanic(
-        f"repokit-metrics-{uuid.uuid4().hex[:12]}", configure_logging=False
-    )
-    app.config.ACCESS_LOG = False
-    app.config.AUTO_RELOAD = False
-    app.config.TOUCHUP = False  # runner._start_sanic enables it once per process
-    app.config.NOISY_EXCEPTIONS = False
-    app.add_route(handle, "/", methods=ALL_METHODS, name="root")
-    app.add_route(handle, "/<path:path>", methods=ALL_METHODS, name="metrics")
-    return app
+
+def create_metrics_server(service: InferenceService) -> HttpServer:
+    """The metrics server (not started: :meth:`HttpServer.start` on a socket)."""
+    return HttpServer(MetricsFrontend(service).dispatch)

@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 import orjson
-from sanic import HTTPResponse
+
+from repokit.frontends.http.messages import HttpResponse
 
 JSON = "application/json"
 
@@ -20,15 +21,15 @@ def error_body(message: str) -> bytes:
         return json.dumps({"error": message}).encode()
 
 
-def error_response(status: int, message: str) -> HTTPResponse:
+def error_response(status: int, message: str) -> HttpResponse:
     """Triton's ``{"error": "<message>"}`` response."""
-    return HTTPResponse(error_body(message), status=status, content_type=JSON)
+    return HttpResponse(error_body(message), status=status, content_type=JSON)
 
 
-def json_response(payload: Any, status: int = 200) -> HTTPResponse:
-    return HTTPResponse(orjson.dumps(payload), status=status, content_type=JSON)
+def json_response(payload: Any, status: int = 200) -> HttpResponse:
+    return HttpResponse(orjson.dumps(payload), status=status, content_type=JSON)
 
 
-def empty_response(status: int = 200, content_type: str = "text/plain") -> HTTPResponse:
+def empty_response(status: int = 200, content_type: str = "text/plain") -> HttpResponse:
     """Health-style replies: no body (Triton sends evhtp's default text/plain)."""
-    return HTTPResponse(b"", status=status, content_type=content_type)
+    return HttpResponse(b"", status=status, content_type=content_type)

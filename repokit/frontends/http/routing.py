@@ -1,7 +1,7 @@
 """Triton's HTTP routing, checked in Triton's order (server ``HTTPAPIServer::Handle``).
 
-Sanic's router cannot express the precedence (``/v2/models/stats`` before the model regex, a
-model name that is any non-slash run), so the app sends every path to one handler and this
+A framework's router cannot express the precedence (``/v2/models/stats`` before the model
+regex, a model name that is any non-slash run), so every path goes to one dispatcher and this
 module resolves it with full-match regexes on the raw (not percent-decoded) path.
 """
 

@@ -22,10 +22,10 @@ from typing import Any
 
 from google.protobuf import json_format, text_format
 from google.protobuf.message import Message
-from sanic import HTTPResponse, Request
 
 from repokit.core.service import InferenceService
 from repokit.errors import Code, RepokitError, invalid_arg
+from repokit.frontends.http.messages import HttpRequest, HttpResponse
 from repokit.frontends.http.responses import error_response
 from repokit.frontends.restricted_apis import restricted_message
 from repokit.frontends.v1 import request_status as rstatus
@@ -58,7 +58,7 @@ class NotRouted(Exception):
         self.message = message
 
 
-def _wants(request: Request) -> str:
+def _wants(request: HttpRequest) -> str:
     fmt = request.args.get("format", "")
     if fmt in ("json", "binary", "text"):
         return str(fmt)
@@ -67,7 +67,7 @@ def _wants(request: Request) -> str:
     return "json" if "application/json" in request.headers.get("accept", "") else "text"
 
 
-def _render(request: Request, message: Message) -> tuple[bytes, str]:
+def _render(request: HttpRequest, message: Message) -> tuple[bytes, str]:
     fmt = _wants(request)
     if fmt == "binary":
         return message.SerializeToString(), OCTET
@@ -77,7 +77,7 @@ def _render(request: Request, message: Message) -> tuple[bytes, str]:
     return text_format.MessageToString(message).encode(), "text/plain"
 
 
-def _method(request: Request, method: str) -> None:
+def _method(request: HttpRequest, method: str) -> None:
     if request.method != method:
         raise NotRouted(405, f"method {request.method} not allowed, expected {method}")
 
@@ -107,7 +107,7 @@ class V1HttpFrontend:
         self._ids = rstatus.RequestIds()
         self._restrictions = dict(restrictions or {})
 
-    def _refusal(self, request: Request, request_id: int) -> HTTPResponse | None:
+    def _refusal(self, request: HttpRequest, request_id: int) -> HttpResponse | None:
         """The v2 restricted-API answer (403) when the path's categories need a header the
         request lacks (:mod:`.restricted`); unknown paths are left to the router (404)."""
         match = _API.fullmatch(request.path)
@@ -124,7 +124,7 @@ class V1HttpFrontend:
         response.headers[STATUS_HEADER] = rstatus.one_line(status)
         return response
 
-    async def dispatch(self, request: Request) -> HTTPResponse:
+    async def dispatch(self, request: HttpRequest) -> HttpResponse:
         request_id = self._ids.next()
         if self._restrictions:
             refusal = self._refusal(request, request_id)
@@ -146,15 +146,15 @@ class V1HttpFrontend:
         return response
 
     @staticmethod
-    def _error(http_status: int, status: Any) -> HTTPResponse:
-        return HTTPResponse(
+    def _error(http_status: int, status: Any) -> HttpResponse:
+        return HttpResponse(
             (status.msg + "\n").encode(),
             status=http_status,
             content_type="text/plain",
             headers={STATUS_HEADER: rstatus.one_line(status)},
         )
 
-    async def _route(self, request: Request) -> HTTPResponse:
+    async def _route(self, request: HttpRequest) -> HttpResponse:
         match = _API.fullmatch(request.path)
         if match is None:
             raise NotRouted(404, f"unknown v1 API path '{request.path}'")
@@ -168,7 +168,7 @@ class V1HttpFrontend:
                 raise NotRouted(404, f"unknown health endpoint '/api/health{rest}'")
             healthy = self.ops.health(rest[1:])
             self.ops.record("health_stats", started)
-            return HTTPResponse(b"", status=200 if healthy else 400, content_type="text/plain")
+            return HttpResponse(b"", status=200 if healthy else 400, content_type="text/plain")
         if kind == "status":
             _method(request, "GET")
             found = _STATUS.fullmatch(rest)
@@ -184,7 +184,7 @@ class V1HttpFrontend:
                 raise NotRouted(404, f"unknown model control endpoint '/api/modelcontrol{rest}'")
             await self.ops.model_control(found.group(2), found.group(1) == "load")
             self.ops.record("model_control_stats", started)
-            return HTTPResponse(b"", content_type="text/plain")
+            return HttpResponse(b"", content_type="text/plain")
         if kind == "sharedmemorycontrol":
             response = self._shared_memory(request, rest)
             self.ops.record("shm_control_stats", started)
@@ -197,32 +197,32 @@ class V1HttpFrontend:
         return self._proto(request, index)
 
     @staticmethod
-    def _proto(request: Request, message: Message) -> HTTPResponse:
+    def _proto(request: HttpRequest, message: Message) -> HttpResponse:
         body, content_type = _render(request, message)
-        return HTTPResponse(body, content_type=content_type)
+        return HttpResponse(body, content_type=content_type)
 
-    def _shared_memory(self, request: Request, rest: str) -> HTTPResponse:
+    def _shared_memory(self, request: HttpRequest, rest: str) -> HttpResponse:
         if rest == "/status":
             _method(request, "GET")
             return self._proto(request, self.ops.shm_status())
         _method(request, "POST")
         if rest == "/unregister/all":
             self.ops.shm_unregister("")
-            return HTTPResponse(b"", content_type="text/plain")
+            return HttpResponse(b"", content_type="text/plain")
         found = _SHM_REGISTER.fullmatch(rest)
         if found is not None:
             name, key, offset, size = found.groups()
             self.ops.shm_register(name, key, int(offset), int(size))
-            return HTTPResponse(b"", content_type="text/plain")
+            return HttpResponse(b"", content_type="text/plain")
         if _SHM_CUDA.fullmatch(rest) is not None:
             self.ops.cuda_register()
         found = _SHM_UNREGISTER.fullmatch(rest)
         if found is not None:
             self.ops.shm_unregister(found.group(1))
-            return HTTPResponse(b"", content_type="text/plain")
+            return HttpResponse(b"", content_type="text/plain")
         raise NotRouted(404, f"unknown shared memory endpoint '/api/sharedmemorycontrol{rest}'")
 
-    async def _infer(self, request: Request, rest: str) -> HTTPResponse:
+    async def _infer(self, request: HttpRequest, rest: str) -> HttpResponse:
         _method(request, "POST")
         found = _INFER.fullmatch(rest)
         if found is None:
@@ -234,7 +234,7 @@ class V1HttpFrontend:
             trailer = out_header.SerializeToString()
         else:
             trailer = text_format.MessageToString(out_header).encode()
-        return HTTPResponse(
+        return HttpResponse(
             b"".join([*raw, trailer]),
             content_type=OCTET,
             headers={

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from repokit.frontends.http.fast_protocol import PIPELINED_BYTES_LIMIT
+from repokit.frontends.http.protocol import PIPELINED_BYTES_LIMIT
 from tests.frontends.http.server_thread import ServerThread, copy_models, running_server
 
 # a pipelined infer request of 60 KiB (below the size whose body is collected apart) for a
@@ -154,7 +154,7 @@ INFER_HEAD = (
 READY_HEAD = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 2000 + b"\r\n"
 
 
-@pytest.mark.parametrize("head", [INFER_HEAD, READY_HEAD], ids=["protocol lane", "sanic lane"])
+@pytest.mark.parametrize("head", [INFER_HEAD, READY_HEAD], ids=["infer", "other"])
 def test_a_head_that_trickles_in_is_cut_at_the_header_timeout(
     strict: ServerThread, head: bytes
 ) -> None:
@@ -170,7 +170,7 @@ def test_a_head_that_trickles_in_is_cut_at_the_header_timeout(
         b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
         b"Content-Length: 200000\r\n\r\n",
     ],
-    ids=["protocol lane", "sanic lane"],
+    ids=["infer", "other"],
 )
 def test_a_body_that_stops_is_cut_at_the_body_timeout(strict: ServerThread, head: bytes) -> None:
     with connect(strict) as sock:
