@@ -22,6 +22,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from repokit.core.loaded_model import LoadedVersion
@@ -79,11 +80,14 @@ class Client:
         return {name: result.as_numpy(name) for name in names}
 
     def stats(self, model: str) -> dict[str, Any]:
-        doc = (
-            self.client.get_inference_statistics(model, as_json=True)
-            if self.protocol == "grpc"
-            else self.client.get_inference_statistics(model)
-        )
+        if self.protocol == "grpc":  # with its zero counts, which as_json=True leaves out
+            doc = json_format.MessageToDict(
+                self.client.get_inference_statistics(model),
+                always_print_fields_with_no_presence=True,
+                preserving_proto_field_name=True,
+            )
+        else:
+            doc = self.client.get_inference_statistics(model)
         stats: dict[str, Any] = _numbers(doc["model_stats"][0])
         return stats
 
