@@ -21,10 +21,11 @@ An instance's packed results become ``BackendResult`` objects in
 :mod:`repokit.backends.python.results`.
 
 Pipelining: one message per instance is at the process at a time, or two when the second is a
-batch of several requests (:data:`MESSAGES_IN_FLIGHT`: it waits in the process's socket, so the
+batch of several requests (``MESSAGES_IN_FLIGHT``: it waits in the process's socket, so the
 process starts it as soon as it has answered the first); further ``execute`` calls for a busy
 instance queue up, and when a reply arrives every queued batch (up to
-:data:`MERGE_LIMIT_BYTES` of tensors) goes out in ONE message. The process still runs
+``MERGE_LIMIT_BYTES`` of tensors) goes out in ONE message (both in
+:mod:`repokit.backends.python.instance_queue`, the queue of each instance). The process still runs
 ``execute`` once per batch, in order, and times each (building the pb_utils requests,
 ``execute``, converting the responses: the batch's ``Timing``), so models see exactly the
 batches the scheduler formed (one request per call with the default scheduler, which hands
@@ -91,7 +92,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import repokit
 from repokit.backends.base import (
@@ -106,16 +107,15 @@ from repokit.backends.base import (
 )
 from repokit.backends.python import ipc, segments
 from repokit.backends.python.channel import Channel
+from repokit.backends.python.instance_queue import InstanceQueues, Queued
 from repokit.backends.python.messages import (
     AUTO_COMPLETE,
     BODY,
     CANCEL,
-    ERROR,
     EXECUTE,
     FALLBACK,
     FINALIZE,
     INIT,
-    NO_TIMING,
     OK,
     RESCHEDULED,
     SENT_LATER,
@@ -137,6 +137,9 @@ from repokit.backends.server_api import RequestControl
 from repokit.backends.wire_plan import WirePlan
 from repokit.errors import Code, RepokitError
 
+if TYPE_CHECKING:
+    from repokit.scheduler.rate_limiter import ModelSlots
+
 log = logging.getLogger(__name__)
 _STUB_MODULE = "repokit.backends.python.stub"
 # The instance process ignores SIGINT and SIGTERM from its first statement, as Triton's stub
@@ -154,17 +157,6 @@ NOT_ITERATIVE = (
     "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
     "configured to handle such a flag."
 )
-# Queued batches are merged into one message up to this many tensor bytes: merging saves the
-# per-message costs of small requests; large tensors gain nothing from it.
-MERGE_LIMIT_BYTES = 1024 * 1024
-# Messages at an instance process at a time. A batch of several requests (the dynamic batcher's)
-# may go while another message is there: it waits in the process's socket, so the process
-# starts it the moment it has answered the first, without a round trip through the server.
-# Single requests wait instead and go together in one merged message when the reply arrives,
-# which serves more requests than sending them at once (figures in benchmarks/README.md).
-MESSAGES_IN_FLIGHT = 2
-# a queued message: (operation, payload, future of its reply, tensor bytes)
-_Queued = tuple[str, Any, "asyncio.Future[Any]", int]
 
 
 def _cancel_at_instance(channel: Channel, link: ServerLink, key: int) -> None:
@@ -182,7 +174,7 @@ class _Instance:
     process: subprocess.Popen[bytes]
     sock: socket.socket
     channel: Channel | None = None
-    queue: list[_Queued] = field(default_factory=list)
+    queue: list[Queued] = field(default_factory=list)  # its message queue (instance_queue)
     in_flight: int = 0  # messages at the process whose replies have not arrived yet
     dead: bool = False
     link: ServerLink | None = None  # what the process asks of the server
@@ -235,10 +227,10 @@ class PythonBackend(Backend):
         self.completed_config_json: str | None = None  # set when auto_complete_config ran
         self._decoupled = context.config.model_transaction_policy.decoupled
         self._keys = itertools.count(1)  # request keys (cancellation, decoupled responses)
-        self._loop: asyncio.AbstractEventLoop | None = None  # the server's (set on first use)
         self._execute_timeout_s = (
             context.execute_timeout_s if execute_timeout_s is None else execute_timeout_s
         )
+        self._queues = InstanceQueues(self._execute_timeout_s, self._hung, self._instance_at)
         self._budget = restart_budget or RestartBudget()
         self._restarts: dict[int, asyncio.Task[None]] = {}  # instance slot -> its restart
         self._failure = ""  # set when the instances are no longer restarted
@@ -398,7 +390,9 @@ class PythonBackend(Backend):
         name = instance.name
         payload = {"model_file": str(self._model_file()), "args": self._args(name)}
         try:
-            reply = await asyncio.wait_for(self._call(instance, op, payload), self._init_timeout_s)
+            reply = await asyncio.wait_for(
+                self._queues.call(instance, op, payload), self._init_timeout_s
+            )
         except TimeoutError:
             await self._stop(instance, graceful=False)
             raise RepokitError(
@@ -430,15 +424,7 @@ class PythonBackend(Backend):
                 control.sink(BackendResult(error=error), True)
         if instance.link is not None:
             instance.link.close()
-        for timer in instance.timers:
-            if timer is not None:
-                timer.cancel()
-        instance.timers.clear()
-        if instance.queue and not instance.in_flight:  # waiting for its resources (--rate-limit)
-            waiting, instance.queue = instance.queue, []
-            for _, _, future, _ in waiting:
-                if not future.done():
-                    future.set_exception(ipc.ChannelClosed(f"instance '{instance.name}' died"))
+        self._queues.fail_waiting(instance)
         if instance.stopping or self._unloading or instance not in self._instances:
             return
         slot = self._instances.index(instance)
@@ -502,140 +488,22 @@ class PythonBackend(Backend):
         instance.death = hang_description(self._execute_timeout_s)
         instance.process.kill()
 
-    # --- the message queue of an instance ------------------------------------------------
-    def _call(
-        self, instance: _Instance, op: str, payload: Any, size: int = 0
-    ) -> asyncio.Future[Any]:
-        """Queue one message; the future gets its reply (ChannelClosed if the process is gone).
-        Messages go out one at a time; execute messages that queued up meanwhile are merged."""
-        # the loop, once: asyncio.get_running_loop() costs a getpid() system call each time
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        instance.queue.append((op, payload, future, size))
-        in_flight = instance.in_flight
-        if in_flight == 0 or (
-            in_flight < MESSAGES_IN_FLIGHT
-            and op == EXECUTE
-            and len(instance.queue) == 1
-            and type(payload) is list  # a RequestBatch (a WireItem is a tuple)
-            and len(payload) > 1
-            and self.rate_slots is None
-        ):
-            self._flush(instance)
-        return future
+    # --- the message queues of the instances (repokit.backends.python.instance_queue) -----
+    @property
+    def rate_slots(self) -> ModelSlots | None:
+        queues = self.__dict__.get("_queues")
+        return None if queues is None else queues.rate_slots
 
-    def _flush(self, instance: _Instance) -> None:
-        queue = instance.queue
-        while queue and queue[0][2].done():  # cancelled before it was sent
-            queue.pop(0)
-        if self.rate_slots is not None and self._rate_limited(instance):
-            return
-        if not queue:
-            return
-        if queue[0][0] != EXECUTE:
-            sent = [queue.pop(0)]
-            message: tuple[str, Any] = (sent[0][0], sent[0][1])
-        else:
-            count = 1
-            total = queue[0][3]
-            while count < len(queue) and queue[count][0] == EXECUTE:
-                total += queue[count][3]
-                if total > MERGE_LIMIT_BYTES:
-                    break
-                count += 1
-            if self.rate_slots is not None:  # one batch per turn at the resources
-                count = 1
-            sent = [item for item in queue[:count] if not item[2].done()]
-            del queue[:count]
-            message = (EXECUTE, [item[1] for item in sent])
-        channel = instance.channel
-        assert channel is not None
-        instance.in_flight += 1
-        if self._execute_timeout_s > 0:
-            timer = None
-            if message[0] == EXECUTE:
-                loop = self._loop or asyncio.get_running_loop()
-                timer = loop.call_later(self._execute_timeout_s, self._hung, instance)
-            instance.timers.append(timer)
-        try:
-            channel.request(message, lambda reply: self._delivered(instance, sent, reply))
-        except ipc.ChannelClosed as exc:
-            self._delivered(instance, sent, exc)
-        except Exception as exc:  # a payload that cannot be pickled
-            error = f"failed to send the request(s) to model instance '{instance.name}': {exc}"
-            self._delivered(instance, sent, (ERROR, error))
+    @rate_slots.setter
+    def rate_slots(self, slots: ModelSlots | None) -> None:
+        queues = self.__dict__.get("_queues")
+        if queues is not None:
+            queues.rate_slots = slots
+        elif slots is not None:
+            raise RuntimeError("rate slots set before the backend's queues exist")
 
-    def _rate_limited(self, instance: _Instance) -> bool:
-        """--rate-limit: whether the instance must wait before sending what it has queued. An
-        execute message goes only while the instance holds its resources (one batch at a time,
-        the only message at the process); they are asked for when one waits and given back
-        when its reply arrives (or the process dies), and when the work that waited for them
-        went away meanwhile. Both lanes (``execute``, ``execute_wire``) meet here."""
-        slots = self.rate_slots
-        slot = slots.slot(instance.slot) if slots is not None else None
-        if slot is None:
-            return False
-        queue = instance.queue
-        if not queue or queue[0][0] != EXECUTE:
-            if slot.holding and instance.in_flight == 0:
-                slot.release()
-            elif not queue:
-                slot.withdraw()
-            return False
-        if instance.in_flight:
-            return True  # sent again when the reply arrives
-        if slot.holding:
-            return False
-        index = instance.slot
-        slot.request(lambda: self._granted(index))
-        return True
-
-    def _granted(self, index: int) -> None:
-        """The resources of the instance at ``index`` are its own: send its next batch (the
-        instance there now: a restarted one took the place of the one that asked)."""
-        target = self._instances[index] if index < len(self._instances) else None
-        if target is not None and not target.dead:
-            self._flush(target)
-            return
-        slots = self.rate_slots
-        slot = slots.slot(index) if slots is not None else None
-        if slot is not None:
-            slot.release()
-
-    def _delivered(self, instance: _Instance, sent: list[_Queued], reply: Any) -> None:
-        instance.in_flight -= 1
-        slots = self.rate_slots
-        if slots is not None and sent and sent[0][0] == EXECUTE:
-            slot = slots.slot(instance.slot)
-            if slot is not None:  # the execution ended: its resources go back
-                slot.release()
-        if instance.timers:
-            timer = instance.timers.popleft()
-            if timer is not None:
-                timer.cancel()
-        if isinstance(reply, ipc.ChannelClosed):
-            instance.dead = True
-            failed = sent + instance.queue
-            instance.queue = []
-            for _, _, future, _ in failed:
-                if not future.done():
-                    future.set_exception(ipc.ChannelClosed(str(reply)))
-            return
-        if sent[0][0] != EXECUTE:
-            if not sent[0][2].done():
-                sent[0][2].set_result(reply)
-        elif reply[0] == OK:
-            for (_, _, future, _), batch_reply in zip(sent, reply[1], strict=True):
-                if not future.done():
-                    future.set_result(batch_reply)
-        else:
-            for _, _, future, _ in sent:
-                if not future.done():
-                    future.set_result((ERROR, reply[1], NO_TIMING))
-        if instance.queue:
-            self._flush(instance)
+    def _instance_at(self, slot: int) -> _Instance | None:
+        return self._instances[slot] if slot < len(self._instances) else None
 
     # --- execute -------------------------------------------------------------------------
     async def execute(
@@ -654,7 +522,7 @@ class PythonBackend(Backend):
         batch: RequestBatch = [self._request_item(target, r) for r in requests]
         size = sum(t.data.nbytes for r in requests for t in r.inputs.values())
         try:
-            status, body, (input_ns, infer_ns, output_ns) = await self._call(
+            status, body, (input_ns, infer_ns, output_ns) = await self._queues.call(
                 target, EXECUTE, batch, size
             )
         except ipc.ChannelClosed:
@@ -706,7 +574,7 @@ class PythonBackend(Backend):
         # before it was sent never reached the process)
         item: WireItem = (codec, raw, key, None if target.wire_plan is plan else plan, limit)
         try:
-            status, body, (input_ns, infer_ns, output_ns) = await self._call(
+            status, body, (input_ns, infer_ns, output_ns) = await self._queues.call(
                 target, EXECUTE, item, len(raw)
             )
         except ipc.ChannelClosed:
@@ -826,7 +694,7 @@ class PythonBackend(Backend):
             graceful = graceful and limit > 0
         if graceful and instance.alive():
             with contextlib.suppress(ipc.ChannelClosed, TimeoutError):
-                await asyncio.wait_for(self._call(instance, FINALIZE, None), limit)
+                await asyncio.wait_for(self._queues.call(instance, FINALIZE, None), limit)
         process = instance.process
         if process.poll() is None:
             try:
