@@ -176,3 +176,68 @@ def test_the_same_repository_overlaps_and_takes_turns_as_on_triton(tmp_path: Pat
         "pair": 2,
         "priority_order": "aabaabaabbbb",
     }
+
+
+def _pending_of(metrics_url: str, model: str) -> int:
+    with urllib.request.urlopen(f"{metrics_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in text.splitlines()
+        if line.startswith("nv_inference_pending_request_count") and f'model="{model}"' in line
+    )
+
+
+def _batch_sizes(url: str, metrics_url: str, logs: Path) -> list[int]:
+    """One request runs (held at the gate) on one of two instances sharing R8 while eight
+    more queue; the batch sizes the dynamic batcher then forms."""
+    log = logs / "dyn"
+
+    def one(value: float) -> None:
+        client = httpclient.InferenceServerClient(url.removeprefix("http://"))
+        item = httpclient.InferInput("INPUT0", [1, 1], "FP32")
+        item.set_data_from_numpy(np.full((1, 1), value, np.float32))
+        out = client.infer("dyn_full", [item]).as_numpy("OUTPUT0")
+        assert out is not None and float(out[0, 0]) == value
+        client.close()
+
+    with ThreadPoolExecutor(9) as pool:
+        first = pool.submit(one, 0.0)
+        _until(lambda: len(starts(log)) == 1)
+        rest = [pool.submit(one, float(v)) for v in range(1, 9)]
+        _until(lambda: _pending_of(metrics_url, "dyn_full") >= 8)
+        (logs / "dyn_gate").touch()
+        for future in [first, *rest]:
+            future.result(timeout=120)
+    return [int(line.split()[2]) for line in log.read_text().splitlines() if line[0] == "S"]
+
+
+@pytest.mark.slow
+def test_dynamic_batches_grow_while_waiting_as_on_triton(tmp_path: Path) -> None:
+    flags = ["--rate-limit=execution_count"]
+    sizes: dict[str, list[int]] = {}
+    serve: dict[str, Callable[[Path, Path], Any]] = {
+        "triton": lambda repo, work: running_triton(repo, work, flags, ready=()),
+        "repokit": lambda repo, work: running_server(
+            repo, rate_limit="execution_count", allow_grpc=True
+        ),
+    }
+    for name, start in serve.items():
+        logs = tmp_path / name / "logs"
+        logs.mkdir(parents=True)
+        repo = tmp_path / name / "models"
+        write_model(
+            repo,
+            "dyn_full",
+            log_path=logs / "dyn",
+            resources=[("R8", 1, False)],
+            count=2,
+            max_batch_size=4,
+            scheduling="dynamic_batching { preferred_batch_size: [ 1, 2, 3, 4 ] "
+            "max_queue_delay_microseconds: 5000000 }",
+            parameters={"gate_path": str(logs / "dyn_gate")},
+        )
+        with start(repo, tmp_path / name) as server:
+            endpoints = server.endpoints
+            sizes[name] = _batch_sizes(endpoints.http, endpoints.metrics, logs)
+    assert sizes["repokit"] == sizes["triton"] == [1, 4, 4]

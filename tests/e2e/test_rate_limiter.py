@@ -8,7 +8,9 @@ gives the limiter the same chance to let it.
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -122,6 +124,15 @@ def repo(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Path:
         parameters={"crash_marker": str(logs / "crashed")},
     )
     write_model(repo, "healthy", log_path=logs / "err", resources=[("R6", 1, False)])
+    # an instance that dies while its request waits for R9 (held by a gated model)
+    write_model(
+        repo,
+        "die_hold",
+        log_path=logs / "die",
+        resources=[("R9", 1, False)],
+        parameters={"gate_path": str(logs / "die_gate")},
+    )
+    write_model(repo, "die_wait", log_path=logs / "die", resources=[("R9", 1, False)])
     # cancellation while waiting: R7 held by a gated model
     write_model(
         repo,
@@ -318,3 +329,27 @@ def test_dynamic_batches_grow_while_the_instance_waits(server: ServerThread, log
     sizes = [int(line.split()[2]) for line in log.read_text().splitlines() if line[0] == "S"]
     assert sizes == [1, 4, 4]
     assert max_concurrency(log) == 1
+
+
+def test_an_instance_that_dies_while_waiting_fails_its_request_and_is_restarted(
+    server: ServerThread, logs: Path
+) -> None:
+    log = logs / "die"
+    version = loaded(server, "die_wait")
+    assert version.backend is not None and version.backend.rate_slots is not None
+    slot = version.backend.rate_slots.slot(0)
+    assert slot is not None
+    with ThreadPoolExecutor(2) as pool:
+        hold = pool.submit(infer, server, "die_hold")
+        until(lambda: starts(log) == ["die_hold_0_0"], "the holder runs")
+        waiting = pool.submit(infer, server, "die_wait", 4.0)
+        until(lambda: slot.waiting != 0, "the request waits for R9")
+        os.kill(version.backend.describe()["pids"][0], signal.SIGKILL)
+        with pytest.raises(InferenceServerException, match="not healthy"):
+            waiting.result(timeout=60)
+        (logs / "die_gate").touch()
+        hold.result(timeout=60)
+    until(lambda: version.healthy(), "die_wait restarted")
+    assert float(infer(server, "die_wait", 6.0)[0]) == 6.0
+    assert starts(log) == ["die_hold_0_0", "die_wait_0_0"]  # the killed one never ran
+    assert not slot.holding and not slot.waiting

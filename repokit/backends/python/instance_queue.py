@@ -77,6 +77,7 @@ class InstanceQueues:
         self._instance_at = instance_at
         self._loop: asyncio.AbstractEventLoop | None = None  # the server's (set on first use)
         self.rate_slots: ModelSlots | None = None  # --rate-limit: the model's slots
+        self._asked: set[int] = set()  # --rate-limit: places waiting for resources here
 
     def call(
         self, instance: QueuedInstance, op: str, payload: Any, size: int = 0
@@ -169,20 +170,23 @@ class InstanceQueues:
         if not queue or queue[0][0] != EXECUTE:
             if slot.holding and instance.in_flight == 0:
                 slot.release()
-            elif not queue:
-                slot.withdraw()
+            elif not queue and instance.slot in self._asked:
+                self._asked.discard(instance.slot)
+                slot.withdraw()  # (not a wait a scheduler's worker began: that one is its own)
             return False
         if instance.in_flight:
             return True  # sent again when the reply arrives
         if slot.holding:
             return False
         index = instance.slot
+        self._asked.add(index)
         slot.request(lambda: self._granted(index))
         return True
 
     def _granted(self, index: int) -> None:
         """The resources of the instance at ``index`` are its own: send its next batch (the
         instance there now: a restarted one took the place of the one that asked)."""
+        self._asked.discard(index)
         target = self._instance_at(index)
         if target is not None and not target.dead:
             self._flush(target)
