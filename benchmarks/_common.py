@@ -136,7 +136,8 @@ class Rounds:
                 line += f"  cpu {cpu:7.1f} us/req" if cpu > 0 else ""
                 if server != self.reference and (workload, self.reference) in self.runs:
                     ref_rate, ref_cpu = self.median(workload, self.reference)
-                    line += f"  {rate / ref_rate:5.2f}x {self.reference}"
+                    if ref_rate > 0:  # a reference that failed every round has no ratio
+                        line += f"  {rate / ref_rate:5.2f}x {self.reference}"
                     if cpu > 0 and ref_cpu > 0:
                         line += f" (cpu {ref_cpu / cpu:4.2f}x)"
                 lines.append(line)
