@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from repokit.backends.server_api import RequestControl
@@ -20,6 +21,8 @@ from repokit.errors import RepokitError, internal
 from repokit.protocol.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
+    from repokit.core.loaded_model import LoadedVersion
+    from repokit.core.request_checks import PreparedRequest
     from repokit.core.service import InferenceService
 
 MODEL_LOG = "repokit.model"
@@ -76,10 +79,18 @@ class ServiceBridge:
     ) -> AsyncIterator[InferResponse]:
         self._check_callable(request, True)
         try:
-            self._service.admit(request)
+            loaded, prepared = self._service.admit(request)
         except RepokitError as exc:
             raise bls_error(request.model_name, exc.message) from exc
+        if not loaded.decoupled:  # one response, the final one (as Triton answers it)
+            return self._single_response(loaded, request, prepared)
         return self._service.infer_stream(request, control)
+
+    async def _single_response(
+        self, loaded: LoadedVersion, request: InferRequest, prepared: PreparedRequest
+    ) -> AsyncIterator[InferResponse]:
+        response = await self._service.run_admitted(loaded, request, prepared)
+        yield replace(response, final=True)
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         return self._service.is_decoupled(name, version)
