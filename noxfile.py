@@ -44,6 +44,25 @@ def slow(session: nox.Session) -> None:
     session.run("pytest", "-m", "slow", *session.posargs)
 
 
+# the tests whose servers must keep the server-wide semantics with several frontend workers
+WORKERS_TESTS = (
+    "tests/scheduler",
+    "tests/e2e/test_scheduling.py",
+    "tests/e2e/test_rate_limiter.py",
+    "tests/e2e/test_rate_limiter_devices.py",
+    "tests/frontends/workers",
+    "tests/differential",
+)
+
+
+@nox.session(python=PYTHON)
+def workers(session: nox.Session) -> None:
+    """The scheduler and differential tests with every server the tests start serving from
+    two frontend worker processes (``repokit serve --workers 2``)."""
+    session.install("-e", ".[dev]")
+    session.run("pytest", "--serve-workers", "2", *WORKERS_TESTS, *session.posargs)
+
+
 @nox.session(python=PYTHON)
 def triton_qa(session: nox.Session) -> None:
     """Triton's own python-backend qa tests against repokit (and/or real Triton): needs a git

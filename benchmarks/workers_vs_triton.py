@@ -2,7 +2,7 @@
 same run (the measurement behind `repokit serve --workers`; see the README's design). Run by
 hand, not a test:
 
-    .venv/bin/python benchmarks/workers_vs_triton.py [--duration 8] [--rounds 2]
+    .venv/bin/python benchmarks/workers_vs_triton.py [--duration 8] [--rounds 3]
                                                      [--workers 1,2]
 
 Workloads (the servers alternate within each round, so a change of the machine's load hits
@@ -14,8 +14,9 @@ all of them):
   the batch, max_batch_size 32) at concurrency 64.
 
 For each run: requests/s, then the CPU each process used as a share of one core over the
-run: repokit's server process (the event loop: protocol work, scheduling, statistics), each
-of its model instance processes, and Triton's process tree as one figure. ``--workers``
+run: repokit's server process (the event loop: with ``--workers 1`` protocol work, scheduling
+and statistics; with more, scheduling and statistics only), each of its frontend worker
+processes and model instance processes, and Triton's process tree as one figure. ``--workers``
 lists the ``repokit serve --workers`` values to run (each one a server of its own).
 """
 
@@ -80,6 +81,8 @@ def _name(pid: int) -> str:
     except OSError:
         return "?"
     text = " ".join(part.decode(errors="replace") for part in raw if part)
+    if "repokit.frontends.workers.process" in text:
+        return "worker"
     if "repokit serve" in text or "repokit', 'serve" in text or " serve " in text:
         return "server"
     return "instance" if "repokit" in text or "python" in text else Path(raw[0].decode()).name
@@ -152,7 +155,7 @@ def _payloads(workdir: Path) -> dict[str, Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", default="1")
     parser.add_argument("--no-triton", action="store_true")
     args = parser.parse_args()

@@ -234,7 +234,7 @@ def serve(
     from repokit.cli.serve_workers import check_workers
 
     try:
-        check_workers(workers)
+        worker_count = check_workers(workers)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--workers'") from None
     from repokit.cli.serve_flags import (
@@ -330,6 +330,7 @@ def serve(
         raise typer.BadParameter(str(exc)) from None
     settings = ServeSettings(
         core=core,
+        workers=worker_count,
         http_port=http_port,
         grpc_port=grpc_port,
         metrics_port=metrics_port,

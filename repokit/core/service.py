@@ -433,6 +433,20 @@ class InferenceService:
         finally:
             self._inflight -= 1
 
+    async def check_admission(self, request: InferRequest) -> None:
+        """Raise what :meth:`admit` raises for ``request`` (a frontend that answers a refusal
+        apart from a failure while the request runs); nothing runs."""
+        self.admit(request)
+
+    async def infer_any(self, request: InferRequest) -> AsyncGenerator[InferResponse, None]:
+        """The responses of a request to any model: a decoupled model's as it sends them
+        (:meth:`infer_stream`), another's one response (:meth:`infer`)."""
+        if self.is_decoupled(request.model_name, request.model_version):
+            async for response in self.infer_stream(request):
+                yield response
+        else:
+            yield await self.infer(request)
+
     def _respond(
         self,
         loaded: LoadedVersion,

@@ -27,6 +27,7 @@ from repokit.frontends.grpc.server import create_grpc_server
 from repokit.frontends.http.app import create_http_server
 from repokit.frontends.http.metrics import create_metrics_server
 from repokit.frontends.http.server import HttpServer, bind_socket
+from repokit.frontends.workers.pool import WorkerPool
 
 
 @dataclass
@@ -73,6 +74,8 @@ class ServeSettings:
     # tritonserver's --exit-on-error as the CLI applies it: a model that fails to load while
     # starting stops the server before any port opens (embedders and tests see the index)
     stop_on_load_failure: bool = False
+    # processes doing the HTTP and gRPC work (repokit.frontends.workers): 1 = this one
+    workers: int = 1
 
     # the HTTP frontend reads these two from the core settings
     @property
@@ -103,6 +106,7 @@ class ServerHandle:
     _http: HttpServer | None = None
     _grpc: Any = None
     _metrics: HttpServer | None = None
+    _pool: WorkerPool | None = None
     _stopped: bool = False
     exit_timeout_expired: bool = False  # stop() had to abort requests still running
     _stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
@@ -141,7 +145,12 @@ class ServerHandle:
         grpc_stop = None
         if self._grpc is not None:
             grpc_stop = asyncio.ensure_future(self._grpc.stop(timeout))
-        drained = await _maybe_await(_service_call(self.service, "stop", deadline))
+        service_stop = asyncio.ensure_future(
+            _maybe_await(_service_call(self.service, "stop", deadline))
+        )
+        if self._pool is not None:  # the workers stop accepting and drain meanwhile
+            await self._pool.stop(deadline)
+        drained = await service_stop
         self.exit_timeout_expired = drained is False
         servers = [s for s in (self._http, self._metrics) if s is not None]
         await _close_connections(servers, deadline)
@@ -219,7 +228,11 @@ async def start_server(
         raise ModelsFailedToLoad(index, failures)
     handle = ServerHandle(service=service, settings=settings)
     try:
-        if settings.allow_http:
+        if settings.workers > 1:  # N processes serve HTTP and gRPC over this one's service
+            pool = handle._pool = WorkerPool(service, settings, settings.workers)
+            await pool.start()
+            handle.http_port, handle.grpc_port = pool.http_port, pool.grpc_port
+        elif settings.allow_http:
             http, _frontend = create_http_server(service, settings, access_log=settings.access_log)
             sock = bind_socket(
                 settings.http_address, settings.http_port, reuse_port=settings.reuse_http_port
@@ -232,7 +245,7 @@ async def start_server(
             handle._metrics = metrics
             handle.metrics_port = await metrics.start(bind_socket(host, settings.metrics_port))
         # --- gRPC hook: the gRPC frontend (repokit/frontends/grpc/) shares this loop --------
-        if settings.allow_grpc:
+        if settings.allow_grpc and settings.workers <= 1:
             grpc_server = create_grpc_server(service, settings)
             await grpc_server.start()
             handle._grpc = grpc_server

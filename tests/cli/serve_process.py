@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+from tests.serve_workers import serve_workers
+
 STARTED = re.compile(r"Started (HTTPService|GRPCInferenceService|Metrics Service) at (\S+):(\d+)")
 PORT_FLAGS = (
     "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
@@ -21,6 +23,9 @@ PORT_FLAGS = (
 
 class ServeProcess:
     def __init__(self, *args: str, new_session: bool = False, timeout: float = 90.0) -> None:
+        workers = serve_workers()
+        if workers > 1 and not any(a.startswith("--workers") for a in args):
+            args = (*args, "--workers", str(workers))  # the suite's --serve-workers
         self.process = subprocess.Popen(
             [sys.executable, "-m", "repokit", "serve", *args],
             stdout=subprocess.PIPE,

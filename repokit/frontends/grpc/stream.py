@@ -236,7 +236,7 @@ class StreamSession:
         decoded = decode_infer_request(msg, call.raw_contents)
         decoded.request.model_version = version
         if self._grpc_error:  # a request the core refuses is answered in-band all the same
-            service.admit(decoded.request)
+            await service.check_admission(decoded.request)
         issued[0] = True
         if not decoupled:
             response = await service.infer(decoded.request)

@@ -10,7 +10,7 @@ import base64
 import binascii
 import contextlib
 import socket
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from repokit.core.service import InferenceService
@@ -196,12 +196,8 @@ class Endpoints:
             raise invalid_arg("Unsupported content-encoding, only 'identity' is supported.")
         document = parse_json_document(request.body, self.max_input_size)
         infer_request = decode_generate_request(route.model, version, document, metadata)
-        service = self.service
-        loaded, prepared = service.admit(infer_request)  # refusals: a plain JSON error
-        if loaded.decoupled:
-            answers = _answers(service.infer_stream(infer_request))
-        else:
-            answers = _single(service.run_admitted(loaded, infer_request, prepared))
+        await self.service.check_admission(infer_request)  # refusals: a plain JSON error
+        answers = _answers(self.service.infer_any(infer_request))
         try:
             if route.action == "generate_stream":
                 await _send_events(request, answers)
@@ -344,15 +340,6 @@ async def _answers(
         yield exc
     finally:
         await responses.aclose()  # cancels a request the client left
-
-
-async def _single(
-    result: Awaitable[InferResponse],
-) -> AsyncGenerator[InferResponse | RepokitError, None]:
-    try:
-        yield await result
-    except RepokitError as exc:
-        yield exc
 
 
 def _status_of(first: InferResponse | RepokitError | None) -> int:

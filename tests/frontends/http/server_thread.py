@@ -19,6 +19,7 @@ import tritonclient.http as httpclient
 from repokit.core.settings import ServerSettings
 from repokit.frontends.runner import ServerHandle, ServeSettings, start_server
 from repokit.paths import default_sample_repository
+from tests.serve_workers import serve_workers
 
 PYTHON_MODELS = ("add_sub", "identity")
 
@@ -88,7 +89,8 @@ class ServerThread:
 
 def serve_settings(repository: Path, **overrides: Any) -> ServeSettings:
     """Settings serving ``repository`` on 127.0.0.1, every port chosen by the OS, gRPC off unless
-    ``allow_grpc=True``; ``overrides`` are ServerSettings or ServeSettings fields."""
+    ``allow_grpc=True``, with the suite's ``--serve-workers``; ``overrides`` are ServerSettings
+    or ServeSettings fields."""
     core_fields = {
         k: overrides.pop(k) for k in list(overrides) if k in ServerSettings.__dataclass_fields__
     }
@@ -101,6 +103,7 @@ def serve_settings(repository: Path, **overrides: Any) -> ServeSettings:
             "http_address": "127.0.0.1",
             "grpc_address": "127.0.0.1",
             "allow_grpc": False,
+            "workers": serve_workers(),
             **overrides,
         },
     )
