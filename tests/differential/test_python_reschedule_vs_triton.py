@@ -30,7 +30,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 
-from repokit.backends.python.backend import NOT_ITERATIVE
+from repokit.backends.python.results import NOT_ITERATIVE
 from tests.differential.triton_reference import running_triton
 from tests.e2e.python_reschedule_models import MODELS, NOT_FOR_TRITON, build_reschedule_repository
 from tests.e2e.test_python_rescheduling import _grpc_input, stream

@@ -25,7 +25,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from repokit.backends.python.backend import NOT_ITERATIVE
+from repokit.backends.python.results import NOT_ITERATIVE
 from tests.e2e.python_reschedule_models import build_reschedule_repository
 from tests.frontends.http.server_thread import ServerThread, running_server
 

@@ -16,8 +16,8 @@ Every message to an instance process (:mod:`repokit.backends.python.messages`) g
   (one batch per turn); both lanes (``execute`` and ``execute_wire``) meet here.
 
 A process that goes away fails every message it had and every one still queued
-(``ipc.ChannelClosed``). The instance records themselves (process, socket, restarts) are the
-backend's (:mod:`repokit.backends.python.backend`).
+(``ipc.ChannelClosed``). The instance records themselves (process, socket, restarts) are kept by
+:mod:`repokit.backends.python.processes`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ seen to exit (its socket closes), so the next request is served by the new proce
 that keeps dying is not restarted forever: after :data:`RESTART_LIMIT` restarts within
 :data:`RESTART_WINDOW_S` seconds (or a restart whose ``initialize`` fails) the model version is
 marked UNAVAILABLE with the reason. Pure logic with an injectable clock; the process handling
-is in :mod:`repokit.backends.python.backend`.
+is in :mod:`repokit.backends.python.processes`.
 """
 
 from __future__ import annotations

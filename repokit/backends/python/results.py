@@ -1,21 +1,57 @@
-"""Result conversion on the server side: an instance process's packed results
-(:data:`~repokit.backends.python.messages.PackedResult`) become the ``BackendResult`` the core
-answers with. Execute replies, decoupled responses and answers sent through response senders
-all come through :meth:`ResultUnpacker.unpack`.
+"""Result conversion on the server side: what an instance process answered becomes the
+``BackendResult`` of each request.
+
+- packed results (:data:`~repokit.backends.python.messages.PackedResult`): execute replies,
+  decoupled responses and answers sent through response senders all come through
+  :meth:`ResultUnpacker.unpack`; :func:`answers_later` waits for the answers a model sends
+  after its ``execute`` returned;
+- requests released for rescheduling (:func:`rescheduled`, below);
+- requests whose instance died (:func:`dead`) or is no longer restarted (:func:`gone`);
+- a wire request the instance failed (:func:`wire_failure`).
+
+Rescheduling
+------------
+A model may release a request with ``set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``
+in ``execute`` (Triton's iterative sequences). The instance process lists such requests in the
+batch's reply; the backend hands each one to :attr:`Backend.on_reschedule` (the iterative
+sequence batcher's ``reschedule``) before ``execute`` returns, so the request runs again in a
+later batch instead of being answered (a decoupled model's responses so far already went to
+the client; the next execution gets a new request key). When the model's scheduler cannot
+reschedule (no ``sequence_batching { iterative_sequence: true }``), the request gets UNSUPPORTED
+:data:`NOT_ITERATIVE` and the server log says ``Failed to release request: ...``. Triton 2.51
+only logs that line and never answers the request (the client waits until its deadline);
+answering it with the error is deliberate.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repokit.backends.base import BackendResult
+from repokit.backends.base import BackendRequest, BackendResult
 from repokit.backends.python import ipc
-from repokit.backends.python.messages import ERROR, SENT_LATER, PackedResult
+from repokit.backends.python.messages import (
+    ERROR,
+    RESCHEDULED,
+    SENT_LATER,
+    PackedResult,
+    RequestBatch,
+)
+from repokit.backends.python.restarts import not_healthy
 from repokit.errors import Code, RepokitError
 from repokit.protocol import datatypes
 from repokit.protocol.types import InferTensor, ParamValue
+
+if TYPE_CHECKING:
+    from repokit.backends.python.processes import Instance
+    from repokit.backends.server_api import RequestControl, ServerApi
+
+NOT_ITERATIVE = (
+    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+    "configured to handle such a flag."
+)
 
 
 class ResultUnpacker:
@@ -54,3 +90,84 @@ class ResultUnpacker:
             k: v for k, v in parameters.items() if isinstance(v, (bool, int, float, str))
         }
         return BackendResult(outputs=tensors, parameters=params)
+
+
+async def answers_later(
+    target: Instance,
+    batch: RequestBatch,
+    items: list[Any],
+    results: list[BackendResult],
+) -> list[BackendResult]:
+    """Wait for the answers a non-decoupled model sends through response senders after its
+    ``execute`` returned (the item :data:`~repokit.backends.python.messages.SENT_LATER`)."""
+    link = target.link
+    if link is None or SENT_LATER not in items:
+        return results
+    for index, item in enumerate(items):
+        if item == SENT_LATER:
+            results[index] = await link.answer(batch[index][-1])
+    return results
+
+
+def rescheduled(
+    requests: list[BackendRequest],
+    batch: RequestBatch,
+    items: list[Any],
+    indexes: tuple[int, ...],
+    *,
+    unpack: Callable[[PackedResult | None], BackendResult],
+    hook: Callable[[BackendRequest], None] | None,
+    streams: dict[int, RequestControl] | None,
+    server: ServerApi | None,
+) -> list[BackendResult]:
+    """Hand the requests the model released with RESCHEDULE (at ``indexes``) to the
+    scheduler's ``hook``; the others get their results. A request that cannot be rescheduled
+    gets the error instead. ``streams``: a decoupled model's response sinks (the next execution
+    of a rescheduled request registers a new key)."""
+    results = [unpack(item) for item in items]
+    for index in indexes:
+        if streams is not None:
+            streams.pop(batch[index][-1], None)
+        try:
+            if hook is None:
+                raise RepokitError(Code.UNSUPPORTED, NOT_ITERATIVE)
+            hook(requests[index])
+        except RepokitError as exc:
+            log_release_failure(server, exc)
+            results[index] = BackendResult(error=exc)
+    return results
+
+
+def log_release_failure(server: ServerApi | None, error: RepokitError | None) -> None:
+    """The model log line of a request released with RESCHEDULE that cannot run again."""
+    if server is not None and error is not None:
+        server.model_log.error("Failed to release request: %s", error.message)
+
+
+def dead(target: Instance, requests: list[Any]) -> list[BackendResult]:
+    """The results of requests that were at (or queued for) a process that died."""
+    target.dead = True
+    message = not_healthy(target.name)
+    if target.death:
+        message = f"{message} {target.death[:1].upper()}{target.death[1:]}."
+    error = RepokitError(Code.INTERNAL, message)
+    return [BackendResult(error=error) for _ in requests]
+
+
+def gone(target: Instance, requests: list[Any], model: str, failure: str) -> list[BackendResult]:
+    """The results of requests for an instance that could not be restarted (``failure``: why
+    the model's instances are no longer restarted, "" when they still are)."""
+    if not failure:
+        return dead(target, requests)
+    error = RepokitError(Code.UNAVAILABLE, f"model '{model}' is unavailable: {failure}")
+    return [BackendResult(error=error) for _ in requests]
+
+
+def wire_failure(kind: str, payload: Any, server: ServerApi | None) -> BackendResult:
+    """A wire request that ran without a result: released with RESCHEDULE (only the sequence
+    batcher can run a request again, and it does not send requests as bytes) or failed."""
+    if kind == RESCHEDULED:
+        result = BackendResult(error=RepokitError(Code.UNSUPPORTED, NOT_ITERATIVE))
+        log_release_failure(server, result.error)
+        return result
+    return BackendResult(error=RepokitError(Code.INTERNAL, str(payload)))
