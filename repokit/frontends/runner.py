@@ -91,7 +91,7 @@ class ServeSettings:
         return self.core.exit_timeout_secs
 
 
-ServiceFactory = Callable[[ServerSettings], Any]
+ServiceFactory = Callable[[ServerSettings], InferenceService]  # the core's build_service
 
 
 @dataclass
@@ -145,9 +145,7 @@ class ServerHandle:
         grpc_stop = None
         if self._grpc is not None:
             grpc_stop = asyncio.ensure_future(self._grpc.stop(timeout))
-        service_stop = asyncio.ensure_future(
-            _maybe_await(_service_call(self.service, "stop", deadline))
-        )
+        service_stop = asyncio.ensure_future(self.service.stop(deadline))
         if self._pool is not None:  # the workers stop accepting and drain meanwhile
             await self._pool.stop(deadline)
         drained = await service_stop
@@ -167,13 +165,6 @@ async def _maybe_await(value: Any) -> Any:
     return value
 
 
-def _service_call(service: InferenceService, name: str, *args: Any) -> Any:
-    method = getattr(service, name, None)
-    if method is None:
-        return None
-    return method(*args)
-
-
 async def _close_connections(servers: list[HttpServer], deadline: float) -> None:
     """Close idle keep-alive connections until none is left or the deadline
     (time.monotonic()) passes, then abort the rest."""
@@ -184,11 +175,6 @@ async def _close_connections(servers: list[HttpServer], deadline: float) -> None
         await asyncio.sleep(0.05)
     for server in servers:
         server.abort_all()
-
-
-def _default_service_factory(settings: ServerSettings) -> InferenceService:
-    """The core's composition root ``build_service(settings)``."""
-    return build_service(settings)
 
 
 class ModelsFailedToLoad(Exception):
@@ -204,12 +190,9 @@ def startup_failures(service: InferenceService) -> list[str]:
     """``name: reason`` of each model version that failed to load while starting (fatal with
     ``--exit-on-error`` in every control mode: an explicit ``--load-model`` that fails stops
     tritonserver too)."""
-    index = getattr(service, "repository_index", None)
-    if index is None:
-        return []
     return [
         f"{e['name']}: {e.get('reason', '')}"
-        for e in index()
+        for e in service.repository_index()
         if e.get("state") == "UNAVAILABLE" and e.get("reason") != "unloaded"
     ]
 
@@ -218,13 +201,12 @@ async def start_server(
     settings: ServeSettings, service_factory: ServiceFactory | None = None
 ) -> ServerHandle:
     """Build the service, then bind and start every enabled frontend on the running loop."""
-    factory = service_factory or _default_service_factory
-    service: InferenceService = await _maybe_await(factory(settings.core))
-    await _maybe_await(_service_call(service, "start"))
+    service = (service_factory or build_service)(settings.core)
+    await service.start()
     failures = startup_failures(service) if settings.stop_on_load_failure else []
     if failures:  # --exit-on-error: tritonserver exits before it opens any port
         index = service.repository_index()
-        await _maybe_await(_service_call(service, "stop"))
+        await service.stop()
         raise ModelsFailedToLoad(index, failures)
     handle = ServerHandle(service=service, settings=settings)
     try:

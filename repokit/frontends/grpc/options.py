@@ -10,7 +10,7 @@ come from (CLI, tests).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from repokit.frontends.restricted_apis import parse_restricted_apis
 
@@ -85,42 +85,50 @@ def parse_restricted_protocols(specs: list[str] | tuple[str, ...]) -> dict[str, 
     return {category: (key.lower(), value) for category, (key, value) in parsed.items()}
 
 
-def grpc_options_from_settings(settings: Any) -> GrpcOptions:
-    """Read the ``grpc_*`` fields of the serving settings (missing fields keep defaults)."""
-    defaults = GrpcOptions()
+class GrpcSettings(Protocol):
+    """The serving settings' ``grpc_*`` fields (``repokit.frontends.runner.ServeSettings``)."""
 
-    def pick(name: str, default: Any) -> Any:
-        return getattr(settings, name, default)
+    grpc_address: str
+    grpc_port: int
+    reuse_grpc_port: bool
+    grpc_use_ssl: bool
+    grpc_use_ssl_mutual: bool
+    grpc_server_cert: str
+    grpc_server_key: str
+    grpc_root_cert: str
+    grpc_keepalive_time: int
+    grpc_keepalive_timeout: int
+    grpc_keepalive_permit_without_calls: bool
+    grpc_http2_max_pings_without_data: int
+    grpc_http2_min_recv_ping_interval_without_data: int
+    grpc_http2_max_ping_strikes: int
+    grpc_max_connection_age: int
+    grpc_max_connection_age_grace: int
+    grpc_infer_response_compression_level: str
+    grpc_restricted_protocol: list[str]
 
+
+def grpc_options_from_settings(settings: GrpcSettings) -> GrpcOptions:
+    """The gRPC options of the serving settings."""
     return GrpcOptions(
-        address=pick("grpc_address", defaults.address),
-        port=pick("grpc_port", defaults.port),
-        reuse_port=pick("reuse_grpc_port", defaults.reuse_port),
-        use_ssl=pick("grpc_use_ssl", defaults.use_ssl),
-        use_ssl_mutual=pick("grpc_use_ssl_mutual", defaults.use_ssl_mutual),
-        server_cert=pick("grpc_server_cert", defaults.server_cert) or "",
-        server_key=pick("grpc_server_key", defaults.server_key) or "",
-        root_cert=pick("grpc_root_cert", defaults.root_cert) or "",
-        keepalive_time_ms=pick("grpc_keepalive_time", defaults.keepalive_time_ms),
-        keepalive_timeout_ms=pick("grpc_keepalive_timeout", defaults.keepalive_timeout_ms),
-        keepalive_permit_without_calls=pick(
-            "grpc_keepalive_permit_without_calls", defaults.keepalive_permit_without_calls
+        address=settings.grpc_address,
+        port=settings.grpc_port,
+        reuse_port=settings.reuse_grpc_port,
+        use_ssl=settings.grpc_use_ssl,
+        use_ssl_mutual=settings.grpc_use_ssl_mutual,
+        server_cert=settings.grpc_server_cert or "",
+        server_key=settings.grpc_server_key or "",
+        root_cert=settings.grpc_root_cert or "",
+        keepalive_time_ms=settings.grpc_keepalive_time,
+        keepalive_timeout_ms=settings.grpc_keepalive_timeout,
+        keepalive_permit_without_calls=settings.grpc_keepalive_permit_without_calls,
+        http2_max_pings_without_data=settings.grpc_http2_max_pings_without_data,
+        http2_min_recv_ping_interval_without_data_ms=(
+            settings.grpc_http2_min_recv_ping_interval_without_data
         ),
-        http2_max_pings_without_data=pick(
-            "grpc_http2_max_pings_without_data", defaults.http2_max_pings_without_data
-        ),
-        http2_min_recv_ping_interval_without_data_ms=pick(
-            "grpc_http2_min_recv_ping_interval_without_data",
-            defaults.http2_min_recv_ping_interval_without_data_ms,
-        ),
-        http2_max_ping_strikes=pick("grpc_http2_max_ping_strikes", defaults.http2_max_ping_strikes),
-        max_connection_age_ms=pick("grpc_max_connection_age", defaults.max_connection_age_ms),
-        max_connection_age_grace_ms=pick(
-            "grpc_max_connection_age_grace", defaults.max_connection_age_grace_ms
-        ),
-        max_concurrent_streams=pick("grpc_max_concurrent_streams", defaults.max_concurrent_streams),
-        infer_response_compression_level=pick(
-            "grpc_infer_response_compression_level", defaults.infer_response_compression_level
-        ),
-        restricted=parse_restricted_protocols(tuple(pick("grpc_restricted_protocol", ()))),
+        http2_max_ping_strikes=settings.grpc_http2_max_ping_strikes,
+        max_connection_age_ms=settings.grpc_max_connection_age,
+        max_connection_age_grace_ms=settings.grpc_max_connection_age_grace,
+        infer_response_compression_level=settings.grpc_infer_response_compression_level,
+        restricted=parse_restricted_protocols(tuple(settings.grpc_restricted_protocol)),
     )

@@ -16,7 +16,7 @@ import grpc
 
 from repokit.core.service import InferenceService
 from repokit.errors import unavailable
-from repokit.frontends.grpc.options import GrpcOptions, grpc_options_from_settings
+from repokit.frontends.grpc.options import GrpcOptions, GrpcSettings, grpc_options_from_settings
 from repokit.frontends.grpc.registration import add_service
 from repokit.frontends.grpc.restricted import RestrictedProtocolInterceptor
 from repokit.frontends.grpc.servicer import (
@@ -134,6 +134,6 @@ def build_grpc_server(service: InferenceService, options: GrpcOptions) -> GrpcSe
     return GrpcServer(server, port, options.address)
 
 
-def create_grpc_server(service: InferenceService, settings: Any) -> GrpcServer:
+def create_grpc_server(service: InferenceService, settings: GrpcSettings) -> GrpcServer:
     """The gRPC server for ``service`` configured from the serving settings' ``grpc_*`` fields."""
     return build_grpc_server(service, grpc_options_from_settings(settings))

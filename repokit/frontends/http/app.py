@@ -20,29 +20,31 @@ from typing import Protocol
 from repokit.core.service import InferenceService
 from repokit.errors import RepokitError
 from repokit.frontends.http import endpoints
-from repokit.frontends.http.connection_limits import ConnectionLimits
+from repokit.frontends.http.connection_limits import ConnectionLimits, LimitSettings
 from repokit.frontends.http.messages import HttpRequest, HttpResponse
 from repokit.frontends.http.responses import error_response
-from repokit.frontends.http.restricted import parse_restricted_apis, restriction_error
+from repokit.frontends.http.restricted import restriction_error
 from repokit.frontends.http.routing import Endpoint, Route, resolve
 from repokit.frontends.http.server import HttpServer
+from repokit.frontends.restricted_apis import parse_restricted_apis
 from repokit.frontends.status import http_status
 from repokit.frontends.v1.http_api import V1HttpFrontend
 
 # the methods the frontend knows; any other is 405 whatever the path
 ALL_METHODS = frozenset(("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"))
-DEFAULT_MAX_INPUT_SIZE = 1 << 26
 
 
-class HttpSettings(Protocol):
-    """The serving settings the HTTP frontend reads (``repokit.frontends.runner.ServeSettings``).
-    Missing attributes keep tritonserver's defaults."""
+class HttpSettings(LimitSettings, Protocol):
+    """The serving settings the HTTP frontend reads (``repokit.frontends.runner.ServeSettings``)."""
 
     @property
     def http_max_input_size(self) -> int: ...
 
     @property
     def allow_client_shm(self) -> bool: ...
+
+    @property
+    def http_restricted_api(self) -> list[str]: ...
 
 
 # a handler returns its response, or None when it already sent one (request.respond)
@@ -56,9 +58,9 @@ class HttpFrontend:
 
     def __init__(self, service: InferenceService, settings: HttpSettings) -> None:
         self.service = service
-        self.max_input_size = int(getattr(settings, "http_max_input_size", DEFAULT_MAX_INPUT_SIZE))
-        self.allow_client_shm = bool(getattr(settings, "allow_client_shm", False))
-        self.restrictions = parse_restricted_apis(getattr(settings, "http_restricted_api", []))
+        self.max_input_size = settings.http_max_input_size
+        self.allow_client_shm = settings.allow_client_shm
+        self.restrictions = parse_restricted_apis(settings.http_restricted_api)
         self.limits = ConnectionLimits.from_settings(settings)
         ops = endpoints.Endpoints(service, self.max_input_size, self.allow_client_shm)
         self.endpoints = ops

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import resource
 from dataclasses import dataclass
+from typing import Protocol
 
 HEADER_TIMEOUT_S = 60.0
 BODY_TIMEOUT_S = 60.0
@@ -35,6 +36,21 @@ def default_max_connections() -> int:
     return max(MIN_CONNECTIONS, int(soft) - RESERVED_DESCRIPTORS)
 
 
+class LimitSettings(Protocol):
+    """The serving settings' limit fields (``repokit.frontends.runner.ServeSettings``)."""
+
+    @property
+    def http_header_timeout_secs(self) -> float: ...
+    @property
+    def http_body_timeout_secs(self) -> float: ...
+    @property
+    def http_keepalive_timeout_secs(self) -> float: ...
+    @property
+    def http_response_timeout_secs(self) -> float: ...
+    @property
+    def http_max_connections(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class ConnectionLimits:
     header_timeout_s: float = HEADER_TIMEOUT_S
@@ -44,17 +60,14 @@ class ConnectionLimits:
     max_connections: int = 0  # 0 = default_max_connections()
 
     @classmethod
-    def from_settings(cls, settings: object) -> ConnectionLimits:
-        """The ``http_*`` limit fields of the serving settings (missing ones: the defaults)."""
-        maximum = int(getattr(settings, "http_max_connections", 0) or 0)
+    def from_settings(cls, settings: LimitSettings) -> ConnectionLimits:
+        """The ``http_*`` limit fields of the serving settings (0 connections: from the
+        descriptor limit)."""
+        maximum = settings.http_max_connections
         return cls(
-            header_timeout_s=float(getattr(settings, "http_header_timeout_secs", HEADER_TIMEOUT_S)),
-            body_timeout_s=float(getattr(settings, "http_body_timeout_secs", BODY_TIMEOUT_S)),
-            keepalive_timeout_s=float(
-                getattr(settings, "http_keepalive_timeout_secs", KEEPALIVE_TIMEOUT_S)
-            ),
-            response_timeout_s=float(
-                getattr(settings, "http_response_timeout_secs", RESPONSE_TIMEOUT_S)
-            ),
+            header_timeout_s=settings.http_header_timeout_secs,
+            body_timeout_s=settings.http_body_timeout_secs,
+            keepalive_timeout_s=settings.http_keepalive_timeout_secs,
+            response_timeout_s=settings.http_response_timeout_secs,
             max_connections=maximum if maximum > 0 else default_max_connections(),
         )

@@ -9,11 +9,13 @@ import numpy as np
 import orjson
 import pytest
 
+from repokit.core.settings import ServerSettings
 from repokit.errors import RepokitError
 from repokit.frontends.http.app import ROUTE_CACHE_SIZE, HttpFrontend
 from repokit.frontends.http.infer_request import DecodedInfer, decode_infer_request
 from repokit.frontends.http.infer_response import encode_infer_response
 from repokit.frontends.http.routing import resolve
+from repokit.frontends.runner import ServeSettings
 from repokit.protocol.types import InferResponse, InferTensor
 
 MAX = 1 << 26
@@ -182,13 +184,9 @@ def test_binary_parts_stay_apart() -> None:
     assert [bytes(p) for p in encoded.parts] == [encoded.head, big.tobytes()]
 
 
-class _Settings:
-    http_max_input_size = MAX
-    allow_client_shm = False
-
-
 def test_route_cache_is_bounded_and_agrees_with_resolve() -> None:
-    frontend = HttpFrontend(None, _Settings())  # type: ignore[arg-type]
+    settings = ServeSettings(core=ServerSettings(http_max_input_size=MAX))
+    frontend = HttpFrontend(None, settings)  # type: ignore[arg-type]
     paths = ["/v2/models/m/infer", "/v2/models/m/versions/3/ready", "/v2/nope", "/v2"]
     for path in paths * 2:
         assert frontend.route(path) == resolve(path)
