@@ -6,7 +6,7 @@ categories (:mod:`repokit.frontends.http.restricted`, :mod:`repokit.frontends.gr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 CATEGORIES: tuple[str, ...] = (
     "health",
@@ -49,3 +49,16 @@ def parse_restricted_apis(
 
 def restricted_message(key: str) -> str:
     return f"This API is restricted, expecting header '{key}'"
+
+
+def missing_header(
+    restrictions: Restrictions,
+    categories: Iterable[str],
+    value_of: Callable[[str], str | None],
+) -> str | None:
+    """The header key of the first restricted category whose header is absent or wrong."""
+    for category in categories:
+        rule = restrictions.get(category)
+        if rule is not None and value_of(rule[0]) != rule[1]:
+            return rule[0]
+    return None

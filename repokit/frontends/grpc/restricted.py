@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 
+from repokit.frontends.restricted_apis import missing_header
 from repokit.frontends.v1 import restricted as v1_restricted
 
 #: RPC method name -> restricted-feature category (server ``src/restricted_features.h``)
@@ -84,7 +85,7 @@ class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):  # type: ignore
             streaming = path in v1_restricted.GRPC_STREAMING
         if categories:
             metadata = dict(handler_call_details.invocation_metadata or ())
-            key = v1_restricted.missing_header(self._restricted, categories, metadata.get)
+            key = missing_header(self._restricted, categories, metadata.get)
             if key is not None:
                 message = restricted_message(key)
                 return _reject_stream(message) if streaming else _reject_unary(message)

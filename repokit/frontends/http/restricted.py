@@ -8,7 +8,6 @@ from collections.abc import Mapping
 
 from repokit.frontends.http.routing import Endpoint
 from repokit.frontends.restricted_apis import Restrictions, restricted_message
-from repokit.frontends.restricted_apis import parse_restricted_apis as parse_restricted_apis
 
 ENDPOINT_CATEGORY: dict[Endpoint, str] = {
     Endpoint.HEALTH_LIVE: "health",

@@ -27,11 +27,11 @@ from repokit.core.service import InferenceService
 from repokit.errors import Code, RepokitError, invalid_arg
 from repokit.frontends.http.messages import HttpRequest, HttpResponse
 from repokit.frontends.http.responses import error_response
-from repokit.frontends.restricted_apis import restricted_message
+from repokit.frontends.restricted_apis import missing_header, restricted_message
 from repokit.frontends.v1 import request_status as rstatus
 from repokit.frontends.v1.infer_codec import RequestHeader
 from repokit.frontends.v1.operations import V1Operations, model_version
-from repokit.frontends.v1.restricted import HTTP_CATEGORIES, missing_header
+from repokit.frontends.v1.restricted import HTTP_CATEGORIES
 
 _API = re.compile(r"/api/(health|infer|status|modelcontrol|sharedmemorycontrol|repository)(.*)")
 _INFER = re.compile(r"/([^/]+)(?:/(-?[0-9]+))?")

@@ -10,8 +10,6 @@ statistics answer in v2, so it needs the headers of all of those that are restri
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-
 _STATUS = ("metadata", "health", "model-config", "model-repository", "statistics")
 
 #: v1 HTTP ``/api/<kind>`` -> categories
@@ -38,16 +36,3 @@ GRPC_CATEGORIES: dict[str, tuple[str, ...]] = {
 }
 
 GRPC_STREAMING = frozenset({V1_SERVICE + "StreamInfer"})
-
-
-def missing_header(
-    restrictions: Mapping[str, tuple[str, str]],
-    categories: Iterable[str],
-    value_of: Callable[[str], str | None],
-) -> str | None:
-    """The header key of the first restricted category whose header is absent or wrong."""
-    for category in categories:
-        rule = restrictions.get(category)
-        if rule is not None and value_of(rule[0]) != rule[1]:
-            return rule[0]
-    return None

@@ -23,8 +23,9 @@ from repokit.frontends.http.infer_request import (
     parse_model_version,
 )
 from repokit.frontends.http.infer_response import encode_infer_response
-from repokit.frontends.http.restricted import parse_restricted_apis, restriction_error
+from repokit.frontends.http.restricted import restriction_error
 from repokit.frontends.http.routing import Endpoint, resolve
+from repokit.frontends.restricted_apis import parse_restricted_apis
 from repokit.frontends.status import grpc_status_name, http_status
 from repokit.protocol.types import InferResponse, InferTensor, SharedMemoryRef
 
