@@ -17,11 +17,11 @@ import numpy as np
 import numpy.typing as npt
 
 from repokit.errors import invalid_arg
+from repokit.protocol.datatypes import INTEGERS, JSON_FLOATS
 
 MAX_ELEMENTS = 1_000_000
-_SUPPORTED = frozenset(
-    {"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP32", "FP64"}
-)
+#: the datatypes an output must have to be classified
+CLASSIFIABLE = frozenset((*INTEGERS, *JSON_FLOATS))
 
 
 def _top_k_indices(rows: npt.NDArray[Any], k: int) -> npt.NDArray[np.intp]:
@@ -44,7 +44,7 @@ def classify(
     labels: Sequence[str] = (),
 ) -> npt.NDArray[np.object_]:
     """The classification result for one output as an object array of ``bytes``."""
-    if datatype not in _SUPPORTED:
+    if datatype not in CLASSIFIABLE:
         raise invalid_arg(
             f"class result not available for output due to unsupported type '{datatype}'"
         )

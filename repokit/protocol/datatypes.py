@@ -59,6 +59,12 @@ _TABLE: tuple[DataType, ...] = (
 BY_PROTOCOL: dict[str, DataType] = {d.protocol: d for d in _TABLE}
 BY_CONFIG: dict[int, DataType] = {d.config: d for d in _TABLE}
 BY_CONFIG_NAME: dict[str, DataType] = {d.config_name: d for d in _TABLE}
+#: the integer datatypes
+INTEGERS: tuple[str, ...] = (
+    "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"
+)  # fmt: skip
+#: the floating-point datatypes that have a JSON number form (FP16 and BF16 are binary only)
+JSON_FLOATS: tuple[str, ...] = ("FP32", "FP64")
 #: numpy dtype (native byte order) -> protocol name, for the fixed-size types numpy has
 NUMPY_TO_PROTOCOL: dict[np.dtype[np.generic], str] = {
     d.numpy: d.protocol for d in _TABLE if d.numpy is not None and d.itemsize > 0

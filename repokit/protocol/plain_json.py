@@ -17,17 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from repokit.protocol.datatypes import numpy_dtype
+from repokit.protocol.datatypes import INTEGERS, JSON_FLOATS, numpy_dtype
 from repokit.protocol.plain_request import PlainOutput
 from repokit.protocol.types import InputSpec
 
 INT64_MAX = 2**63 - 1
 
-_FLOAT_DTYPES: dict[str, np.dtype[Any]] = {name: numpy_dtype(name) for name in ("FP32", "FP64")}
+_FLOAT_DTYPES: dict[str, np.dtype[Any]] = {name: numpy_dtype(name) for name in JSON_FLOATS}
 # integer datatype -> (its dtype, the 64-bit dtype JSON numbers are read as before the range check)
 _INT_DTYPES: dict[str, tuple[np.dtype[Any], str]] = {
-    name: (numpy_dtype(name), "<i8" if name[0] == "I" else "<u8")
-    for name in ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64")
+    name: (numpy_dtype(name), "<i8" if name[0] == "I" else "<u8") for name in INTEGERS
 }
 _NUMBER_TYPES = frozenset({int, float})
 _INT_TYPES = frozenset({int})
@@ -102,10 +101,7 @@ def plain_output(item: Any) -> tuple[str, bool] | None:
 # --- plain responses ---------------------------------------------------------------------------
 # output datatypes written as plain JSON numbers or booleans (FP16 and BF16 have conversions of
 # their own, BYTES are strings: the server's encoder writes those)
-PLAIN_JSON_OUTPUTS = frozenset(
-    {"BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP32",
-     "FP64"}
-)  # fmt: skip
+PLAIN_JSON_OUTPUTS = frozenset(("BOOL", *INTEGERS, *JSON_FLOATS))
 
 
 def plain_json_response(

@@ -14,12 +14,8 @@ import numpy as np
 import numpy.typing as npt
 
 from repokit.errors import invalid_arg
-from repokit.protocol.classification import MAX_ELEMENTS
+from repokit.protocol.classification import CLASSIFIABLE, MAX_ELEMENTS
 from repokit.protocol.generated.v1 import api_pb2
-
-_SUPPORTED = frozenset(
-    {"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP32", "FP64"}
-)
 
 Classes = api_pb2.InferResponseHeader.Output.Classes
 
@@ -50,7 +46,7 @@ def batch_classes(
     labels: Sequence[str] = (),
 ) -> list[Any]:
     """One ``Classes`` message per batch item (a single item when the model does not batch)."""
-    if datatype not in _SUPPORTED:
+    if datatype not in CLASSIFIABLE:
         raise invalid_arg(
             f"class result not available for output '{output_name}' due to unsupported type "
             f"'{datatype}'"
