@@ -1,5 +1,5 @@
 """Large tensors between the server and an instance process as shared-memory segments
-(repokit.backends.python.segments): frames through a real socket pair and descriptor lane."""
+(repokit.backends.python.segments): frames through a real socket pair and descriptor socket."""
 
 from __future__ import annotations
 
@@ -15,7 +15,13 @@ import pytest
 
 from repokit.backends.python import ipc, segments
 from repokit.backends.python.channel import Channel
-from repokit.backends.python.segments import SEGMENT_LIMIT, FdLane, Segment, SegmentError, lane_pair
+from repokit.backends.python.segments import (
+    SEGMENT_LIMIT,
+    FdSocket,
+    Segment,
+    SegmentError,
+    fd_socket_pair,
+)
 
 BIG = SEGMENT_LIMIT // 4 + 1024  # float32 elements: just over the segment limit
 
@@ -25,21 +31,21 @@ def _open_fds() -> int:
 
 
 class Pair:
-    """Two ends of an instance socket and its lane (a sends, b receives)."""
+    """Two ends of an instance socket and its descriptor socket (a sends, b receives)."""
 
     def __init__(self) -> None:
         self.a, self.b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.lane_a, lane_b = lane_pair()
-        self.send_lane = FdLane(self.lane_a)
-        self.recv_lane = FdLane(lane_b)
-        self.parser = ipc.FrameParser(self.recv_lane)
+        self.fds_a, fds_b = fd_socket_pair()
+        self.send_fds_sock = FdSocket(self.fds_a)
+        self.recv_fds_sock = FdSocket(fds_b)
+        self.parser = ipc.FrameParser(self.recv_fds_sock)
         self.ready: list[Any] = []
 
     def send(self, message: Any) -> list[int]:
-        parts, fds, created = ipc.encode_shared(message, self.send_lane)
+        parts, fds, created = ipc.encode_shared(message, self.send_fds_sock)
         try:
             if fds:
-                self.send_lane.send_fds(fds, wait=True)
+                self.send_fds_sock.send_fds(fds, wait=True)
             ipc.send_parts(self.a, parts)
         finally:
             ipc.close_fds(created)
@@ -55,8 +61,8 @@ class Pair:
     def close(self) -> None:
         for end in (self.a, self.b):
             end.close()
-        self.send_lane.close()
-        self.recv_lane.close()
+        self.send_fds_sock.close()
+        self.recv_fds_sock.close()
 
 
 @pytest.fixture
@@ -110,9 +116,9 @@ def test_the_server_passes_a_received_segment_on_without_copying(to_server: Pair
     onward = Pair()
     try:
         part = received[BIG : 2 * BIG + 7]  # a slice: same segment, at an offset
-        parts, fds, created = ipc.encode_shared(("on", ipc.pack_array(part)), onward.send_lane)
+        parts, fds, created = ipc.encode_shared(("on", ipc.pack_array(part)), onward.send_fds_sock)
         assert created == [] and fds == [segment.fd]
-        onward.send_lane.send_fds(fds, wait=True)
+        onward.send_fds_sock.send_fds(fds, wait=True)
         ipc.send_parts(onward.a, parts)
         final = ipc.unpack_array(onward.receive()[1], {})
         np.testing.assert_array_equal(final, big[BIG : 2 * BIG + 7])
@@ -163,15 +169,15 @@ def test_a_segment_only_read_is_passed_on_as_it_is(to_instance: Pair) -> None:
 def test_small_buffers_never_become_segments(to_server: Pair) -> None:
     parts, fds, created = ipc.encode_shared(
         ("x", ipc.pack_array(np.zeros(SEGMENT_LIMIT // 4 - 1, dtype=np.float32))),
-        to_server.send_lane,
+        to_server.send_fds_sock,
     )
     assert fds == [] and created == []
     assert sum(memoryview(p).nbytes for p in parts) > SEGMENT_LIMIT - 8
 
 
-def test_a_frame_naming_segments_on_a_channel_without_a_lane_is_refused(to_server: Pair) -> None:
+def test_a_frame_naming_segments_without_a_descriptor_socket_is_refused(to_server: Pair) -> None:
     parts, _, created = ipc.encode_shared(
-        ("x", ipc.pack_array(np.zeros(BIG, dtype=np.float32))), to_server.send_lane
+        ("x", ipc.pack_array(np.zeros(BIG, dtype=np.float32))), to_server.send_fds_sock
     )
     ipc.close_fds(created)
     stream = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
@@ -188,12 +194,12 @@ def test_a_segment_entry_beyond_its_file_is_refused_and_its_descriptor_closed(
 ) -> None:
     before = _open_fds()
     parts, fds, created = ipc.encode_shared(
-        ("x", ipc.pack_array(np.zeros(BIG, dtype=np.float32))), to_server.send_lane
+        ("x", ipc.pack_array(np.zeros(BIG, dtype=np.float32))), to_server.send_fds_sock
     )
     head = bytearray(bytes(parts[0]))
     size, _ = struct.unpack_from("<QQ", head, 12)
     struct.pack_into("<QQ", head, 12, size, 4096)  # the file is only `size` bytes long
-    to_server.send_lane.send_fds(fds, wait=True)
+    to_server.send_fds_sock.send_fds(fds, wait=True)
     ipc.close_fds(created)
     ipc.send_parts(to_server.a, [bytes(head), *parts[1:]])
     with pytest.raises(SegmentError, match=f"has no {size} bytes at 4096"):
@@ -203,21 +209,21 @@ def test_a_segment_entry_beyond_its_file_is_refused_and_its_descriptor_closed(
 
 def test_a_missing_descriptor_message_is_refused(to_server: Pair) -> None:
     parts, _, created = ipc.encode_shared(
-        ("x", ipc.pack_array(np.zeros(BIG, dtype=np.float32))), to_server.send_lane
+        ("x", ipc.pack_array(np.zeros(BIG, dtype=np.float32))), to_server.send_fds_sock
     )
     ipc.close_fds(created)
-    to_server.lane_a.send(b"s")  # a lane message without descriptors
+    to_server.fds_a.send(b"s")  # a descriptor-socket message without descriptors
     ipc.send_parts(to_server.a, parts)
     with pytest.raises(SegmentError, match="expected 1 segment descriptors, got 0"):
         to_server.receive()
 
 
-async def test_the_server_sends_through_the_socket_when_the_lane_is_gone() -> None:
+async def test_the_server_sends_through_the_socket_when_the_descriptor_socket_is_gone() -> None:
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    lane_a, lane_b = lane_pair()
-    lane_b.close()  # passing descriptors fails: the bytes must still arrive
+    fds_a, fds_b = fd_socket_pair()
+    fds_b.close()  # passing descriptors fails: the bytes must still arrive
     lost = asyncio.Event()
-    channel = Channel(a, lost.set, lane=FdLane(lane_a))
+    channel = Channel(a, lost.set, fd_socket=FdSocket(fds_a))
     big = np.arange(BIG, dtype=np.float32)
     channel.send(("@x", ipc.pack_array(big)))
     parser = ipc.FrameParser()

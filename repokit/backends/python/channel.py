@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from repokit.backends.python import ipc
-from repokit.backends.python.segments import FdLane
+from repokit.backends.python.segments import FdSocket
 
 ReplyCallback = Callable[[Any], None]  # gets the reply, or a ChannelClosed instance
 _IOV_MAX = 512
@@ -32,14 +32,14 @@ class Channel:
         sock: Any,
         on_lost: Callable[[], None],
         on_message: Callable[[Any], None] | None = None,
-        lane: FdLane | None = None,
+        fd_socket: FdSocket | None = None,
     ) -> None:
         sock.setblocking(False)
         self._sock = sock
-        self._lane = lane
+        self._fd_socket = fd_socket
         self._fd: int = sock.fileno()
         self._loop = asyncio.get_running_loop()
-        self._parser = ipc.FrameParser(lane)
+        self._parser = ipc.FrameParser(fd_socket)
         self._callbacks: deque[ReplyCallback] = deque()
         self._outbox: list[memoryview] = []
         self._on_lost = on_lost
@@ -68,15 +68,15 @@ class Channel:
     def _encode(self, message: Any) -> list[bytes | memoryview]:
         """The frame of ``message``; its large buffers as segments, passed at once (the
         frame follows them, whatever is queued before it)."""
-        lane = self._lane
-        if lane is None:
+        fd_socket = self._fd_socket
+        if fd_socket is None:
             return ipc.encode(message)
-        parts, fds, created = ipc.encode_shared(message, lane)
+        parts, fds, created = ipc.encode_shared(message, fd_socket)
         if not fds:
             return parts
         try:
-            lane.send_fds(fds, wait=False)
-        except OSError:  # the lane is full (or gone): the bytes go through the socket
+            fd_socket.send_fds(fds, wait=False)
+        except OSError:  # the descriptor socket is full (or gone): the bytes go through the socket
             return ipc.encode(message)
         finally:
             ipc.close_fds(created)
@@ -162,8 +162,8 @@ class Channel:
         self._loop.remove_writer(self._fd)
         self._outbox = []
         self._sock.close()
-        if self._lane is not None:
-            self._lane.close()
+        if self._fd_socket is not None:
+            self._fd_socket.close()
         callbacks, self._callbacks = self._callbacks, deque()
         for callback in callbacks:
             self._deliver(callback, ipc.ChannelClosed("the instance process is gone"))

@@ -28,14 +28,14 @@ from typing import Any
 
 from repokit.backends.python import ipc
 from repokit.backends.python.messages import CALL, CANCEL, REPLY
-from repokit.backends.python.segments import FdLane
+from repokit.backends.python.segments import FdSocket
 
 
 class ChildLink:
-    def __init__(self, sock: socket.socket, lane: FdLane | None = None) -> None:
+    def __init__(self, sock: socket.socket, fd_socket: FdSocket | None = None) -> None:
         self._sock = sock
-        self._lane = lane
-        self._parser = ipc.FrameParser(lane)
+        self._fd_socket = fd_socket
+        self._parser = ipc.FrameParser(fd_socket)
         self._send_lock = threading.Lock()
         self._cond = threading.Condition(threading.Lock())
         self._reading = False
@@ -49,17 +49,17 @@ class ChildLink:
     def send(self, message: Any) -> None:
         """Send one message (raises if it cannot be pickled; nothing is sent then). Its large
         buffers are copied into segments first, outside the lock."""
-        lane = self._lane
-        if lane is None:
+        fd_socket = self._fd_socket
+        if fd_socket is None:
             parts = ipc.encode(message)
             with self._send_lock:
                 ipc.send_parts(self._sock, parts)
             return
-        parts, fds, created = ipc.encode_shared(message, lane)
+        parts, fds, created = ipc.encode_shared(message, fd_socket)
         try:
             with self._send_lock:
                 if fds:
-                    lane.send_fds(fds, wait=True)
+                    fd_socket.send_fds(fds, wait=True)
                 ipc.send_parts(self._sock, parts)
         finally:
             ipc.close_fds(created)

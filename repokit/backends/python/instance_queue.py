@@ -13,7 +13,8 @@ Every message to an instance process (:mod:`repokit.backends.python.messages`) g
 - hang timers: with an execute timeout, an ``execute`` message without a reply in time has its
   process killed (the backend's ``on_hung``);
 - ``--rate-limit``: an ``execute`` message goes only while the instance holds its resources
-  (one batch per turn); both lanes (``execute`` and ``execute_wire``) meet here.
+  (one batch per turn); the standard path's ``execute`` and the wire lane's ``execute_wire``
+  meet here.
 
 A process that goes away fails every message it had and every one still queued
 (``ipc.ChannelClosed``). The instance records themselves (process, socket, restarts) are kept by

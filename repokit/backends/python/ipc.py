@@ -8,7 +8,7 @@ than a numpy array; buffers of 64 KiB and more go out of band: the sender writes
 straight to the socket (one ``sendmsg`` for the whole frame) and the receiver reads each into
 its own uninitialised buffer that the unpacked array then uses, so a large tensor is copied only by
 the kernel. Buffers of :data:`~repokit.backends.python.segments.SEGMENT_LIMIT` and more go as
-shared-memory segments when the channel has a descriptor lane (:mod:`.segments`; their offset
+shared-memory segments when the channel has a descriptor socket (:mod:`.segments`; their offset
 field is not :data:`IN_STREAM`). Small frames are read whole by one ``recv_into`` into a
 reusable buffer.
 
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from repokit.backends.python.segments import SEGMENT_LIMIT, FdLane, SegmentError
+from repokit.backends.python.segments import SEGMENT_LIMIT, FdSocket, SegmentError
 
 INBAND_LIMIT = 64 * 1024
 _PREFIX = struct.Struct("<QI")
@@ -92,15 +92,15 @@ def encode(message: Any) -> list[bytes | memoryview]:
 
 
 def encode_shared(
-    message: Any, lane: FdLane | None
+    message: Any, fd_socket: FdSocket | None
 ) -> tuple[list[bytes | memoryview], list[int], list[int]]:
-    """:func:`encode` with large buffers put in segments of ``lane``: the frame's parts, the
-    descriptors to pass (``lane.send_fds``) before it, and those of them created for it (to
+    """:func:`encode` with large buffers put in segments of ``fd_socket``: the frame's parts, the
+    descriptors to pass (``fd_socket.send_fds``) before it, and those of them created for it (to
     close once passed)."""
     fds: list[int] = []
     created: list[int] = []
     try:
-        parts = _encode(message, lane, fds, created)
+        parts = _encode(message, fd_socket, fds, created)
     except BaseException:
         close_fds(created)
         raise
@@ -114,7 +114,7 @@ def close_fds(fds: list[int]) -> None:
 
 
 def _encode(
-    message: Any, lane: FdLane | None, fds: list[int], created: list[int]
+    message: Any, fd_socket: FdSocket | None, fds: list[int], created: list[int]
 ) -> list[bytes | memoryview]:
     buffers: list[memoryview] = []
     entries: list[bytes] = []
@@ -124,8 +124,8 @@ def _encode(
         size = raw.nbytes
         if size < INBAND_LIMIT:
             return True
-        if lane is not None and size >= SEGMENT_LIMIT:
-            offset = lane.share(raw, fds, created)
+        if fd_socket is not None and size >= SEGMENT_LIMIT:
+            offset = fd_socket.share(raw, fds, created)
             if offset is not None:
                 entries.append(_ENTRY.pack(size, offset))
                 return False
@@ -159,12 +159,12 @@ class FrameParser:
     Receive into ``buffer()``, then call ``feed(n)`` with the byte count; it returns the
     messages completed by those bytes. Frame heads and pickles accumulate in one reusable
     buffer; out-of-band buffers are received directly into their final buffer, segments are
-    mapped from the descriptors ``lane`` received (a frame naming segments without a lane
+    mapped from the descriptors ``fd_socket`` received (a frame naming segments without one
     raises :class:`~repokit.backends.python.segments.SegmentError`, an ``OSError``).
     """
 
-    def __init__(self, lane: FdLane | None = None) -> None:
-        self._lane = lane
+    def __init__(self, fd_socket: FdSocket | None = None) -> None:
+        self._fd_socket = fd_socket
         self._inbox = bytearray(_INITIAL_INBOX)
         self._view = memoryview(self._inbox)
         self._start = 0  # first unconsumed byte
@@ -217,9 +217,9 @@ class FrameParser:
         if not shared:
             buffers = [_uninitialised(size) for size, _ in pairs]
             return buffers, buffers
-        if self._lane is None:
+        if self._fd_socket is None:
             raise SegmentError("a frame names shared-memory segments on a channel without them")
-        mapped = iter(self._lane.receive(shared))
+        mapped = iter(self._fd_socket.receive(shared))
         every: list[Any] = []
         stream: list[Any] = []
         for size, offset in pairs:

@@ -199,7 +199,7 @@ class InstanceProcesses:
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         for end in (parent_sock, child_sock):
             ipc.enlarge_buffers(end)
-        parent_lane, child_lane = segments.lane_pair()  # large tensors' segment descriptors
+        parent_fds, child_fds = segments.fd_socket_pair()  # large tensors' segment descriptors
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
@@ -211,22 +211,22 @@ class InstanceProcesses:
                     "-c",
                     _STUB_BOOT,
                     str(child_sock.fileno()),
-                    str(child_lane.fileno()),
+                    str(child_fds.fileno()),
                 ],
-                pass_fds=(child_sock.fileno(), child_lane.fileno()),
+                pass_fds=(child_sock.fileno(), child_fds.fileno()),
                 stdin=subprocess.DEVNULL,
                 env=env,
             )
         except BaseException:
-            parent_lane.close()
+            parent_fds.close()
             raise
         finally:
             child_sock.close()
-            child_lane.close()
+            child_fds.close()
         slot = self.names.index(name) if name in self.names else 0
         instance = Instance(name=name, process=process, sock=parent_sock, slot=slot)
-        lane = segments.FdLane(parent_lane)
-        channel = Channel(parent_sock, lambda: self.lost(instance), lane=lane)
+        fd_socket = segments.FdSocket(parent_fds)
+        channel = Channel(parent_sock, lambda: self.lost(instance), fd_socket=fd_socket)
         instance.channel = channel
         context = self._owner.context
         instance.link = ServerLink(

@@ -3,7 +3,7 @@
 A buffer of :data:`SEGMENT_LIMIT` bytes or more does not travel through the instance socket:
 the sender puts it in an anonymous shared-memory file (``memfd_create``; nothing appears in
 ``/dev/shm`` and the kernel frees it when the last holder closes it, also when a process
-crashes), passes the file's descriptor over a second socket of the pair, the :class:`FdLane`
+crashes), passes the file's descriptor over a second socket of the pair, the :class:`FdSocket`
 (``SCM_RIGHTS``, one small message per frame, sent before the frame), and the frame names the
 segment, its offset and length in place of the bytes. The receiver maps the file: its array is a
 view of the segment, not a copy, and untouched pages cost it no memory.
@@ -122,7 +122,7 @@ def _new_segment(buffer: memoryview) -> int:
     return fd
 
 
-class FdLane:
+class FdSocket:
     """One end of the descriptor socket beside an instance socket."""
 
     def __init__(self, sock: socket.socket) -> None:
@@ -206,6 +206,6 @@ class FdLane:
             self._pagemap = None
 
 
-def lane_pair() -> tuple[socket.socket, socket.socket]:
+def fd_socket_pair() -> tuple[socket.socket, socket.socket]:
     """The two ends of a descriptor socket (server end first)."""
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -1,4 +1,4 @@
-"""The instance process of a python-backend model (Triton's "stub"): ``python -m ... <fd> <lane>``.
+"""The instance process of a python-backend model (Triton's "stub"): ``python -m ... <fd> <fd>``.
 
 It registers :mod:`repokit.backends.python.pb_utils` as ``triton_python_backend_utils``, imports
 the model file, and then answers the operations of
@@ -31,7 +31,7 @@ response each) and return None.
 
 The socket is shared with BLS calls, log lines and metric updates of any thread
 (:mod:`repokit.backends.python.child_link`); large tensors go as shared-memory segments whose
-descriptors pass over the second socket, ``lane`` (:mod:`repokit.backends.python.segments`).
+descriptors pass over the second socket, ``fd_socket`` (:mod:`repokit.backends.python.segments`).
 
 Requests on the wire lane (:mod:`repokit.core.wire_lane`) come as their protocol bytes with the
 model's plan, and the reply carries the encoded response (:mod:`.wire_grpc`, :mod:`.wire_http`).
@@ -82,7 +82,7 @@ from repokit.backends.python.messages import (
 )
 from repokit.backends.python.pb_runtime import RUNTIME
 from repokit.backends.python.prefetch import Prefetcher
-from repokit.backends.python.segments import FdLane
+from repokit.backends.python.segments import FdSocket
 from repokit.backends.wire_plan import WirePlan
 
 _OWN_DIR = str(Path(__file__).resolve().parent)
@@ -317,7 +317,7 @@ class Instance:
             decoded = (
                 None if plan is None or codec is None else codec.decode_request(raw, plan, limit)
             )
-        except Exception:  # bytes the lane's decoder cannot take: the standard path answers them
+        except Exception:  # bytes its decoder cannot take: the standard path answers them
             decoded = None
         if plan is None or codec is None or decoded is None:
             return FALLBACK, None, NO_TIMING
@@ -599,8 +599,8 @@ def _unsendable(instance: Instance, exc: BaseException) -> str:
     )
 
 
-def serve(sock: socket.socket, lane: FdLane | None = None) -> None:
-    link = ChildLink(sock, lane)
+def serve(sock: socket.socket, fd_socket: FdSocket | None = None) -> None:
+    link = ChildLink(sock, fd_socket)
     instance = Instance(link)
     prefetcher = Prefetcher(link, instance.prepare)
     armed = False  # the prefetch thread is fetching the next operation
@@ -639,16 +639,16 @@ def serve(sock: socket.socket, lane: FdLane | None = None) -> None:
 def main(argv: list[str]) -> int:
     sys.modules["triton_python_backend_utils"] = pb_utils
     sock = socket.socket(fileno=int(argv[1]))
-    lane = FdLane(socket.socket(fileno=int(argv[2]))) if len(argv) > 2 else None
+    fd_socket = FdSocket(socket.socket(fileno=int(argv[2]))) if len(argv) > 2 else None
     # Triton's stub embeds Python with no arguments: models see sys.argv == [""] (Triton's qa
     # models call unittest.main("model"), which would take a leftover argument for a test)
     sys.argv[:] = [""]
     try:
-        serve(sock, lane)
+        serve(sock, fd_socket)
     finally:
         sock.close()
-        if lane is not None:
-            lane.close()
+        if fd_socket is not None:
+            fd_socket.close()
     return 0
 
 
