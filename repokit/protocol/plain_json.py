@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from repokit.protocol.datatypes import INTEGERS, JSON_FLOATS, numpy_dtype
-from repokit.protocol.plain_request import PlainOutput
 from repokit.protocol.types import InputSpec
 
 INT64_MAX = 2**63 - 1
@@ -96,40 +95,3 @@ def plain_output(item: Any) -> tuple[str, bool] | None:
         if type(binary) is bool:
             return name, binary
     return None
-
-
-# --- plain responses ---------------------------------------------------------------------------
-# output datatypes written as plain JSON numbers or booleans (FP16 and BF16 have conversions of
-# their own, BYTES are strings: the server's encoder writes those)
-PLAIN_JSON_OUTPUTS = frozenset(("BOOL", *INTEGERS, *JSON_FLOATS))
-
-
-def plain_json_response(
-    request_id: str, model_name: str, model_version: str, outputs: list[PlainOutput]
-) -> bytes | None:
-    """The JSON body of a successful response without parameters whose outputs all go back as
-    JSON data: where the HTTP response of a plain request is written, by the server
-    (:func:`repokit.frontends.http.infer_response.encode_infer_response`) and by a python
-    instance on the wire lane (:mod:`repokit.backends.python.wire_http`). None when an output is
-    not plain (a datatype outside :data:`PLAIN_JSON_OUTPUTS`, NaN or infinity, which Triton
-    writes as bare tokens): the server's encoder then writes the response."""
-    header: dict[str, Any] = {}
-    if request_id:
-        header["id"] = request_id
-    header["model_name"] = model_name
-    header["model_version"] = model_version
-    written: list[dict[str, Any]] = []
-    for name, datatype, shape, array in outputs:
-        if datatype not in PLAIN_JSON_OUTPUTS:
-            return None
-        if array.dtype.kind == "f" and array.size and not np.isfinite(array).all():
-            return None
-        written.append(
-            {"name": name, "datatype": datatype, "shape": [int(d) for d in shape],
-             "data": array.ravel().tolist()}
-        )  # fmt: skip
-    header["outputs"] = written
-    import orjson  # here: a python instance loads it with its first HTTP request
-
-    body: bytes = orjson.dumps(header)
-    return body

@@ -24,7 +24,7 @@ import numpy as np
 # item or -1 when some dim is variable): ``ModelIO.fast_inputs``, ``WirePlan.inputs``
 InputPlan = dict[str, tuple[str, tuple[int, ...], "np.dtype[Any]", int]]
 # one output of a plain response: (name, protocol datatype, shape, array of the datatype's
-# dtype), as :mod:`repokit.protocol.plain_json` and :mod:`repokit.protocol.plain_grpc` write it
+# dtype), as :mod:`repokit.protocol.plain_response` writes it
 PlainOutput = tuple[str, str, "tuple[int, ...]", "np.ndarray[Any, Any]"]
 
 

@@ -27,8 +27,8 @@ import numpy as np
 
 from repokit.backends.python.wire_checks import numeric_outputs
 from repokit.backends.wire_plan import WirePlan
-from repokit.protocol.plain_grpc import plain_grpc_response
 from repokit.protocol.plain_request import plain_input
+from repokit.protocol.plain_response import plain_grpc_response
 
 if TYPE_CHECKING:
     from repokit.backends.python.pb_utils import InferenceResponse
@@ -86,7 +86,7 @@ def decode_request(raw: bytes, plan: WirePlan, limit: int = 0) -> DecodedRequest
 def encode_response(
     plan: WirePlan, response: InferenceResponse, requested: set[str], request_id: str
 ) -> bytes | None:
-    """The serialized ModelInferResponse (:mod:`repokit.protocol.plain_grpc`, as the server
+    """The serialized ModelInferResponse (:mod:`repokit.protocol.plain_response`, as the server
     writes it), or None when the packed form must carry it (an error, response parameters, or
     an output that is not a plain numeric array)."""
     outputs = numeric_outputs(response, requested)

@@ -21,8 +21,9 @@ import numpy as np
 
 from repokit.backends.python.wire_checks import numeric_outputs
 from repokit.backends.wire_plan import WirePlan
-from repokit.protocol.plain_json import plain_json_input, plain_json_response, plain_output
+from repokit.protocol.plain_json import plain_json_input, plain_output
 from repokit.protocol.plain_request import plain_input
+from repokit.protocol.plain_response import plain_json_response
 
 if TYPE_CHECKING:
     from repokit.backends.python.pb_utils import InferenceResponse
@@ -89,7 +90,7 @@ def decode_request(body: bytes, plan: WirePlan, limit: int) -> DecodedRequest | 
 def encode_response(
     plan: WirePlan, response: InferenceResponse, requested: set[str], request_id: str
 ) -> bytes | None:
-    """The response's JSON (:func:`repokit.protocol.plain_json.plain_json_response`, as the
+    """The response's JSON (:func:`repokit.protocol.plain_response.plain_json_response`, as the
     server writes it), or None when the packed form must carry it (an error, response
     parameters, or an output that is not plain JSON numbers or booleans)."""
     outputs = numeric_outputs(response, requested)

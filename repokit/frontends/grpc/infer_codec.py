@@ -17,8 +17,8 @@ from repokit.frontends.grpc.codec import (
     encode_infer_response_bytes,
 )
 from repokit.protocol.generated import grpc_service_pb2 as pb
-from repokit.protocol.plain_grpc import plain_grpc_response
 from repokit.protocol.plain_request import PlainOutput
+from repokit.protocol.plain_response import plain_grpc_response
 from repokit.protocol.types import InferRequest, InferResponse
 
 DECOUPLED_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
@@ -58,7 +58,7 @@ class GrpcInferCodec:
         return decoded.request
 
     def encode(self, decoded: DecodedRequest, response: InferResponse) -> bytes:
-        """A plain response as :func:`repokit.protocol.plain_grpc.plain_grpc_response` writes
+        """A plain response as :func:`repokit.protocol.plain_response.plain_grpc_response` writes
         it (a python instance on the wire lane too); anything else, and outputs of more than
         :data:`.codec.RAW_SPLIT_BYTES` (written into the message apart from the protobuf
         runtime), by the general encoder."""

@@ -23,7 +23,7 @@ import orjson
 
 from repokit.frontends.http.infer_request import DecodedInfer
 from repokit.protocol.json_codec import array_to_json
-from repokit.protocol.plain_json import PLAIN_JSON_OUTPUTS, plain_json_response
+from repokit.protocol.plain_response import PLAIN_JSON_OUTPUTS, plain_json_response
 from repokit.protocol.tensor_codec import array_to_bytes
 from repokit.protocol.types import InferResponse
 
@@ -62,7 +62,7 @@ def _has_non_finite(array: Any) -> bool:
 
 def encode_infer_response(response: InferResponse, decoded: DecodedInfer) -> EncodedResponse:
     """The response's body: a plain response (no parameters, every output as JSON data) as
-    :func:`repokit.protocol.plain_json.plain_json_response` writes it (a python instance on
+    :func:`repokit.protocol.plain_response.plain_json_response` writes it (a python instance on
     the wire lane too), anything else here."""
     if not (
         response.parameters
