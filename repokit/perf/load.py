@@ -151,9 +151,9 @@ class ThreadedConcurrencyLoad(_LoadBase):
     """perf_analyzer's sync mode: one thread per concurrent request, each with a blocking
     connection (``transport.connect_blocking()``: an HTTP/1.1 socket, or an HTTP/2 connection
     carrying unary calls or one gRPC stream). Blocking sockets cost the client less per request
-    than an event-loop round trip, which matters most at low concurrency. Measured against
-    Triton on 2 shared cores, splitting the workers over several processes did not raise the
-    request rate (the client uses ~10-20 us of CPU per request; the server is the limit)."""
+    than an event-loop round trip, which matters most at low concurrency. The workers stay in
+    one process: splitting them over several did not raise the request rate against Triton
+    (the server is the limit; figures in ``benchmarks/README.md``)."""
 
     async def start(self, concurrency: int) -> None:
         self.stopping = False

@@ -2,10 +2,10 @@
 
 Event-loop timers have millisecond granularity: uvloop rounds a delay to whole milliseconds, so
 any delay up to 0.5 ms fires at once (a batcher waiting ``max_queue_delay_microseconds`` 100 or
-500 then spins through the loop: ~20 wake-ups per request measured in-process at concurrency
-1), and asyncio's own loop rounds up to the next millisecond (100 us becomes ~1.1 ms). A helper
-thread would be precise but costs a thread wake and a GIL hand-off per wait (~50 us of CPU
-measured here). ``PreciseTimer`` instead arms a Linux ``timerfd`` (CLOCK_MONOTONIC, absolute
+500 then spins through the loop, waking many times per request), and asyncio's own loop rounds
+up to the next millisecond (100 us becomes about 1.1 ms). A helper thread would be precise but
+costs a thread wake and a GIL hand-off per wait (figures in ``benchmarks/README.md``).
+``PreciseTimer`` instead arms a Linux ``timerfd`` (CLOCK_MONOTONIC, absolute
 deadline, nanosecond resolution) that the loop watches like any socket: one syscall to arm,
 one readable event to fire. ``PreciseTimer.create`` returns None where timerfd is unavailable;
 callers then use the loop's own timer.
