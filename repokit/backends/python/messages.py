@@ -61,10 +61,28 @@ from typing import TYPE_CHECKING, Any, Final
 from repokit.backends.python import ipc
 
 if TYPE_CHECKING:
-    from repokit.backends.python.pb_utils import InferenceResponse as ModelResponse
+    from collections.abc import Sequence
+    from typing import Protocol
+
+    import numpy.typing as npt
+
     from repokit.backends.wire_plan import WirePlan
     from repokit.errors import RepokitError
     from repokit.protocol.types import InferResponse
+
+    # what packing reads of a model's pb_utils objects (repokit.backends.python.pb_utils)
+    class ModelError(Protocol):
+        def code_name(self) -> str: ...
+        def message(self) -> str: ...
+
+    class ModelTensor(Protocol):
+        def name(self) -> str: ...
+        def as_numpy(self) -> npt.NDArray[Any]: ...
+
+    class ModelResponse(Protocol):
+        def error(self) -> ModelError | None: ...
+        def output_tensors(self) -> Sequence[ModelTensor]: ...
+        def parameter_dict(self) -> dict[str, Any]: ...
 
 # --- operations (server -> instance, one reply each) ---------------------------------------
 AUTO_COMPLETE: Final = "auto_complete"
