@@ -133,7 +133,7 @@ async def test_an_execute_past_the_limit_is_killed_and_restarted(tmp_path: Path)
 
 async def test_no_limit_by_default(tmp_path: Path) -> None:
     backend = await load(tmp_path, "patient")
-    assert backend._execute_timeout_s == 0
+    assert backend._processes.execute_timeout_s == 0
     await backend.unload()
 
 
