@@ -1,6 +1,11 @@
-"""gRPC throughput: real Triton 2.51 vs repokit vs a bare grpc.aio servicer, in one run.
+"""gRPC throughput: real Triton 2.51 vs repokit (native transport and grpc.aio) vs bare
+servers, in one run.
 
 Run by hand:  .venv/bin/python benchmarks/grpc_vs_triton.py [--duration 8] [--rounds 3]
+              [--transports native,grpcio] [--no-bare]
+
+``repokit serve`` runs once per ``--grpc-transport`` named in ``--transports`` (its own HTTP/2
+server, ``native``, and grpc.aio, ``grpcio``), side by side.
 
 A neutral load generator (h2load, Debian package nghttp2-client) posts length-prefixed
 serialized ModelInferRequests (raw_input_contents, FP32 x 16 twice) with the headers
@@ -33,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import grpc
@@ -165,6 +171,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--stream-messages", type=int, default=16)
     parser.add_argument("--no-bare", action="store_true", help="leave out the bare servers")
+    parser.add_argument("--transports", default="native,grpcio", help="repokit's, comma-separated")
     args = parser.parse_args()
     require_tools("h2load", install="nghttp2-client")
     work = Path(tempfile.mkdtemp(prefix="grpc-bench-"))
@@ -195,9 +202,13 @@ def main() -> None:
         h2 = subprocess.Popen([sys.executable, str(script), str(h2_port)], env=env)
     rounds = Rounds()
     try:
-        with triton(repo, work) as reference, running_repokit(repo) as (proc, ports):
-            targets = {"triton": (reference.grpc_port, reference.pid),
-                       "repokit": (ports["grpc"], proc.pid)}  # fmt: skip
+        with ExitStack() as stack:
+            reference = stack.enter_context(triton(repo, work))
+            targets = {"triton": (reference.grpc_port, reference.pid)}
+            for transport in args.transports.split(","):
+                flags = ("--grpc-transport", transport)
+                proc, ports = stack.enter_context(running_repokit(repo, flags))
+                targets[f"repokit {transport}"] = (ports["grpc"], proc.pid)
             if bare is not None and h2 is not None:
                 targets["bare grpc.aio"] = (bare_port, bare.pid)
                 targets["bare own HTTP/2"] = (h2_port, h2.pid)

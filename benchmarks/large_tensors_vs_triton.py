@@ -25,6 +25,7 @@ import json
 import shutil
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import grpc
@@ -138,6 +139,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--sizes", default=",".join(SIZES), help="of: " + ", ".join(SIZES))
     parser.add_argument("--protocols", default="http,grpc")
+    parser.add_argument("--transports", default="native", help="repokit's --grpc-transport(s)")
     args = parser.parse_args()
     require_tools("wrk", install="wrk")
     require_tools("h2load", install="nghttp2-client")
@@ -156,11 +158,14 @@ def main() -> None:
             workloads[f"gRPC raw FP32 {size}, c={conns}"] = ("grpc", grpc_body(work, elements), {})
     rounds = Rounds()
     try:
-        with triton(repo, work) as reference, running_repokit(repo) as (proc, ports):
-            servers = {
-                "triton": (reference.url, reference.grpc_port, reference.pid),
-                "repokit": (f"http://127.0.0.1:{ports['http']}", ports["grpc"], proc.pid),
-            }
+        with ExitStack() as stack:
+            reference = stack.enter_context(triton(repo, work))
+            servers = {"triton": (reference.url, reference.grpc_port, reference.pid)}
+            for transport in args.transports.split(","):
+                flags = ("--grpc-transport", transport)
+                proc, ports = stack.enter_context(running_repokit(repo, flags))
+                url = f"http://127.0.0.1:{ports['http']}"
+                servers[f"repokit {transport}"] = (url, ports["grpc"], proc.pid)
             for url, grpc_port, _ in servers.values():
                 wait_model(url)
                 check(url, grpc_port)

@@ -106,6 +106,10 @@ def serve(
     grpc_infer_response_compression_level: Annotated[
         str, typer.Option(help="none | low | medium | high")
     ] = "none",
+    grpc_transport: Annotated[
+        str,
+        typer.Option(help="native (repokit's own HTTP/2 server) | grpcio (grpc.aio)"),
+    ] = "grpcio",
     allow_client_shm: Annotated[str, typer.Option(metavar="BOOL")] = "false",
     strict_model_config: Annotated[str, typer.Option(metavar="BOOL")] = "false",
     disable_auto_complete_config: bool = False,
@@ -363,12 +367,17 @@ def serve(
         grpc_max_connection_age=grpc_max_connection_age,
         grpc_max_connection_age_grace=grpc_max_connection_age_grace,
         grpc_infer_response_compression_level=grpc_infer_response_compression_level,
+        grpc_transport=grpc_transport,
         stop_on_load_failure=core.exit_on_error,
     )
     if grpc_infer_response_compression_level not in ("none", "low", "medium", "high"):
         raise typer.BadParameter(
             "--grpc-infer-response-compression-level expects none, low, medium or high, got "
             f"'{grpc_infer_response_compression_level}'"
+        )
+    if grpc_transport not in ("native", "grpcio"):
+        raise typer.BadParameter(
+            f"--grpc-transport expects native or grpcio, got '{grpc_transport}'"
         )
     if (settings.grpc_use_ssl or settings.grpc_use_ssl_mutual) and not (
         grpc_server_cert and grpc_server_key

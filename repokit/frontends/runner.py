@@ -23,6 +23,7 @@ from typing import Any
 from repokit.core.compose import build_service
 from repokit.core.service import InferenceService
 from repokit.core.settings import ServerSettings
+from repokit.frontends.grpc.options import DEFAULT_TRANSPORT
 from repokit.frontends.grpc.server import create_grpc_server
 from repokit.frontends.http.app import create_http_server
 from repokit.frontends.http.metrics import create_metrics_server
@@ -71,6 +72,7 @@ class ServeSettings:
     grpc_max_connection_age: int = 0  # ms, 0 = unlimited
     grpc_max_connection_age_grace: int = 0  # ms, 0 = unlimited
     grpc_infer_response_compression_level: str = "none"
+    grpc_transport: str = DEFAULT_TRANSPORT  # native | grpcio (repokit.frontends.grpc.options)
     # tritonserver's --exit-on-error as the CLI applies it: a model that fails to load while
     # starting stops the server before any port opens (embedders and tests see the index)
     stop_on_load_failure: bool = False

@@ -19,6 +19,9 @@ RESTRICTED_HEADER_PREFIX = "triton-grpc-protocol-"
 
 #: --grpc-infer-response-compression-level names -> grpc core compression levels
 COMPRESSION_LEVELS: dict[str, int] = {"none": 0, "low": 1, "medium": 2, "high": 3}
+#: --grpc-transport: repokit's own HTTP/2 server (repokit.frontends.grpc.h2) or grpc.aio
+TRANSPORTS = ("native", "grpcio")
+DEFAULT_TRANSPORT = "grpcio"
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,13 @@ class GrpcOptions:
     max_connection_age_grace_ms: int = 0
     max_concurrent_streams: int = 1024
     infer_response_compression_level: str = "none"
+    max_receive_message_length: int = MAX_GRPC_MESSAGE_SIZE
+    max_send_message_length: int = MAX_GRPC_MESSAGE_SIZE
+    transport: str = DEFAULT_TRANSPORT
     # category -> (metadata key incl. the triton-grpc-protocol- prefix, expected value)
     restricted: dict[str, tuple[str, str]] = field(default_factory=dict)
 
-    def channel_options(self) -> list[tuple[str, Any]]:
+    def compression_level(self) -> int:
         level = COMPRESSION_LEVELS.get(self.infer_response_compression_level)
         if level is None:
             raise ValueError(
@@ -52,9 +58,13 @@ class GrpcOptions:
                 f"'{self.infer_response_compression_level}': expected one of "
                 + ", ".join(COMPRESSION_LEVELS)
             )
+        return level
+
+    def channel_options(self) -> list[tuple[str, Any]]:
+        level = self.compression_level()
         options: list[tuple[str, Any]] = [
-            ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
-            ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.max_receive_message_length", self.max_receive_message_length),
+            ("grpc.max_send_message_length", self.max_send_message_length),
             ("grpc.so_reuseport", int(self.reuse_port)),
             ("grpc.keepalive_time_ms", self.keepalive_time_ms),
             ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
@@ -106,6 +116,7 @@ class GrpcSettings(Protocol):
     grpc_max_connection_age_grace: int
     grpc_infer_response_compression_level: str
     grpc_restricted_protocol: list[str]
+    grpc_transport: str
 
 
 def grpc_options_from_settings(settings: GrpcSettings) -> GrpcOptions:
@@ -131,4 +142,5 @@ def grpc_options_from_settings(settings: GrpcSettings) -> GrpcOptions:
         max_connection_age_grace_ms=settings.grpc_max_connection_age_grace,
         infer_response_compression_level=settings.grpc_infer_response_compression_level,
         restricted=parse_restricted_protocols(tuple(settings.grpc_restricted_protocol)),
+        transport=settings.grpc_transport,
     )

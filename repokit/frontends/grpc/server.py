@@ -1,10 +1,15 @@
-"""create_grpc_server(service, settings): the grpc.aio server with every service registered.
+"""create_grpc_server(service, settings): the gRPC server with every service registered.
 
 The server runs on the caller's asyncio loop (the same one as the HTTP frontend), so both
 protocols share the model instances, schedulers and statistics of one InferenceService.
 ``create_grpc_server`` binds the port immediately (port 0 picks a free one) and returns a
 :class:`GrpcServer`, which exposes the bound ``port`` and delegates ``start``/``stop``/
-``wait_for_termination`` to the ``grpc.aio.Server`` it wraps (available as ``.server``).
+``wait_for_termination`` to the server it wraps (available as ``.server``).
+
+Two transports serve the same servicers (``GrpcOptions.transport``, ``--grpc-transport``):
+``native``, repokit's own HTTP/2 server (:mod:`repokit.frontends.grpc.h2`), and ``grpcio``,
+a ``grpc.aio.Server``. Both take the handlers through the same registration
+(:func:`repokit.frontends.grpc.registration.add_service`) and the same interceptors.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import grpc
 
 from repokit.core.service import InferenceService
 from repokit.errors import unavailable
+from repokit.frontends.grpc.h2.server import NativeServer, bind_socket, tls_context
 from repokit.frontends.grpc.options import GrpcOptions, GrpcSettings, grpc_options_from_settings
 from repokit.frontends.grpc.registration import add_service
 from repokit.frontends.grpc.restricted import RestrictedProtocolInterceptor
@@ -52,9 +58,9 @@ class HealthServicer:
 
 
 class GrpcServer:
-    """A bound grpc.aio server and its port."""
+    """A bound gRPC server (grpc.aio's or the native one) and its port."""
 
-    def __init__(self, server: grpc.aio.Server, port: int, address: str) -> None:
+    def __init__(self, server: Any, port: int, address: str) -> None:
         self.server = server
         self.port = port
         self.address = address
@@ -69,18 +75,19 @@ class GrpcServer:
         return bool(await self.server.wait_for_termination(timeout))
 
 
+def _read_pem(path: str, what: str) -> bytes:
+    if not path:
+        raise ValueError(f"--grpc-use-ssl needs --grpc-{what}")
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read --grpc-{what} '{path}': {exc.strerror}") from None
+
+
 def _credentials(options: GrpcOptions) -> grpc.ServerCredentials | None:
     if not (options.use_ssl or options.use_ssl_mutual):
         return None
-
-    def read(path: str, what: str) -> bytes:
-        if not path:
-            raise ValueError(f"--grpc-use-ssl needs --grpc-{what}")
-        try:
-            return Path(path).read_bytes()
-        except OSError as exc:
-            raise ValueError(f"cannot read --grpc-{what} '{path}': {exc.strerror}") from None
-
+    read = _read_pem
     key = read(options.server_key, "server-key")
     cert = read(options.server_cert, "server-cert")
     root = (
@@ -113,13 +120,59 @@ def _add_inference_service(servicer: InferenceServicer, server: grpc.aio.Server)
     )
 
 
-def build_grpc_server(service: InferenceService, options: GrpcOptions) -> GrpcServer:
-    """Create and bind the server (call inside the running loop); ValueError on bad options."""
-    interceptors = [RestrictedProtocolInterceptor(options.restricted)] if options.restricted else []
-    server = grpc.aio.server(options=options.channel_options(), interceptors=interceptors)
+def _add_services(service: InferenceService, server: Any) -> None:
     _add_inference_service(InferenceServicer(service), server)
     add_service(server, health_grpc.add_HealthServicer_to_server, HealthServicer(service))
     add_v1_servicer(service, server)  # v1 hook: nvidia.inferenceserver.GRPCService
+
+
+def _build_native(
+    service: InferenceService, options: GrpcOptions, interceptors: list[Any]
+) -> GrpcServer:
+    tls = None
+    if options.use_ssl or options.use_ssl_mutual:
+        _read_pem(options.server_key, "server-key")
+        _read_pem(options.server_cert, "server-cert")
+        if options.root_cert or options.use_ssl_mutual:
+            _read_pem(options.root_cert, "root-cert")
+        try:
+            tls = tls_context(
+                options.server_cert,
+                options.server_key,
+                options.root_cert or None,
+                options.use_ssl_mutual,
+            )
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise ValueError(f"cannot use the gRPC TLS certificates: {exc}") from None
+    target = f"{options.address}:{options.port}"
+    try:
+        sock = bind_socket(options.address, options.port, options.reuse_port)
+    except OSError as exc:
+        raise unavailable(f"Socket '{target}' already in use ({exc.strerror or exc})") from None
+    server = NativeServer(
+        sock,
+        interceptors=interceptors,
+        max_receive=options.max_receive_message_length,
+        max_send=options.max_send_message_length,
+        max_concurrent_streams=options.max_concurrent_streams,
+        compression_level=options.compression_level(),
+        keepalive_time=options.keepalive_time_ms / 1000,
+        keepalive_timeout=options.keepalive_timeout_ms / 1000,
+        tls=tls,
+    )
+    _add_services(service, server)
+    return GrpcServer(server, server.port, options.address)
+
+
+def build_grpc_server(service: InferenceService, options: GrpcOptions) -> GrpcServer:
+    """Create and bind the server (call inside the running loop); ValueError on bad options."""
+    interceptors = [RestrictedProtocolInterceptor(options.restricted)] if options.restricted else []
+    if options.transport == "native":
+        return _build_native(service, options, interceptors)
+    if options.transport != "grpcio":
+        raise ValueError(f"unknown gRPC transport '{options.transport}': native or grpcio")
+    server = grpc.aio.server(options=options.channel_options(), interceptors=interceptors)
+    _add_services(service, server)
     target = f"{options.address}:{options.port}"
     credentials = _credentials(options)
     try:

@@ -99,9 +99,10 @@ async def _serve(options: GrpcOptions, service: InferenceService | None = None) 
     return server
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[Any]:
-    s = await _serve(GrpcOptions(address="127.0.0.1", port=0))
+@pytest.fixture(params=["native", "grpcio"])
+async def server(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """A server on each transport (the tests that build their own use the default one)."""
+    s = await _serve(GrpcOptions(address="127.0.0.1", port=0, transport=request.param))
     yield s
     await s.stop(None)
 
@@ -280,10 +281,16 @@ async def test_port_in_use_is_reported(server: Any) -> None:
         build_grpc_server(IdentityService(), GrpcOptions(address="127.0.0.1", port=server.port))
 
 
-async def test_tls(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["native", "grpcio"])
+async def test_tls(tmp_path: Path, transport: str) -> None:
     key, cert = make_self_signed_cert(tmp_path)
     options = GrpcOptions(
-        address="127.0.0.1", port=0, use_ssl=True, server_key=str(key), server_cert=str(cert)
+        address="127.0.0.1",
+        port=0,
+        use_ssl=True,
+        server_key=str(key),
+        server_cert=str(cert),
+        transport=transport,
     )
     s = await _serve(options)
     try:
@@ -294,4 +301,4 @@ async def test_tls(tmp_path: Path) -> None:
     finally:
         await s.stop(None)
     with pytest.raises(ValueError, match="needs --grpc-server-key"):
-        build_grpc_server(IdentityService(), GrpcOptions(port=0, use_ssl=True))
+        build_grpc_server(IdentityService(), GrpcOptions(port=0, use_ssl=True, transport=transport))
