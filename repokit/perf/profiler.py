@@ -118,7 +118,7 @@ def read_intervals(options: PerfOptions) -> list[int]:
 
 
 @dataclass
-class Lane:
+class Endpoint:
     """One endpoint of the run: its URL, its transport and the session prepared on it."""
 
     url: str
@@ -127,10 +127,10 @@ class Lane:
 
 
 @dataclass
-class _LaneRun:
+class _EndpointRun:
     """One endpoint while a level runs: its requests, load driver, windows and statistics."""
 
-    lane: Lane
+    endpoint: Endpoint
     log: RequestLog
     load: Any
     accountant: WindowAccountant = field(default_factory=WindowAccountant)
@@ -166,32 +166,40 @@ class Profiler:
     def __init__(
         self,
         options: PerfOptions,
-        lanes: list[Lane],
+        endpoints: list[Endpoint],
         observer: Observer,
         clock: Callable[[], int],
         cpu_clock: Callable[[], float],
     ) -> None:
         self.o = options
-        self.lanes = lanes
-        self.session = lanes[0].session  # model facts: the same on every endpoint
-        self.include_server_stats = all(lane.session.include_server_stats for lane in lanes)
+        self.endpoints = endpoints
+        self.session = endpoints[0].session  # model facts: the same on every endpoint
+        self.include_server_stats = all(
+            endpoint.session.include_server_stats for endpoint in endpoints
+        )
         self.observer = observer
         self.clock = clock
         self.cpu_clock = cpu_clock
 
-    async def _server_snapshot(self, lane: Lane) -> dict[str, ServerCounters]:
+    async def _server_snapshot(self, endpoint: Endpoint) -> dict[str, ServerCounters]:
         if not self.include_server_stats:
             return {}
         model = None if self.session.composing_models else self.o.model
-        return parse_statistics(await lane.transport.model_statistics(model, self.o.version))
+        return parse_statistics(await endpoint.transport.model_statistics(model, self.o.version))
 
-    def _new_load(self, lane: Lane, schedule: bool, log: RequestLog) -> Any:
+    def _new_load(self, endpoint: Endpoint, schedule: bool, log: RequestLog) -> Any:
         cls: type[Any] = ConcurrencyLoad
         if schedule:
             cls = ScheduleLoad
-        elif not self.o.async_mode and supports_threads(lane.transport):
+        elif not self.o.async_mode and supports_threads(endpoint.transport):
             cls = ThreadedConcurrencyLoad
-        return cls(lane.transport, lane.session.workload, log, self.clock, lane.session.sequences)
+        return cls(
+            endpoint.transport,
+            endpoint.session.workload,
+            log,
+            self.clock,
+            endpoint.session.sequences,
+        )
 
     async def warmup(self) -> None:
         count = self.o.warmup_request_count
@@ -199,12 +207,14 @@ class Profiler:
             return
         concurrency = self.o.effective_concurrency().start if self.o.mode == "concurrency" else 1
         loads: list[ConcurrencyLoad] = []
-        for lane, share in zip(self.lanes, split_concurrency(count, len(self.lanes)), strict=True):
+        for endpoint, share in zip(
+            self.endpoints, split_concurrency(count, len(self.endpoints)), strict=True
+        ):
             if share == 0:
                 continue
-            session = lane.session
+            session = endpoint.session
             load = ConcurrencyLoad(
-                lane.transport, session.workload, RequestLog(), self.clock, session.sequences
+                endpoint.transport, session.workload, RequestLog(), self.clock, session.sequences
             )
             await load.start(max(min(concurrency, share), 1), request_limit=share)
             loads.append(load)
@@ -249,7 +259,7 @@ class Profiler:
             self.observer.window_progress(progress)
 
     async def _start_loads(
-        self, runs: list[_LaneRun], value: float, intervals: Iterator[int] | None
+        self, runs: list[_EndpointRun], value: float, intervals: Iterator[int] | None
     ) -> None:
         """The level's load, split over the endpoints (see :mod:`repokit.perf.split`)."""
         parts = len(runs)
@@ -263,7 +273,7 @@ class Profiler:
             await run.load.start(stream, limit)
 
     def _close_window(
-        self, run: _LaneRun, start: int, end: int, client_cpu: float
+        self, run: _EndpointRun, start: int, end: int, client_cpu: float
     ) -> tuple[RecordBatch, WindowSummary]:
         o = self.o
         records = run.accountant.close_window(run.log, start, end)
@@ -290,10 +300,12 @@ class Profiler:
         o = self.o
         label = f"concurrency {int(value)}" if mode == "concurrency" else f"request rate {value:g}"
         self.observer.level_started(label)
-        runs: list[_LaneRun] = []
-        for lane in self.lanes:
+        runs: list[_EndpointRun] = []
+        for endpoint in self.endpoints:
             log = RequestLog()
-            runs.append(_LaneRun(lane, log, self._new_load(lane, intervals is not None, log)))
+            runs.append(
+                _EndpointRun(endpoint, log, self._new_load(endpoint, intervals is not None, log))
+            )
         loads = _Loads([run.load for run in runs])
         scraper = None
         if o.collect_metrics:
@@ -305,7 +317,7 @@ class Profiler:
         windows: list[WindowSummary] = []
         batches: list[RecordBatch] = []
         for run in runs:
-            run.snapshots.append(await self._server_snapshot(run.lane))
+            run.snapshots.append(await self._server_snapshot(run.endpoint))
         boundaries: list[int] = []
         start = self.clock()
         boundaries.append(start)
@@ -347,7 +359,7 @@ class Profiler:
                         client_cpu=client_cpu,
                     )
                 for run in runs:
-                    run.snapshots.append(await self._server_snapshot(run.lane))
+                    run.snapshots.append(await self._server_snapshot(run.endpoint))
                 windows.append(summary)
                 batches.append(records)
                 boundaries.append(end)
@@ -389,7 +401,7 @@ class Profiler:
                 o.model,
                 composing,
             )
-        endpoints = []
+        per_endpoint = []
         if len(runs) > 1:
             for run in runs:
                 endpoint_server = None
@@ -397,9 +409,9 @@ class Profiler:
                     endpoint_server = window_breakdown(
                         run.snapshots[-used - 1], run.snapshots[-1], o.model, composing
                     )
-                endpoints.append(
+                per_endpoint.append(
                     EndpointResult(
-                        run.lane.url,
+                        run.endpoint.url,
                         merge_windows(
                             run.windows[-used:],
                             run.batches[-used:],
@@ -409,7 +421,7 @@ class Profiler:
                         endpoint_server,
                     )
                 )
-            idle = [run.lane.url for run in runs if not any(run.batches[-used:])]
+            idle = [run.endpoint.url for run in runs if not any(run.batches[-used:])]
             if idle:
                 warnings.append(
                     f"{label} kept {', '.join(idle)} idle: a level below the number of "
@@ -430,7 +442,7 @@ class Profiler:
             warnings=warnings,
             records=RecordBatch.concat(batches[-used:]) if o.profile_export_file else None,
             window_boundaries=boundaries[-used - 1 :],
-            endpoints=endpoints,
+            endpoints=per_endpoint,
         )
         self.observer.level_done(result)
         return result
@@ -580,8 +592,10 @@ async def run_perf(
         report.response_cache = session.info.response_cache
         report.composing_models = session.composing_models
         report.collect_metrics = options.collect_metrics
-        lanes = [Lane(*lane) for lane in zip(urls, transports, sessions, strict=True)]
-        profiler = Profiler(options, lanes, observer or NullObserver(), clock, cpu_clock)
+        endpoints = [
+            Endpoint(*endpoint) for endpoint in zip(urls, transports, sessions, strict=True)
+        ]
+        profiler = Profiler(options, endpoints, observer or NullObserver(), clock, cpu_clock)
         await profiler.warmup()
         search = _search(options)
         next_value = intervals_level[1] if intervals_level else search.first()

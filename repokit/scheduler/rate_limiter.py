@@ -23,7 +23,7 @@ limited at all.
 The schedulers call :meth:`InstanceSlot.acquire` before an instance executes a batch and
 :meth:`InstanceSlot.release` when the execution ends (with an error, a crash or a cancellation
 too). A backend that queues executions itself (``Backend.pipelines_executions``: the python
-backend, whose standard and wire lanes meet at its message queue) asks with
+backend, whose standard path and wire lane meet at its message queue) asks with
 :meth:`InstanceSlot.request` and releases when the instance answers. With ``--rate-limit off``
 (the default) no slot exists and the schedulers test one attribute.
 """

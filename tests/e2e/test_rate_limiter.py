@@ -195,7 +195,7 @@ def until(condition: Callable[[], bool], what: str) -> None:
 
 def test_two_models_sharing_one_resource_never_overlap(server: ServerThread, logs: Path) -> None:
     # share_a's plain requests take the wire lane, share_b's (with a parameter) the standard
-    # path: both lanes wait for the resource where the instance's requests leave for it
+    # path: both wait for the resource where the instance's requests leave for it
     assert loaded(server, "share_a").wire_lane is not None
     calls: list[Callable[[], Any]] = []
     for v in range(4):

@@ -1,5 +1,5 @@
 """Fuzzing the HTTP infer codecs (JSON and binary tensor extension): the pure decoder, and a
-real server answering every request with a client status, in both of its lanes."""
+real server answering every request with a client status."""
 
 from __future__ import annotations
 
