@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -307,8 +308,7 @@ class OnnxRuntimeBackend(Backend):
     def _split(
         self, requests: list[BackendRequest], produced: dict[str, npt.NDArray[Any]]
     ) -> list[BackendResult]:
-        sizes = [_batch_size(r) for r in requests]
-        bounds = np.cumsum(sizes)[:-1].tolist()
+        bounds = [0, *accumulate(_batch_size(r) for r in requests)]
         per_request: list[list[InferTensor]] = [[] for _ in requests]
         for name, array in produced.items():
             datatype = self._output_types.get(name, "BYTES" if array.dtype == object else "")
@@ -317,7 +317,11 @@ class OnnxRuntimeBackend(Backend):
             if not datatype:
                 found = datatypes.from_numpy(array.dtype)
                 datatype = found.protocol if found is not None else "BYTES"
-            pieces = np.split(array, bounds, axis=0) if len(requests) > 1 else [array]
+            pieces = (
+                [array[bounds[i] : bounds[i + 1]] for i in range(len(requests))]
+                if len(requests) > 1
+                else [array]
+            )
             for index, piece in enumerate(pieces):
                 dims = self._reshape_out.get(name)
                 if dims is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -200,7 +201,7 @@ def split_result(
         return [result]
     if result.error is not None:
         return [BackendResult(error=result.error) for _ in requests]
-    bounds = np.concatenate([[0], np.cumsum(batch_sizes)]).tolist()
+    bounds = [0, *accumulate(batch_sizes)]
     total = bounds[-1]
     pieces: list[list[InferTensor]] = [[] for _ in requests]
     for tensor in result.outputs:
@@ -209,7 +210,7 @@ def split_result(
         if source is not None:
             shapes = [tuple(r.inputs[source].shape) for r in requests]
             sizes = [_element_count(s) for s in shapes]
-            starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+            starts = [0, *accumulate(sizes)]
             if data.shape[:1] != (starts[-1],):
                 return _split_error(requests, tensor.name, starts[-1], data.shape)
             for i, shape in enumerate(shapes):

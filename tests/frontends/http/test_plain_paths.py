@@ -172,6 +172,16 @@ def test_null_in_the_header_alone_keeps_orjson_output() -> None:
     odd = np.array([np.nan, -np.inf, 1.5], dtype=np.float32)
     response = InferResponse("m", "1", outputs=[InferTensor("X", "FP32", (3,), odd)])
     assert b'"data":[NaN,-Infinity,1.5]' in encode_infer_response(response, decoded).head
+    nan_only = np.array([np.nan], dtype=np.float64)  # a NaN alone, and infinities that cancel
+    for values in (nan_only, np.array([np.inf, -np.inf], dtype=np.float64)):
+        response = InferResponse("m", "1", outputs=[InferTensor("X", "FP64", values.shape, values)])
+        head = encode_infer_response(response, decoded).head
+        assert b"NaN" in head or b"Infinity" in head
+    # finite values whose sum overflows: still finite numbers in the body
+    huge = np.array([1.7e308, 1.7e308], dtype=np.float64)
+    response = InferResponse("m", "1", outputs=[InferTensor("X", "FP64", (2,), huge)])
+    written = orjson.loads(encode_infer_response(response, decoded).head)
+    assert written["outputs"][0]["data"] == [1.7e308, 1.7e308]
 
 
 def test_binary_parts_stay_apart() -> None:
