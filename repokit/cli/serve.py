@@ -109,7 +109,7 @@ def serve(
     grpc_transport: Annotated[
         str,
         typer.Option(help="native (repokit's own HTTP/2 server) | grpcio (grpc.aio)"),
-    ] = "grpcio",
+    ] = "native",
     allow_client_shm: Annotated[str, typer.Option(metavar="BOOL")] = "false",
     strict_model_config: Annotated[str, typer.Option(metavar="BOOL")] = "false",
     disable_auto_complete_config: bool = False,

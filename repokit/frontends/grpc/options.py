@@ -21,7 +21,7 @@ RESTRICTED_HEADER_PREFIX = "triton-grpc-protocol-"
 COMPRESSION_LEVELS: dict[str, int] = {"none": 0, "low": 1, "medium": 2, "high": 3}
 #: --grpc-transport: repokit's own HTTP/2 server (repokit.frontends.grpc.h2) or grpc.aio
 TRANSPORTS = ("native", "grpcio")
-DEFAULT_TRANSPORT = "grpcio"
+DEFAULT_TRANSPORT = "native"
 
 
 @dataclass(frozen=True)

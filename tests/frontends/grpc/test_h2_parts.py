@@ -7,6 +7,7 @@ import zlib
 
 import hpack
 import pytest
+from hpack import NeverIndexedHeaderTuple
 
 from repokit.frontends.grpc.h2.headers import (
     CallHead,
@@ -14,6 +15,7 @@ from repokit.frontends.grpc.h2.headers import (
     parse_timeout,
     percent_encode,
     response_head,
+    table_neutral,
     trailers,
 )
 from repokit.frontends.grpc.h2.messages import (
@@ -141,3 +143,18 @@ def test_response_blocks_decode() -> None:
     assert decoder.decode(trailers(5, "n\u00f6", (("t-bin", b"\x00"),))) == [
         ("grpc-status", "5"), ("grpc-message", "n%C3%B6"), ("t-bin", "AA"),
     ]  # fmt: skip
+
+
+def test_blocks_that_leave_the_table_alone_are_cached() -> None:
+    encoder = hpack.Encoder()
+    fields = [(":method", "POST"), (":path", "/a.B/C"), ("content-type", "application/grpc")]
+    first = encoder.encode(fields)  # incremental indexing: changes the table
+    steady = encoder.encode(fields)  # indexed fields only
+    unindexed = encoder.encode([*fields, NeverIndexedHeaderTuple("x-long", "v" * 300)])
+    assert not table_neutral(first)
+    assert table_neutral(steady) and table_neutral(unindexed)
+    assert not table_neutral(unindexed[:-1])  # a string running past the end
+    decoder = HeadDecoder()
+    decoder.decode(first)
+    assert decoder.decode(unindexed) is decoder.decode(unindexed)
+    assert decoder.decode(unindexed).metadata == (("x-long", "v" * 300),)

@@ -1,9 +1,10 @@
 """Request heads decoded from HPACK blocks, and the header blocks a gRPC server answers with.
 
 Decoding is the ``hpack`` package's. A gRPC client indexes its request headers after the first
-call, so later request blocks are made of indexed fields only; such a block cannot change the
-dynamic table, so its decoded :class:`CallHead` is cached by the block's bytes (and the cache is
-emptied whenever another block is decoded). Response blocks use the static table and literals
+call, so later request blocks are made of indexed fields (and literals that are not indexed,
+as h2load sends some); such a block cannot change the dynamic table, so its decoded
+:class:`CallHead` is cached by the block's bytes (and the cache is emptied whenever a block
+that changes the table is decoded). Response blocks use the static table and literals
 without indexing only, so the peer's SETTINGS_HEADER_TABLE_SIZE never constrains them.
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import hpack
 
 from repokit.frontends.grpc.h2.frames import COMPRESSION_ERROR, H2Error
-from repokit.perf.transports.hpack import indexed_only, literal, literal_indexed_name
+from repokit.perf.transports.hpack import literal, literal_indexed_name
 
 DEFAULT_TABLE_SIZE = 4096
 CACHE_LIMIT = 256
@@ -89,6 +90,60 @@ def call_head(fields: list[tuple[bytes, bytes]]) -> CallHead:
     return CallHead(method, path, content_type, tuple(metadata), timeout, encoding, accept)
 
 
+def _skip_integer(block: bytes, pos: int, end: int, prefix_bits: int) -> int:
+    """The position after the HPACK integer at ``pos`` (its first byte's low bits)."""
+    limit = (1 << prefix_bits) - 1
+    first = block[pos] & limit
+    pos += 1
+    if first == limit:
+        while pos < end and block[pos] & 0x80:
+            pos += 1
+        pos += 1
+    return pos
+
+
+def _string_end(block: bytes, pos: int, end: int) -> int:
+    """The position after the HPACK string at ``pos``."""
+    limit = 0x7F
+    length = block[pos] & limit
+    pos += 1
+    if length == limit:
+        shift = 0
+        length = limit
+        while pos < end:
+            byte = block[pos]
+            pos += 1
+            length += (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+    return pos + length
+
+
+def table_neutral(block: bytes) -> bool:
+    """Whether ``block`` leaves the dynamic table as it is: only indexed fields and literals
+    without indexing or never indexed (no incremental indexing, no table size update).
+    Such a block means the same thing until another block changes the table."""
+    pos, end = 0, len(block)
+    while pos < end:
+        byte = block[pos]
+        if byte & 0x80:  # indexed field
+            pos = _skip_integer(block, pos, end, 7)
+        elif byte & 0xE0 == 0:  # literal without indexing (0000) or never indexed (0001)
+            name_index = byte & 0x0F
+            pos = _skip_integer(block, pos, end, 4)
+            if name_index == 0:
+                if pos >= end:
+                    return False
+                pos = _string_end(block, pos, end)
+            if pos >= end:
+                return False
+            pos = _string_end(block, pos, end)
+        else:  # incremental indexing (01) or a table size update (001)
+            return False
+    return pos == end
+
+
 class HeadDecoder:
     """The connection's HPACK decoder, producing :class:`CallHead` values."""
 
@@ -106,7 +161,7 @@ class HeadDecoder:
         except (hpack.HPACKError, ValueError, IndexError) as exc:
             raise H2Error(COMPRESSION_ERROR, f"bad header block: {exc}") from None
         head = call_head([(bytes(n), bytes(v)) for n, v in fields])
-        if indexed_only(block):
+        if table_neutral(block):
             if len(self._cache) < CACHE_LIMIT:
                 self._cache[block] = head
         else:
