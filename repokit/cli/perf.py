@@ -157,7 +157,8 @@ class LiveView:
             self.console.print(
                 f"  time to first response: avg {_us(s.extra['first_response_avg_ns'])} us, "
                 f"p50 {_us(s.extra['first_response_p50_ns'])} us, "
-                f"p99 {_us(s.extra['first_response_p99_ns'])} us",
+                f"p99 {_us(s.extra['first_response_p99_ns'])} us; "
+                f"{s.response_throughput:,.1f} responses/s",
                 markup=False,
                 highlight=False,
             )

@@ -82,7 +82,7 @@ def csv_text(report: PerfReport, verbose: bool = False) -> str:
         s = result.summary
         row = [_level(report, result), _g(s.throughput)]
         if report.decoupled:
-            row.append(_g(s.throughput))
+            row.append(_g(s.response_throughput))
         row.append(_us(s.avg_send_ns))
         server = result.server
         if report.include_server_stats:

@@ -101,6 +101,7 @@ class _LoadBase:
                 flags is not None and flags.end,
                 delayed,
                 timing.first - timing.start if timing.first else 0,
+                timing.responses,
             )
         return True
 
@@ -202,11 +203,18 @@ class ThreadedConcurrencyLoad(_LoadBase):
             request = flat[position % count][0]
             position += 1
             log.sent += 1
-            start, sent, received, end, error, _, _ = infer(request, None, False)
+            start, sent, received, end, error, _, first, responses = infer(request, None, False)
             if error is not None:
                 self._fail(error)
                 break
-            add(start, end, sent - start, end - received)
+            add(
+                start,
+                end,
+                sent - start,
+                end - received,
+                first=first - start if first else 0,
+                responses=responses,
+            )
         slot.position = position
 
     async def stop(self) -> None:

@@ -115,7 +115,9 @@ async def prepare_session(options: PerfOptions, transport: Transport) -> Session
             if shm is not None:
                 binding = await shm.bind_sample(index, tensors, output_regions)
             prepared_stream.append(
-                transport.prepare(options.model, options.version, tensors, outputs, binding)
+                transport.prepare(
+                    options.model, options.version, tensors, outputs, binding, info.decoupled
+                )
             )
             index += 1
         streams.append(prepared_stream)

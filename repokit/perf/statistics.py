@@ -39,14 +39,17 @@ class RecordBatch:
     recv: I64
     sequence_end: BOOLS
     delayed: BOOLS
-    # ns from start to the first streamed response (generate_stream); 0 for other requests
+    # ns from start to the first streamed response (generate_stream, a decoupled model's
+    # stream); 0 for other requests
     first: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # responses each request received (a decoupled model's stream: its non-empty responses)
+    responses: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @staticmethod
     def empty() -> RecordBatch:
         z = np.zeros(0, dtype=np.int64)
         b = np.zeros(0, dtype=np.bool_)
-        return RecordBatch(z, z, z, z, b, b, z)
+        return RecordBatch(z, z, z, z, b, b, z, z)
 
     def __len__(self) -> int:
         return int(self.end.shape[0])
@@ -60,6 +63,7 @@ class RecordBatch:
             self.sequence_end[mask],
             self.delayed[mask],
             _firsts(self)[mask],
+            _responses(self)[mask],
         )
 
     @staticmethod
@@ -74,6 +78,7 @@ class RecordBatch:
             np.concatenate([b.sequence_end for b in batches]),
             np.concatenate([b.delayed for b in batches]),
             np.concatenate([_firsts(b) for b in batches]),
+            np.concatenate([_responses(b) for b in batches]),
         )
 
     @property
@@ -86,13 +91,20 @@ def _firsts(batch: RecordBatch) -> I64:
     return batch.first if len(batch.first) == len(batch) else np.zeros(len(batch), np.int64)
 
 
+def _responses(batch: RecordBatch) -> I64:
+    """The batch's response counts (one each for a batch built without them)."""
+    if len(batch.responses) == len(batch):
+        return batch.responses
+    return np.ones(len(batch), np.int64)
+
+
 class RequestLog:
     """Completed requests, appended by the load drivers (asyncio tasks or worker threads);
     :meth:`take` swaps them out as arrays. One tuple per request under a lock, so a take never
     splits a record."""
 
     def __init__(self) -> None:
-        self._records: list[tuple[int, int, int, int, bool, bool, int]] = []
+        self._records: list[tuple[int, int, int, int, bool, bool, int, int]] = []
         self._lock = threading.Lock()
         self.sent = 0  # requests handed to the transport (for the send-rate line)
 
@@ -105,9 +117,10 @@ class RequestLog:
         sequence_end: bool = False,
         delayed: bool = False,
         first: int = 0,
+        responses: int = 1,
     ) -> None:
         with self._lock:
-            self._records.append((start, end, send, recv, sequence_end, delayed, first))
+            self._records.append((start, end, send, recv, sequence_end, delayed, first, responses))
 
     def __len__(self) -> int:
         return len(self._records)
@@ -127,6 +140,7 @@ class RequestLog:
             flags[:, 0],
             flags[:, 1],
             table[:, 4],
+            table[:, 5],
         )
 
 
@@ -166,6 +180,13 @@ class WindowSummary:
     duration_ns: int = 0
     client_cpu: float = 0.0  # client process CPU seconds / window seconds
     extra: dict[str, Any] = field(default_factory=dict)
+    # responses received (a decoupled model's stream counts each non-empty response, as
+    # perf_analyzer does); responses/s is perf_analyzer's "Response Throughput"
+    response_count: int = 0
+
+    @property
+    def response_throughput(self) -> float:
+        return self.response_count / self.duration_s if self.duration_ns > 0 else 0.0
 
     @property
     def duration_s(self) -> float:
@@ -240,6 +261,7 @@ def summarize_window(
         duration_ns=duration,
         client_cpu=client_cpu,
         extra=extra,
+        response_count=int(_responses(records).sum()),
     )
 
 

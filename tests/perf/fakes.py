@@ -128,6 +128,7 @@ class FakeTransport:
         inputs: dict[str, Any],
         outputs: list[tuple[str, str]],
         shm: ShmBinding | None = None,
+        decoupled: bool = False,
     ) -> Any:
         return {name: array for name, (_, array) in inputs.items()}
 

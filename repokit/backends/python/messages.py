@@ -84,6 +84,7 @@ if TYPE_CHECKING:
         def output_tensors(self) -> Sequence[ModelTensor]: ...
         def parameter_dict(self) -> dict[str, Any]: ...
 
+
 # --- operations (server -> instance, one reply each) ---------------------------------------
 AUTO_COMPLETE: Final = "auto_complete"
 INIT: Final = "init"

@@ -56,6 +56,7 @@ class InferTiming(NamedTuple):
     error: str | None
     outputs: dict[str, npt.NDArray[Any]] | None = None
     first: int = 0  # when the first streamed response (generate_stream event) arrived; 0: none
+    responses: int = 1  # responses received (a decoupled model's stream: the non-empty ones)
 
 
 class PreparedRequest(Protocol):
@@ -97,6 +98,7 @@ class Transport(Protocol):
         inputs: dict[str, tuple[str, npt.NDArray[Any]]],
         outputs: list[tuple[str, str]],
         shm: ShmBinding | None = None,
+        decoupled: bool = False,
     ) -> Any: ...
 
     async def connect(self) -> Connection: ...

@@ -48,6 +48,56 @@ class PreparedGrpc:
     message: pb.ModelInferRequest
     serialized: bytes
     outputs: list[tuple[str, str]]
+    # a decoupled model's request: asks for an empty final response, and its stream is read
+    # up to the response flagged final (see StreamReplies)
+    decoupled: bool = False
+
+
+FINAL_PARAMETER = "triton_final_response"
+
+
+class StreamReplies:
+    """The responses of one request on a ModelStreamInfer stream, read up to its final one as
+    perf_analyzer does for a decoupled model: the request asks for an empty final response
+    (``triton_enable_empty_final_response``), every response with outputs counts, the first
+    one's arrival is the time to first response, the last one's ends the request and carries
+    the outputs that validation data is checked against. A model that is not decoupled
+    answers once."""
+
+    def __init__(self, decoupled: bool) -> None:
+        self.decoupled = decoupled
+        self.first = 0
+        self.last = 0
+        self.count = 0
+        self.reply: pb.ModelInferResponse | None = None
+
+    def add(self, raw: bytes, now: int) -> tuple[bool, str | None]:
+        """Take one stream message: (whether the request is answered, its error)."""
+        stream_reply = pb.ModelStreamInferResponse.FromString(raw)
+        if stream_reply.error_message:
+            return True, stream_reply.error_message
+        response = stream_reply.infer_response
+        if not self.decoupled:
+            self.first = self.last = now
+            self.count = 1
+            self.reply = response
+            return True, None
+        if not self.first:
+            self.first = now
+        if len(response.outputs):
+            self.count += 1
+            self.last = now
+            self.reply = response  # outputs are validated on the last one (as generate_stream)
+        parameters = response.parameters
+        return FINAL_PARAMETER in parameters and parameters[FINAL_PARAMETER].bool_param, None
+
+    def timing(self, start: int, sent: int, now: int, end: int, want_outputs: bool) -> InferTiming:
+        received = self.last or now
+        outputs = None
+        if want_outputs:
+            outputs = decode_grpc_outputs(self.reply) if self.reply is not None else {}
+        first = self.first if self.decoupled else 0
+        return InferTiming(start, sent, received, end, None, outputs, first, self.count)
 
 
 def _to_dict(message: Any) -> dict[str, Any]:
@@ -107,14 +157,17 @@ class GrpcConnection:
                     self._stream = self._stream_factory(metadata=self._metadata)
                 await self._stream.write(payload)
                 sent = clock()
-                raw = await self._stream.read()
-                received = clock()
-                if raw is grpc.aio.EOF:
-                    return InferTiming(start, sent, received, clock(), "gRPC stream closed")
-                stream_reply = pb.ModelStreamInferResponse.FromString(raw)
-                if stream_reply.error_message:
-                    return InferTiming(start, sent, received, clock(), stream_reply.error_message)
-                reply = stream_reply.infer_response
+                replies = StreamReplies(request.decoupled)
+                while True:
+                    raw = await self._stream.read()
+                    received = clock()
+                    if raw is grpc.aio.EOF:
+                        return InferTiming(start, sent, received, clock(), "gRPC stream closed")
+                    done, error = replies.add(raw, received)
+                    if error is not None:
+                        return InferTiming(start, sent, received, clock(), error)
+                    if done:
+                        return replies.timing(start, sent, received, clock(), want_outputs)
             else:
                 call = self._unary(payload, metadata=self._metadata)
                 sent = clock()
@@ -203,27 +256,36 @@ class WireGrpcConnection:
                     self._stream_open = True
                 wire.send_message(payload)
                 sent = clock()
-                raw, error = wire.receive_message()
-            else:
-                sent, raw, error = self._unary(payload)
+                return self._stream_replies(request.decoupled, start, sent, want_outputs)
+            sent, raw, error = self._unary(payload)
         except (OSError, WireError) as exc:
             now = clock()
             return InferTiming(start, now, now, now, f"gRPC connection failed: {exc}")
         received = clock()
         if error is not None or raw is None:
             return InferTiming(start, sent, received, clock(), error or "gRPC error")
-        if self._streaming:
-            stream_reply = pb.ModelStreamInferResponse.FromString(raw)
-            if stream_reply.error_message:
-                return InferTiming(start, sent, received, clock(), stream_reply.error_message)
-            if not want_outputs:
-                return InferTiming(start, sent, received, clock(), None)
-            reply = stream_reply.infer_response
-        elif not want_outputs:
+        if not want_outputs:
             return InferTiming(start, sent, received, clock(), None)
         else:
             reply = pb.ModelInferResponse.FromString(raw)
         return InferTiming(start, sent, received, clock(), None, decode_grpc_outputs(reply))
+
+    def _stream_replies(
+        self, decoupled: bool, start: int, sent: int, want_outputs: bool
+    ) -> InferTiming:
+        """Read the stream up to the request's last response (see :class:`StreamReplies`)."""
+        clock = self._clock
+        replies = StreamReplies(decoupled)
+        while True:
+            raw, error = self._wire.receive_message()
+            received = clock()
+            if error is not None or raw is None:
+                return InferTiming(start, sent, received, clock(), error or "gRPC error")
+            done, error = replies.add(raw, received)
+            if error is not None:
+                return InferTiming(start, sent, received, clock(), error)
+            if done:
+                return replies.timing(start, sent, received, clock(), want_outputs)
 
     def _unary(self, payload: bytes) -> tuple[int, bytes | None, str | None]:
         """Send one unary ModelInfer: when it was sent, the reply's bytes and its error."""
@@ -398,8 +460,11 @@ class GrpcTransport:
         inputs: dict[str, tuple[str, npt.NDArray[Any]]],
         outputs: list[tuple[str, str]],
         shm: ShmBinding | None = None,
+        decoupled: bool = False,
     ) -> PreparedGrpc:
         message = pb.ModelInferRequest(model_name=model, model_version=version)
+        if decoupled:
+            message.parameters["triton_enable_empty_final_response"].bool_param = True
         for name, (datatype, array) in inputs.items():
             tensor = message.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
             if shm is not None:
@@ -416,4 +481,4 @@ class GrpcTransport:
                 out.parameters["shared_memory_region"].string_param = region
                 out.parameters["shared_memory_byte_size"].int64_param = size
                 out.parameters["shared_memory_offset"].int64_param = offset
-        return PreparedGrpc(message, message.SerializeToString(), list(outputs))
+        return PreparedGrpc(message, message.SerializeToString(), list(outputs), decoupled)

@@ -229,7 +229,7 @@ def _generate_timing(
         if isinstance(event, dict) and "error" in event:
             return InferTiming(start, sent, received, clock(), f"HTTP 200: {event['error']}")
     outputs = _generate_outputs(events[-1], request.outputs) if events else {}
-    return InferTiming(start, sent, received, clock(), None, outputs, first)
+    return InferTiming(start, sent, received, clock(), None, outputs, first, len(events))
 
 
 def _generate_outputs(
@@ -458,7 +458,10 @@ class HttpTransport:
         inputs: dict[str, tuple[str, npt.NDArray[Any]]],
         outputs: list[tuple[str, str]],
         shm: ShmBinding | None = None,
+        decoupled: bool = False,
     ) -> PreparedHttp:
+        """``decoupled``: unused (a decoupled model answers over HTTP only through
+        generate_stream, whose events are counted as they come)."""
         if self.options.endpoint != "infer":
             return self._prepare_generate(model, version, inputs, outputs)
         binary_in = self.options.input_format == "binary"
