@@ -91,6 +91,10 @@ class InstanceQueues:
             loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         instance.queue.append((op, payload, future, size))
+        if self.rate_slots is not None:
+            # a request cancelled while its message waits for resources: the wait is withdrawn
+            # at once (not when the queue next moves), so others get the resources meanwhile
+            future.add_done_callback(lambda done: self._cancelled(instance, done))
         in_flight = instance.in_flight
         if in_flight == 0 or (
             in_flight < MESSAGES_IN_FLIGHT
@@ -115,6 +119,10 @@ class InstanceQueues:
             for _, _, future, _ in waiting:
                 if not future.done():
                     future.set_exception(ipc.ChannelClosed(f"instance '{instance.name}' died"))
+
+    def _cancelled(self, instance: QueuedInstance, future: asyncio.Future[Any]) -> None:
+        if future.cancelled() and not instance.in_flight and not instance.dead:
+            self._flush(instance)
 
     def _flush(self, instance: QueuedInstance) -> None:
         queue = instance.queue
