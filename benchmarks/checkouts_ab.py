@@ -1,0 +1,145 @@
+"""Before and after: ``repokit serve`` of two checkouts on the same workloads, in one run.
+
+Run by hand:  .venv/bin/python benchmarks/checkouts_ab.py BEFORE AFTER [--duration 4] [--rounds 3]
+
+BEFORE and AFTER are checkouts of repokit, each with its own ``.venv`` (``python -m venv
+.venv && .venv/bin/pip install -e .``), e.g. a ``git worktree`` of an older commit beside this
+one. Each serves its own ``sample_repos/models`` (with that checkout's code), so a change to
+the sample repository is part of what is compared. Workloads (wrk and h2load, Debian packages
+wrk and nghttp2-client):
+
+* HTTP JSON ``add_sub`` (python, [1,16] FP32 twice) at c=8;
+* HTTP JSON ``add_sub_onnx`` (onnxruntime, dynamic batching, 100 us queue delay) at c=8;
+* HTTP JSON ``batcher`` (python, 2 ms per batch, dynamic batching) at c=64;
+* gRPC ModelInfer ``add_sub`` with raw contents at c=8.
+
+The rounds alternate the checkouts (each round starts each checkout's server once and runs
+every workload on it); per workload the runs, the medians, the server's CPU per request (its
+process and its model instances' processes) and the ratio of medians (AFTER against BEFORE)
+are printed with the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+from _common import (
+    Rounds,
+    free_ports,
+    machine,
+    process_tree_cpu,
+    require_tools,
+    run_h2load,
+    run_wrk,
+    stop_processes,
+    wait_ready,
+    write_wrk_post_script,
+)
+
+from repokit.protocol.generated import grpc_service_pb2 as pb
+
+A = np.linspace(0.0, 1.5, 16, dtype=np.float32).reshape(1, 16)
+B = np.linspace(2.0, 3.5, 16, dtype=np.float32).reshape(1, 16)
+
+
+@contextmanager
+def serving(checkout: Path) -> Iterator[tuple[int, dict[str, int]]]:
+    """The checkout's ``repokit serve sample_repos/models`` on free loopback ports."""
+    names = ("http", "grpc", "metrics")
+    ports = dict(zip(names, free_ports(3), strict=True))
+    command = [str(checkout / ".venv" / "bin" / "repokit"), "serve", "sample_repos/models",
+               "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1"]  # fmt: skip
+    for name in names:
+        command += [f"--{name}-port", str(ports[name])]
+    proc = subprocess.Popen(
+        command, cwd=checkout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        for model in ("add_sub", "add_sub_onnx", "batcher"):
+            wait_ready(f"http://127.0.0.1:{ports['http']}/v2/models/{model}/ready")
+        yield proc.pid, ports
+    finally:
+        stop_processes([proc])
+
+
+def bodies(work: Path) -> dict[str, Path]:
+    """The request bodies: wrk scripts per model, and one gRPC message for h2load."""
+    out: dict[str, Path] = {}
+    for model, shape in (("add_sub", [1, 16]), ("add_sub_onnx", [1, 16]), ("batcher", [1, 4])):
+        if model == "batcher":
+            row = A.ravel()[:4].tolist()
+            inputs = [{"name": "INPUT0", "shape": shape, "datatype": "FP32", "data": row}]
+        else:
+            inputs = [
+                {"name": "INPUT0", "shape": shape, "datatype": "FP32", "data": A.ravel().tolist()},
+                {"name": "INPUT1", "shape": shape, "datatype": "FP32", "data": B.ravel().tolist()},
+            ]
+        body = work / f"{model}.json"
+        body.write_bytes(json.dumps({"inputs": inputs}).encode())
+        out[model] = write_wrk_post_script(
+            work / f"{model}.lua", body, {"Content-Type": "application/json"}
+        )
+    message = pb.ModelInferRequest(model_name="add_sub")
+    message.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+    message.inputs.add(name="INPUT1", datatype="FP32", shape=[1, 16])
+    message.raw_input_contents.extend([A.tobytes(), B.tobytes()])
+    raw = message.SerializeToString()
+    out["grpc"] = work / "add_sub.grpc"
+    out["grpc"].write_bytes(b"\x00" + len(raw).to_bytes(4, "big") + raw)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("before", type=Path)
+    parser.add_argument("after", type=Path)
+    parser.add_argument("--duration", type=int, default=4, help="seconds per run")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    require_tools("wrk", install="wrk")
+    require_tools("h2load", install="nghttp2-client")
+    for checkout in (args.before, args.after):
+        if not (checkout / ".venv" / "bin" / "repokit").exists():
+            raise SystemExit(f"{checkout}: no .venv/bin/repokit (install the checkout first)")
+    paths = bodies(Path(tempfile.mkdtemp(prefix="checkouts-ab-")))
+    workloads = [
+        ("HTTP JSON add_sub (python), c=8", "add_sub", 8),
+        ("HTTP JSON add_sub_onnx (onnxruntime, dynamic batching), c=8", "add_sub_onnx", 8),
+        ("HTTP JSON batcher (python, dynamic batching), c=64", "batcher", 64),
+        ("gRPC add_sub raw contents, c=8", "grpc", 8),
+    ]
+    rounds = Rounds(reference="before")
+    print(machine(), "(before)")
+    for _ in range(args.rounds):
+        for name, checkout in (("before", args.before), ("after", args.after)):
+            with serving(checkout) as (pid, ports):
+                for label, key, conns in workloads:
+                    if key == "grpc":
+                        run_h2load(ports["grpc"], paths[key], conns, "-D", "1")  # warm-up
+                        cpu = process_tree_cpu(pid)
+                        h2 = run_h2load(ports["grpc"], paths[key], conns, "-D", str(args.duration))
+                        if h2.succeeded != h2.done:
+                            raise RuntimeError(f"{name}: {h2.done - h2.succeeded} calls failed")
+                        rate, done = h2.rate, h2.succeeded
+                    else:
+                        url = f"http://127.0.0.1:{ports['http']}/v2/models/{key}/infer"
+                        run_wrk(url, paths[key], conns, 1)  # warm-up
+                        cpu = process_tree_cpu(pid)
+                        wrk = run_wrk(url, paths[key], conns, args.duration)
+                        rate, done = wrk.rate, wrk.total
+                    cpu = process_tree_cpu(pid) - cpu
+                    rounds.add(label, name, rate, 1e6 * cpu / max(1, done))
+    print(machine(), "(after)")
+    print(f"before: {args.before}\nafter:  {args.after}")
+    print(rounds.render())
+
+
+if __name__ == "__main__":
+    main()
