@@ -204,7 +204,7 @@ def serve(
         str,
         typer.Option(
             metavar="N|auto",
-            help="Processes doing protocol work (auto: one per core); only 1 so far.",
+            help="Processes doing the HTTP and gRPC work (auto: one per core).",
         ),
     ] = "1",
     # tritonserver flags without effect here (each given one is logged once; serve_flags.py)
@@ -235,10 +235,10 @@ def serve(
     model_load_gpu_limit: _InertList = None,
 ) -> None:
     """Serve model repositories like tritonserver (KServe v2 HTTP + gRPC + metrics)."""
-    from repokit.cli.serve_workers import check_workers
+    from repokit.cli.serve_workers import parse_workers
 
     try:
-        worker_count = check_workers(workers)
+        worker_count = parse_workers(workers)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--workers'") from None
     from repokit.cli.serve_flags import (

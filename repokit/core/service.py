@@ -206,6 +206,12 @@ class InferenceService:
         """The config in Triton's /config JSON form (int64 fields as numbers, defaults printed)."""
         return self.manager.get(name, version).config_json
 
+    def output_labels(self, name: str, version: str, output: str) -> list[str]:
+        """The label lines of ``output``'s ``label_filename`` (empty without one), read once at
+        load, for frontends that build classifications themselves (the v1 API); raises
+        NOT_FOUND / UNAVAILABLE as every lookup."""
+        return list(self.manager.get(name, version).labels.get(output, ()))
+
     def is_decoupled(self, name: str, version: str = "") -> bool:
         return self._version(name, version).decoupled
 

@@ -12,7 +12,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from repokit.core.labels import output_labels
 from repokit.core.service import InferenceService
 from repokit.errors import invalid_arg, unsupported
 from repokit.frontends.v1.infer_codec import Buffer, decode_request, encode_response, split_body
@@ -79,7 +78,7 @@ class V1Operations:
         response = await self.service.infer(decoded.request)
 
         def labels(output: str) -> Sequence[str]:
-            return output_labels(self.service, model, response.model_version, output)
+            return self.service.output_labels(model, response.model_version, output)
 
         return encode_response(decoded, response, labels, int(header.id))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -38,22 +39,53 @@ from repokit.frontends.workers.messages import (
     Snapshot,
     StreamEnd,
     StreamItem,
+    TraceEnd,
     VersionFacts,
 )
+from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferRequest, InferResponse
 
 GONE = "the scheduling process is gone"
 _END = object()
 
 
+class WorkerTrace:
+    """A request the scheduling process may trace (it samples, so the rate counts requests
+    server-wide): the frontend's timestamps, sent with the call and, after the answer, with
+    :class:`TraceEnd` when the scheduling process took the trace."""
+
+    def __init__(self, client: ServiceClient, traceparent: str | None) -> None:
+        self._client = client
+        self.traceparent = traceparent
+        self.stamps: list[tuple[str, int]] = []
+        self.call_id = 0  # set when it crosses, kept when the scheduling process traces it
+
+    def stamp(self, name: str, ns: int | None = None) -> None:
+        self.stamps.append((name, time.monotonic_ns() if ns is None else ns))
+
+    def taken(self) -> list[tuple[str, int]]:
+        stamps, self.stamps = self.stamps, []
+        return stamps
+
+    def finish(self) -> None:
+        if self.call_id:
+            self._client.send(TraceEnd(self.call_id, self.taken()))
+            self.call_id = 0
+
+
 class WorkerTracing:
-    """The frontends' view of tracing in a worker: never samples here (a request the
-    scheduling process traces crosses encoded and is sampled there)."""
+    """The frontends' view of tracing in a worker: on while the scheduling process traces
+    any model; every request is then a :class:`WorkerTrace` for it to sample."""
 
-    enabled = False
+    def __init__(self, client: ServiceClient) -> None:
+        self._client = client
 
-    def sample(self, model: str, traceparent: str | None = None) -> None:
-        return None
+    @property
+    def enabled(self) -> bool:
+        return self._client.state.tracing
+
+    def sample(self, model: str, traceparent: str | None = None) -> WorkerTrace:
+        return WorkerTrace(self._client, traceparent)
 
 
 class _Stream:
@@ -68,7 +100,7 @@ class ServiceClient:
         self, settings: ServerSettings, data: socket.socket, control: socket.socket
     ) -> None:
         self.settings = settings
-        self.tracing = WorkerTracing()
+        self.tracing = WorkerTracing(self)
         self.state = ServiceState()
         self._link = Link(data, self._on_message, self._on_lost)
         control.setblocking(True)
@@ -137,10 +169,12 @@ class ServiceClient:
             self._first.set_exception(error)
         self.lost.set()
 
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def _call(self, method: str, *args: Any, trace: WorkerTrace | None = None) -> Any:
         if self._link.closed:
             raise unavailable(GONE)
         call_id = next(self._ids)
+        if trace is not None:
+            trace.call_id = call_id
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = future
         self._link.send(Call(call_id, method, args))
@@ -204,11 +238,14 @@ class ServiceClient:
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         return dict(self._ask("model_metadata", name, version))
 
-    def model_config(self, name: str, version: str = "") -> Any:
-        return self._ask("model_config", name, version)
+    def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        return mc.ModelConfig.FromString(self._ask("model_config_bytes", name, version))
 
     def model_config_json(self, name: str, version: str = "") -> dict[str, Any]:
         return dict(self._ask("model_config_json", name, version))
+
+    def output_labels(self, name: str, version: str, output: str) -> list[str]:
+        return list(self._ask("output_labels", name, version, output))
 
     def _facts(self, name: str, version: str) -> VersionFacts:
         facts = self.state.versions.get((name, version))
@@ -236,14 +273,22 @@ class ServiceClient:
         trace: Any = None,
     ) -> Any:
         """As the core's: the request decoded here and run in the scheduling process, or,
-        for a model with a wire lane or while tracing is on, sent as it arrived."""
+        for a model with a wire lane or a request it may trace (``trace``), sent as it
+        arrived."""
         facts = self._facts(model, version)
         if facts.decoupled:
             raise unsupported(codec.decoupled_message)
         lane = codec.lane
-        if self.state.tracing or facts.wire_lane:
+        if isinstance(trace, WorkerTrace):
+            form = encoded.request_form(lane, raw)
+            args = (lane, codec.lane_limit, model, version, form, trace.traceparent)
+            answer, traced = await self._call("infer_traced", *args, trace.taken(), trace=trace)
+            if not traced:
+                trace.call_id = 0
+            return encoded.response_of(answer)
+        if facts.wire_lane:
             data = codec.lane_bytes(raw)
-            if self.state.tracing or (data is not None and len(data) <= WIRE_LANE_MAX_BYTES):
+            if data is not None and len(data) <= WIRE_LANE_MAX_BYTES:
                 form = encoded.request_form(lane, raw)
                 answer = await self._call(
                     "infer_encoded", lane, codec.lane_limit, model, version, form

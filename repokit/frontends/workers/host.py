@@ -8,7 +8,7 @@ worker's :class:`Credit`, then waits: a slow client holds back the model's respo
 core, not in a socket buffer. Synchronous questions come on the control socket and are
 answered at once. A load or unload is answered only once every worker has acknowledged the
 state snapshot that followed it (``publish``), so a client reading through another worker
-sees its own writes.
+sees its own writes; a change of the trace settings likewise.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 from repokit.core.service import InferenceService
+from repokit.core.tracing.trace import Trace
 from repokit.errors import Code, RepokitError, unsupported
 from repokit.frontends.workers import encoded
 from repokit.frontends.workers.link import Link
@@ -36,7 +37,9 @@ from repokit.frontends.workers.messages import (
     Snapshot,
     StreamEnd,
     StreamItem,
+    TraceEnd,
     VersionFacts,
+    WorkerFailed,
     WorkerReady,
 )
 from repokit.protocol.types import InferRequest, InferResponse
@@ -51,8 +54,8 @@ SYNC_METHODS = frozenset(
         "server_metadata",
         "model_ready",
         "model_metadata",
-        "model_config",
         "model_config_json",
+        "output_labels",
         "model_statistics",
         "repository_index",
         "shm_register",
@@ -88,6 +91,10 @@ def service_state(service: InferenceService, seq: int) -> ServiceState:
     return ServiceState(seq, versions, service.tracing.enabled)
 
 
+class WorkerStartFailed(ValueError):
+    """A worker could not start serving; the message says why (as one process would)."""
+
+
 def retrieved(future: asyncio.Future[Any]) -> None:
     """Mark a future's exception as seen (its waiter may be gone)."""
     if not future.cancelled():
@@ -107,19 +114,18 @@ class ServiceHost:
         service: InferenceService,
         data: socket.socket,
         control: socket.socket,
-        publish: Callable[[], Awaitable[None]],
-        snapshot: Callable[[], ServiceState],
+        publish: Callable[[ServiceHost | None], Awaitable[ServiceState]],
         on_lost: Callable[[], None],
     ) -> None:
         self._service = service
         self._publish = publish
-        self._snapshot = snapshot
         self._on_lost = on_lost
         self._codecs = encoded.Codecs()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._credits: dict[int, asyncio.Semaphore] = {}
         self._acks: dict[int, asyncio.Future[None]] = {}
-        self._background: set[asyncio.Future[None]] = set()
+        self._background: set[asyncio.Future[Any]] = set()
+        self._traces: dict[int, Trace] = {}  # traced calls answered, until their TraceEnd
         self.ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.ready.add_done_callback(retrieved)  # nobody may wait for it any more
         self.lost = False
@@ -164,6 +170,8 @@ class ServiceHost:
             task = self._tasks.get(message.id)
             if task is not None:
                 task.cancel()
+        elif kind is TraceEnd:
+            self._trace_end(message)
         elif kind is Ack:
             for seq in [s for s in self._acks if s <= message.seq]:
                 future = self._acks.pop(seq)
@@ -171,9 +179,23 @@ class ServiceHost:
                     future.set_result(None)
         elif kind is WorkerReady and not self.ready.done():
             self.ready.set_result(message.pid)
+        elif kind is WorkerFailed and not self.ready.done():
+            self.ready.set_exception(WorkerStartFailed(message.message))
 
     def _on_control(self, message: Any) -> None:
-        """A synchronous question: answered now (the worker waits for it)."""
+        """A synchronous question: answered now (the worker waits for it); a change of the
+        trace settings once every other worker has the snapshot that says whether tracing
+        is on (the caller applies it from the answer)."""
+        if message.method == "update_trace_settings":
+            try:
+                answer = self._service.update_trace_settings(*message.args)
+            except Exception as exc:
+                self._control.send(_failure(0, exc))
+                return
+            task = asyncio.ensure_future(self._answer_after_publish(answer))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            return
         try:
             self._control.send(Reply(0, self._answer(message)))
         except Exception as exc:
@@ -190,14 +212,13 @@ class ServiceHost:
             except RepokitError:
                 service.is_decoupled(name, version)  # the core's error for this request
                 raise
-        if call.method == "update_trace_settings":
-            answer = service.update_trace_settings(*call.args)
-            state = self._snapshot()
-            task = asyncio.ensure_future(self._publish())  # the caller applies `state`
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-            return answer, state
+        if call.method == "model_config_bytes":  # the message as bytes (it pickles badly)
+            return service.model_config(*call.args).SerializeToString()
         raise ValueError(f"unknown method '{call.method}'")
+
+    async def _answer_after_publish(self, answer: Any) -> None:
+        state = await self._publish(self)
+        self._control.send(Reply(0, (answer, state)))
 
     def _start(self, call: Call) -> None:
         runner = self._stream if call.method in ("infer_stream", "infer_any") else self._unary
@@ -207,7 +228,10 @@ class ServiceHost:
 
     async def _unary(self, call: Call) -> None:
         try:
-            value = await self._run(call.method, call.args)
+            if call.method == "infer_traced":
+                value = await self._infer_traced(call.id, *call.args)
+            else:
+                value = await self._run(call.method, call.args)
         except asyncio.CancelledError:
             return  # the worker no longer waits for it
         except Exception as exc:
@@ -230,13 +254,13 @@ class ServiceHost:
             try:
                 await service.load_model(*args)
             finally:
-                await self._publish()
+                await self._publish(None)
             return None
         if method == "unload_model":
             try:
                 await service.unload_model(*args)
             finally:
-                await self._publish()
+                await self._publish(None)
             return None
         raise ValueError(f"unknown method '{method}'")
 
@@ -251,17 +275,48 @@ class ServiceHost:
     async def _infer_encoded(
         self, lane: str, limit: int, model: str, version: str, form: Any
     ) -> Any:
-        service = self._service
         codec = self._codecs.get(lane, limit)
         raw = encoded.request_of(lane, form)
-        tracing = service.tracing
-        trace = tracing.sample(model) if tracing.enabled else None
-        try:
-            out = await service.infer_encoded(codec, model, version, raw, trace)
-        finally:
-            if trace is not None:
-                trace.finish()
+        out = await self._service.infer_encoded(codec, model, version, raw)
         return encoded.response_form(out)
+
+    async def _infer_traced(
+        self,
+        call_id: int,
+        lane: str,
+        limit: int,
+        model: str,
+        version: str,
+        form: Any,
+        traceparent: str | None,
+        stamps: list[tuple[str, int]],
+    ) -> tuple[Any, bool]:
+        """A request the worker would have sampled: sampled here (the rate counts requests
+        server-wide) with the worker's timestamps; a trace taken stays open for the worker's
+        :class:`TraceEnd` (its send timestamps), or until the request fails."""
+        service = self._service
+        tracing = service.tracing
+        trace = tracing.sample(model, traceparent) if tracing.enabled else None
+        if trace is None:
+            return await self._infer_encoded(lane, limit, model, version, form), False
+        for name, ns in stamps:
+            trace.stamp(name, ns)
+        codec = self._codecs.get(lane, limit)
+        try:
+            raw = encoded.request_of(lane, form)
+            out = await service.infer_encoded(codec, model, version, raw, trace)
+        except BaseException:
+            trace.finish()
+            raise
+        self._traces[call_id] = trace
+        return encoded.response_form(out), True
+
+    def _trace_end(self, message: TraceEnd) -> None:
+        trace = self._traces.pop(message.id, None)
+        if trace is not None:
+            for name, ns in message.stamps:
+                trace.stamp(name, ns)
+            trace.finish()
 
     async def _stream(self, call: Call) -> None:
         service = self._service
@@ -297,6 +352,9 @@ class ServiceHost:
             if not future.done():
                 future.set_result(None)
         self._acks.clear()
+        traces, self._traces = self._traces, {}
+        for trace in traces.values():
+            trace.finish()
         if not self.ready.done():
-            self.ready.set_exception(ConnectionError("the worker exited before it was ready"))
+            self.ready.set_exception(WorkerStartFailed("a frontend worker exited while starting"))
         self._on_lost()

@@ -5,7 +5,8 @@ buffers out of band) in the python backend's frames (:mod:`repokit.backends.pyth
 
 Worker to scheduling process: :class:`Call` (an operation of the InferenceService, named by
 ``method``), :class:`Cancel` (the client went away), :class:`Credit` (room for more items of a
-stream), :class:`Ack` (a :class:`Snapshot` was applied), :class:`WorkerReady`.
+stream), :class:`TraceEnd` (a traced request's last timestamps), :class:`Ack` (a
+:class:`Snapshot` was applied), :class:`WorkerReady` or :class:`WorkerFailed`.
 
 Scheduling process to worker: :class:`WorkerStart` (the settings, the ports to bind, the first
 snapshot), :class:`Reply` / :class:`Failure` (the end of a call), :class:`StreamItem` /
@@ -100,6 +101,15 @@ class Credit:
 
 
 @dataclass(frozen=True, slots=True)
+class TraceEnd:
+    """A traced call's answer was sent: the worker's timestamps since the call (``(name,
+    monotonic ns)``; the clock is the machine's), and the end of the trace."""
+
+    id: int
+    stamps: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     state: ServiceState
 
@@ -121,3 +131,11 @@ class WorkerStart:
 @dataclass(frozen=True, slots=True)
 class WorkerReady:
     pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFailed:
+    """The worker could not start serving (say, a port or certificate it could not use): the
+    reason, for the scheduling process to raise as its own."""
+
+    message: str

@@ -78,10 +78,13 @@ class WorkerPool:
         self._seq += 1
         return service_state(self._service, self._seq)
 
-    async def publish(self) -> None:
-        """Push the service's state to every worker and wait until each acknowledged it."""
+    async def publish(self, skip: ServiceHost | None = None) -> ServiceState:
+        """Push the service's state to every worker (but ``skip``) and wait until each
+        acknowledged it; the state."""
         state = self.state()
-        await asyncio.gather(*(w.host.push(state) for w in list(self._workers.values())))
+        hosts = [w.host for w in list(self._workers.values()) if w.host is not skip]
+        await asyncio.gather(*(host.push(state) for host in hosts))
+        return state
 
     async def start(self) -> None:
         s = self._settings
@@ -97,11 +100,13 @@ class WorkerPool:
             self.grpc_port = changes["grpc_port"] = sock.getsockname()[1]
             changes["reuse_grpc_port"] = True
         self._worker_settings = dataclasses.replace(s, **changes)
-        try:
-            await asyncio.gather(*(self._spawn(i) for i in range(self._count)))
-        except BaseException:
+        started = await asyncio.gather(
+            *(self._spawn(i) for i in range(self._count)), return_exceptions=True
+        )
+        failures = [r for r in started if isinstance(r, BaseException)]
+        if failures:
             await self.stop(time.monotonic())
-            raise
+            raise failures[0]
 
     async def _spawn(self, index: int) -> None:
         data, data_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -122,9 +127,7 @@ class WorkerPool:
         finally:
             data_child.close()
             control_child.close()
-        host = ServiceHost(
-            self._service, data, control, self.publish, self.state, lambda: self._lost(index)
-        )
+        host = ServiceHost(self._service, data, control, self.publish, lambda: self._lost(index))
         worker = self._workers[index] = _Worker(index, process, host, time.monotonic())
         host.send(WorkerStart(self._worker_settings, self.state()))
         try:

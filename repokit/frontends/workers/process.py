@@ -27,7 +27,7 @@ from repokit.frontends.grpc.server import create_grpc_server
 from repokit.frontends.http.app import create_http_server
 from repokit.frontends.http.server import HttpServer, bind_socket
 from repokit.frontends.workers.client import ServiceClient
-from repokit.frontends.workers.messages import WorkerReady, WorkerStart
+from repokit.frontends.workers.messages import WorkerFailed, WorkerReady, WorkerStart
 
 _POLL_S = 0.02
 
@@ -50,12 +50,17 @@ async def serve(data: socket.socket, control: socket.socket) -> int:
     http: HttpServer | None = None
     grpc_server: Any = None
     try:
-        if settings.allow_http:
-            http, _ = create_http_server(service, settings, access_log=settings.access_log)
-            await http.start(bind_socket(settings.http_address, settings.http_port, True))
-        if settings.allow_grpc:
-            grpc_server = create_grpc_server(service, settings)
-            await grpc_server.start()
+        try:
+            if settings.allow_http:
+                http, _ = create_http_server(service, settings, access_log=settings.access_log)
+                await http.start(bind_socket(settings.http_address, settings.http_port, True))
+            if settings.allow_grpc:
+                grpc_server = create_grpc_server(service, settings)
+                await grpc_server.start()
+        except (OSError, ValueError, RuntimeError) as exc:  # said by the scheduling process
+            client.send(WorkerFailed(str(exc)))
+            await _drain(client, http, grpc_server, 0.0)
+            return 1
         client.send(WorkerReady(os.getpid()))
         lost = asyncio.ensure_future(client.lost.wait())
         stopped = asyncio.ensure_future(stop.wait())

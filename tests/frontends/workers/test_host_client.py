@@ -50,7 +50,7 @@ class Pair:
         self.others: list[ServiceHost] = []
         data, data_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         control, control_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.host = ServiceHost(service, data, control, self.publish, self.snapshot, self._on_lost)
+        self.host = ServiceHost(service, data, control, self.publish, self._on_lost)
         self.client = ServiceClient(ServerSettings(), data_w, control_w)
 
     def _on_lost(self) -> None:
@@ -60,9 +60,11 @@ class Pair:
         self.seq += 1
         return service_state(self.service, self.seq)
 
-    async def publish(self) -> None:
+    async def publish(self, skip: ServiceHost | None = None) -> ServiceState:
         state = self.snapshot()
-        await asyncio.gather(*(h.push(state) for h in (self.host, *self.others)))
+        hosts = [h for h in (self.host, *self.others) if h is not skip]
+        await asyncio.gather(*(h.push(state) for h in hosts))
+        return state
 
     def close(self) -> None:
         self.client.close()
@@ -195,9 +197,7 @@ async def test_a_load_is_answered_after_every_worker_acknowledged(
     other_data, other_worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     other_control, other_control_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     snapshots: asyncio.Queue[Snapshot] = asyncio.Queue()
-    other = ServiceHost(
-        service, other_data, other_control, pair.publish, pair.snapshot, lambda: None
-    )
+    other = ServiceHost(service, other_data, other_control, pair.publish, lambda: None)
     pair.others.append(other)
     slow = Link(other_worker, lambda m: snapshots.put_nowait(m), lambda: None)
     try:
@@ -264,10 +264,10 @@ async def test_a_stream_waits_for_credit_and_a_cancel_ends_it() -> None:
     data, worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     control, control_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
 
-    async def publish() -> None:
-        return None
+    async def publish(skip: ServiceHost | None = None) -> ServiceState:
+        return ServiceState()
 
-    host = ServiceHost(service, data, control, publish, ServiceState, lambda: None)  # type: ignore[arg-type]
+    host = ServiceHost(service, data, control, publish, lambda: None)  # type: ignore[arg-type]
     received: asyncio.Queue[Any] = asyncio.Queue()
     link = Link(worker, received.put_nowait, lambda: None)
     try:

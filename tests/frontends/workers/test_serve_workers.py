@@ -6,6 +6,7 @@ on the same ports."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -19,7 +20,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.frontends.http.server_thread import ServerThread, copy_models, running_server
+from repokit.core.tracing.options import parse_trace_flags
+from tests.frontends.http.server_thread import (
+    ServerThread,
+    copy_models,
+    running_server,
+    serve_settings,
+)
 
 
 @pytest.fixture(scope="module")
@@ -148,3 +155,79 @@ def _listening_ports(pid: int) -> set[int]:
             if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
                 ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
+
+
+def test_traces_are_taken_server_wide_with_the_workers_timestamps(tmp_path: Path) -> None:
+    """Tracing turned on through one connection is on through every worker at once; each
+    request is sampled in the scheduling process and its trace has the frontend's receive and
+    send timestamps (HTTP) or the codec's (gRPC), as in one process."""
+    repo = copy_models(tmp_path / "models", ("add_sub",))
+    base = tmp_path / "trace.json"
+    trace = parse_trace_flags([f"triton,file={base}", "triton,log-frequency=1"])
+    with running_server(repo, allow_grpc=True, workers=2, trace=trace) as srv:
+        settings = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}
+        fresh(srv, "http").update_trace_settings(settings=settings)  # type: ignore[attr-defined]
+        for index in range(8):
+            protocol = "http" if index % 2 else "grpc"
+            module = httpclient if protocol == "http" else grpcclient
+            infer(fresh(srv, protocol), module, index)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(_traces(base)) < 8:
+            time.sleep(0.05)
+        traces = _traces(base)
+    assert len(traces) == 8
+    http = [t for t in traces.values() if "HTTP_RECV_START" in t]
+    grpc = [t for t in traces.values() if "GRPC_WAITREAD_START" in t]
+    assert len(http) == len(grpc) == 4
+    for stamps in http:
+        assert {"HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START", "COMPUTE_START"} <= stamps
+        assert {"INFER_RESPONSE_COMPLETE", "REQUEST_END", "HTTP_SEND_START", "HTTP_SEND_END"} <= (
+            stamps
+        )
+
+
+def _traces(base: Path) -> dict[int, set[str]]:
+    """The timestamp names of each trace written to ``base``'s index files, by trace id."""
+    traces: dict[int, set[str]] = {}
+    for path in base.parent.glob(base.name + ".*"):
+        if not path.suffix[1:].isdigit():
+            continue
+        try:
+            document = json.loads(path.read_text())
+        except ValueError:  # being written
+            continue
+        for item in document:
+            names = traces.setdefault(item["id"], set())
+            names.update(stamp["name"] for stamp in item.get("timestamps", []))
+    return traces
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_worker_that_cannot_serve_fails_the_start_with_its_reason(
+    tmp_path: Path, workers: int
+) -> None:
+    repo = copy_models(tmp_path / "models", ("add_sub",))
+    server = ServerThread(serve_settings(repo, allow_grpc=True, grpc_use_ssl=True, workers=workers))
+    before = set(_worker_children(os.getpid()))  # other tests' servers may be running
+    try:
+        with pytest.raises(ValueError, match=r"^--grpc-use-ssl needs --grpc-server-key$"):
+            server.start()
+    finally:
+        server.handle = None
+        server.stop()
+    assert set(_worker_children(os.getpid())) == before  # none of its workers left running
+
+
+def _worker_children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == parent and b"repokit.frontends.workers.process" in command:
+            found.append(int(entry.name))
+    return found
