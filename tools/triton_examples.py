@@ -293,6 +293,11 @@ class Setup:
     repokit_flags: list[str] = field(default_factory=list)
 
 
+TLS_FLAGS = [
+    "--grpc-server-cert={certs}/server.crt",
+    "--grpc-server-key={certs}/server.key",
+    "--grpc-root-cert={certs}/ca.crt",
+]
 SETUPS = {
     s.name: s
     for s in (
@@ -301,6 +306,12 @@ SETUPS = {
         Setup("compression", ["simple"], flags=["--grpc-infer-response-compression-level=high"]),
         Setup("explicit_grpc", GRPC_REPOSITORY, flags=["--model-control-mode=explicit"]),
         Setup("explicit_http", HTTP_REPOSITORY, flags=["--model-control-mode=explicit"]),
+        # qa/L0_secure_grpc: server-side TLS, mutual TLS, both flags
+        *(Setup(f"tls_{case}", ["simple"], flags=[*TLS_FLAGS, *flags]) for case, flags in (
+            ("server", ["--grpc-use-ssl=1"]),
+            ("mutual", ["--grpc-use-ssl-mutual=1"]),
+            ("both", ["--grpc-use-ssl=1", "--grpc-use-ssl-mutual=1"]),
+        )),
     )
 }
 
@@ -315,6 +326,7 @@ class Case:
     setup: str = "default"
     fails: bool = False  # the client is meant to exit non-zero
     expect: str = ""  # a regex its output must match
+    copies: int = 1  # run this many at once (qa/L0_socket runs 11)
 
 
 def http_case(name: str, script: str, *extra: str, setup: str = "default") -> Case:
@@ -325,18 +337,47 @@ def grpc_case(name: str, script: str, *extra: str, setup: str = "default") -> Ca
     return Case(name, script, ["-v", "-u", "{grpc}", *extra], setup)
 
 
+def data_compression_cases() -> list[Case]:
+    """qa/L0_data_compression: the HTTP infer clients with each request and response
+    compression (deflate, gzip, none) that differ, and with both the same."""
+    cases = []
+    for script in ("simple_http_infer_client", "simple_http_aio_infer_client"):
+        for request in ("deflate", "gzip", ""):
+            for response in ("deflate", "gzip", ""):
+                if not request and not response:
+                    continue
+                extra = [f"--request-compression-algorithm={request}"] if request else []
+                if response:
+                    extra.append(f"--response-compression-algorithm={response}")
+                label = f"{request or 'none'}/{response or 'none'}"
+                cases.append(http_case(f"{script}[{label}]", f"{script}.py", *extra))
+    return cases
+
+
+def tls_cases() -> list[Case]:
+    """qa/L0_secure_grpc: the infer clients over TLS with the client's certificate; without TLS
+    and with a broken client key they must fail (server and mutual)."""
+    good = ["--ssl", "--root-certificates={certs}/ca.crt", "--private-key={certs}/client.key",
+            "--certificate-chain={certs}/client.crt"]  # fmt: skip
+    wrong = [*good[:2], "--private-key={certs}/client2.key",
+             "--certificate-chain={certs}/client2.crt"]  # fmt: skip
+    cases = []
+    for setup in ("server", "mutual", "both"):
+        for script in ("simple_grpc_infer_client", "simple_grpc_aio_infer_client"):
+            cases.append(grpc_case(f"{script}[tls_{setup}]", f"{script}.py", *good,
+                                   setup=f"tls_{setup}"))  # fmt: skip
+            if setup == "both":
+                continue
+            for label, extra in (("no_ssl", []), ("wrong_ssl", wrong)):
+                cases.append(Case(f"{script}[tls_{setup},{label}]", f"{script}.py",
+                                  ["-v", "-u", "{grpc}", *extra], f"tls_{setup}", fails=True))  # fmt: skip
+    return cases
+
+
 CASES = [
     http_case("simple_http_health_metadata", "simple_http_health_metadata.py"),
     http_case("simple_http_infer_client", "simple_http_infer_client.py"),
-    *(
-        http_case(
-            f"simple_http_infer_client[{algorithm}]",
-            "simple_http_infer_client.py",
-            f"--request-compression-algorithm={algorithm}",
-            f"--response-compression-algorithm={algorithm}",
-        )
-        for algorithm in ("gzip", "deflate")
-    ),
+    *data_compression_cases(),
     # qa/L0_http: a base path in the URL reaches the server as is, and fails there
     Case(
         "simple_http_infer_client[base_path]",
@@ -360,6 +401,11 @@ CASES = [
     http_case("simple_http_model_control", "simple_http_model_control.py", setup="explicit_http"),
     grpc_case("simple_grpc_health_metadata", "simple_grpc_health_metadata.py"),
     grpc_case("simple_grpc_infer_client", "simple_grpc_infer_client.py"),
+    # qa/L0_socket: eleven infer clients at once
+    Case("simple_grpc_infer_client[x11]", "simple_grpc_infer_client.py", ["-u", "{grpc}"],
+         copies=11),  # fmt: skip
+    Case("simple_http_infer_client[x11]", "simple_http_infer_client.py", ["-u", "{http}"],
+         copies=11),  # fmt: skip
     *(
         grpc_case(
             f"simple_grpc_infer_client[{algorithm}]",
@@ -395,6 +441,7 @@ CASES = [
     grpc_case("grpc_explicit_byte_content_client", "grpc_explicit_byte_content_client.py"),
     grpc_case("reuse_infer_objects_client[grpc]", "reuse_infer_objects_client.py", "-i", "grpc"),
     grpc_case("simple_grpc_model_control", "simple_grpc_model_control.py", setup="explicit_grpc"),
+    *tls_cases(),
 ]
 
 SKIPPED = {
@@ -459,6 +506,31 @@ def build_repository(server_tree: Path, models: Sequence[str], repository: Path)
         (folder / "1" / "model.py").write_text(stand_in.source.lstrip())
 
 
+def make_certificates(directory: Path) -> Path:
+    """A CA, a server and a client certificate for localhost signed by it (as
+    qa/L0_secure_grpc/test.sh makes them with openssl), and client2.key/.crt: the client's
+    files with the first letter of every word upper-cased (the qa's broken credentials)."""
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    openssl("genrsa", "-out", "ca.key", "2048")
+    openssl("req", "-new", "-x509", "-days", "2", "-key", "ca.key", "-out", "ca.crt",
+            "-subj", "/C=SP/ST=Spain/L=Valdepenias/O=Test/OU=Test/CN=Root CA")  # fmt: skip
+    for name in ("server", "client"):
+        openssl("genrsa", "-out", f"{name}.key", "2048")
+        openssl("req", "-new", "-key", f"{name}.key", "-out", f"{name}.csr", "-subj",
+                f"/C=SP/ST=Spain/L=Valdepenias/O=Test/OU={name.title()}/CN=localhost")  # fmt: skip
+        openssl("x509", "-req", "-days", "2", "-in", f"{name}.csr", "-CA", "ca.crt",
+                "-CAkey", "ca.key", "-set_serial", "01", "-out", f"{name}.crt")  # fmt: skip
+    for suffix in ("key", "crt"):
+        text = (directory / f"client.{suffix}").read_text()
+        broken = re.sub(r"\b(.)", lambda m: m.group(1).upper(), text)
+        (directory / f"client2.{suffix}").write_text(broken)
+    return directory
+
+
 # --- servers ----------------------------------------------------------------------------------
 def free_ports(count: int) -> list[int]:
     """``count`` ports nothing is bound to, below the ephemeral range."""
@@ -492,6 +564,7 @@ class Server:
 
     kind: str  # "native" | "grpcio" | "triton"
     log_path: Path
+    certs: Path
     http: int = 0
     grpc: int = 0
     process: subprocess.Popen[bytes] | None = None
@@ -499,11 +572,12 @@ class Server:
 
     def start(self, repository: Path, setup: Setup) -> None:
         self.http, self.grpc, metrics = free_ports(3)
+        flags = [flag.format(certs=self.certs) for flag in setup.flags]
         if self.kind == "triton":
             from tools.triton_reference import TritonServer
 
             server = TritonServer(
-                repository, self.log_path, setup.flags, ports=(self.http, self.grpc, metrics)
+                repository, self.log_path, flags, ports=(self.http, self.grpc, metrics)
             )
             self.triton = server
             server.start(timeout=TIMEOUT_READY)
@@ -512,7 +586,7 @@ class Server:
         command = [
             sys.executable, "-m", "repokit", "serve", "--model-repository", str(repository),
             f"--http-port={self.http}", f"--grpc-port={self.grpc}", f"--metrics-port={metrics}",
-            f"--grpc-transport={self.kind}", *setup.flags, *setup.repokit_flags,
+            f"--grpc-transport={self.kind}", *flags, *setup.repokit_flags,
         ]  # fmt: skip
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -566,29 +640,53 @@ def prints_pass(script: Path) -> bool:
 
 
 def run_client(case: Case, examples: Path, server: Server, log_dir: Path) -> Outcome:
+    """Run the case's client (``copies`` of it at once) and judge each run."""
     args = [
-        a.format(http=f"localhost:{server.http}", grpc=f"localhost:{server.grpc}")
+        a.format(
+            http=f"localhost:{server.http}", grpc=f"localhost:{server.grpc}", certs=server.certs
+        )
         for a in case.args
     ]
     script = examples / case.script
-    log_path = log_dir / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', case.name)}.log"
+    log_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", case.name)
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
-    try:
-        done = subprocess.run(
+    processes = [
+        subprocess.Popen(
             [sys.executable, str(script), *args],
             cwd=examples,
             env=env,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=TIMEOUT_CLIENT,
-            check=False,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
-        output = (done.stdout + done.stderr).decode(errors="replace")
-        code: int | None = done.returncode
-    except subprocess.TimeoutExpired as exc:
-        output = ((exc.stdout or b"") + (exc.stderr or b"")).decode(errors="replace")
-        code = None
-    log_path.write_text(output)
+        for _ in range(case.copies)
+    ]
+    deadline = time.monotonic() + TIMEOUT_CLIENT
+    for copy, process in enumerate(processes):
+        code: int | None
+        try:
+            out, _ = process.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+            code = process.returncode
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, _ = process.communicate()
+            code = None
+        output = out.decode(errors="replace")
+        suffix = f".{copy}" if case.copies > 1 else ""
+        (log_dir / f"{log_name}{suffix}.log").write_text(output)
+        problems = judge(case, script, code, output)
+        if problems:
+            tail = " | ".join(line.strip()[:160] for line in output.strip().splitlines()[-4:])
+            which = f"copy {copy}: " if case.copies > 1 else ""
+            for other in processes[copy + 1 :]:
+                other.kill()
+                other.communicate()
+            return Outcome(case.name, "FAIL", f"{which}{'; '.join(problems)}: {tail}")
+    return Outcome(case.name, "PASS")
+
+
+def judge(case: Case, script: Path, code: int | None, output: str) -> list[str]:
+    """What is wrong with one run of a client (nothing: it passed)."""
     problems = []
     if code is None:
         problems.append(f"timed out after {TIMEOUT_CLIENT:.0f}s")
@@ -602,10 +700,7 @@ def run_client(case: Case, examples: Path, server: Server, log_dir: Path) -> Out
         problems.append("context creation failed")
     if case.expect and not re.search(case.expect, output):
         problems.append(f"output lacks {case.expect!r}")
-    if not problems:
-        return Outcome(case.name, "PASS")
-    tail = " | ".join(line.strip()[:160] for line in output.strip().splitlines()[-4:])
-    return Outcome(case.name, "FAIL", f"{'; '.join(problems)}: {tail}")
+    return problems
 
 
 def run_target(
@@ -620,7 +715,7 @@ def run_target(
         setup = SETUPS[setup_name]
         repository = workdir / f"models-{kind}-{setup.name}"
         build_repository(server_tree, setup.models, repository)
-        server = Server(kind, log_dir / f"server-{setup.name}.log")
+        server = Server(kind, log_dir / f"server-{setup.name}.log", workdir / "certs")
         chosen = [case for case in cases if case.setup == setup_name]
         try:
             try:
@@ -729,6 +824,7 @@ def main(argv: Sequence[str]) -> int:
         kinds.insert(0, "triton")
     workdir = Path(tempfile.mkdtemp(prefix="triton-examples-", dir=args.workdir))
     results: dict[str, list[Outcome]] = {}
+    make_certificates(workdir / "certs")
     try:
         with triton_trees(args) as trees:
             for kind in kinds:
