@@ -72,3 +72,12 @@ def triton_qa(session: nox.Session) -> None:
     dir of triton-inference-server/server ($TRITON_SERVER_GIT); see tools/triton_qa.py."""
     session.install("-e", ".[dev]")
     session.run("python", "tools/triton_qa.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def triton_examples(session: nox.Session) -> None:
+    """Triton's example clients (tritonclient's src/python/examples) against repokit serve:
+    needs git dirs of triton-inference-server/client and /server ($TRITON_CLIENT_GIT,
+    $TRITON_SERVER_GIT); see tools/triton_examples.py."""
+    session.install("-e", ".[dev]")
+    session.run("python", "tools/triton_examples.py", *session.posargs)

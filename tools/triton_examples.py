@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 from google.protobuf import text_format
 
 from repokit.protocol.generated import model_config_pb2 as mc
+from tools.triton_reference import TritonServer
 
 CLIENT_REF = "r24.10"  # the client branch of Triton 2.51
 SERVER_REF = "v2.51.0"
@@ -307,11 +308,14 @@ SETUPS = {
         Setup("explicit_grpc", GRPC_REPOSITORY, flags=["--model-control-mode=explicit"]),
         Setup("explicit_http", HTTP_REPOSITORY, flags=["--model-control-mode=explicit"]),
         # qa/L0_secure_grpc: server-side TLS, mutual TLS, both flags
-        *(Setup(f"tls_{case}", ["simple"], flags=[*TLS_FLAGS, *flags]) for case, flags in (
-            ("server", ["--grpc-use-ssl=1"]),
-            ("mutual", ["--grpc-use-ssl-mutual=1"]),
-            ("both", ["--grpc-use-ssl=1", "--grpc-use-ssl-mutual=1"]),
-        )),
+        *(
+            Setup(f"tls_{case}", ["simple"], flags=[*TLS_FLAGS, *flags])
+            for case, flags in (
+                ("server", ["--grpc-use-ssl=1"]),
+                ("mutual", ["--grpc-use-ssl-mutual=1"]),
+                ("both", ["--grpc-use-ssl=1", "--grpc-use-ssl-mutual=1"]),
+            )
+        ),
     )
 }
 
@@ -357,20 +361,35 @@ def data_compression_cases() -> list[Case]:
 def tls_cases() -> list[Case]:
     """qa/L0_secure_grpc: the infer clients over TLS with the client's certificate; without TLS
     and with a broken client key they must fail (server and mutual)."""
-    good = ["--ssl", "--root-certificates={certs}/ca.crt", "--private-key={certs}/client.key",
-            "--certificate-chain={certs}/client.crt"]  # fmt: skip
-    wrong = [*good[:2], "--private-key={certs}/client2.key",
-             "--certificate-chain={certs}/client2.crt"]  # fmt: skip
+    good = [
+        "--ssl",
+        "--root-certificates={certs}/ca.crt",
+        "--private-key={certs}/client.key",
+        "--certificate-chain={certs}/client.crt",
+    ]
+    wrong = [
+        *good[:2],
+        "--private-key={certs}/client2.key",
+        "--certificate-chain={certs}/client2.crt",
+    ]
     cases = []
     for setup in ("server", "mutual", "both"):
         for script in ("simple_grpc_infer_client", "simple_grpc_aio_infer_client"):
-            cases.append(grpc_case(f"{script}[tls_{setup}]", f"{script}.py", *good,
-                                   setup=f"tls_{setup}"))  # fmt: skip
+            cases.append(
+                grpc_case(f"{script}[tls_{setup}]", f"{script}.py", *good, setup=f"tls_{setup}")
+            )
             if setup == "both":
                 continue
             for label, extra in (("no_ssl", []), ("wrong_ssl", wrong)):
-                cases.append(Case(f"{script}[tls_{setup},{label}]", f"{script}.py",
-                                  ["-v", "-u", "{grpc}", *extra], f"tls_{setup}", fails=True))  # fmt: skip
+                cases.append(
+                    Case(
+                        f"{script}[tls_{setup},{label}]",
+                        f"{script}.py",
+                        ["-v", "-u", "{grpc}", *extra],
+                        f"tls_{setup}",
+                        fails=True,
+                    )
+                )
     return cases
 
 
@@ -391,7 +410,9 @@ CASES = [
     http_case("simple_http_string_infer_client", "simple_http_string_infer_client.py"),
     http_case("simple_http_shm_client", "simple_http_shm_client.py"),
     http_case("simple_http_shm_string_client", "simple_http_shm_string_client.py"),
-    http_case("simple_http_sequence_sync_infer_client", "simple_http_sequence_sync_infer_client.py"),
+    http_case(
+        "simple_http_sequence_sync_infer_client", "simple_http_sequence_sync_infer_client.py"
+    ),
     http_case(
         "simple_http_sequence_sync_infer_client[dyna]",
         "simple_http_sequence_sync_infer_client.py",
@@ -402,10 +423,12 @@ CASES = [
     grpc_case("simple_grpc_health_metadata", "simple_grpc_health_metadata.py"),
     grpc_case("simple_grpc_infer_client", "simple_grpc_infer_client.py"),
     # qa/L0_socket: eleven infer clients at once
-    Case("simple_grpc_infer_client[x11]", "simple_grpc_infer_client.py", ["-u", "{grpc}"],
-         copies=11),  # fmt: skip
-    Case("simple_http_infer_client[x11]", "simple_http_infer_client.py", ["-u", "{http}"],
-         copies=11),  # fmt: skip
+    Case(
+        "simple_grpc_infer_client[x11]", "simple_grpc_infer_client.py", ["-u", "{grpc}"], copies=11
+    ),
+    Case(
+        "simple_http_infer_client[x11]", "simple_http_infer_client.py", ["-u", "{http}"], copies=11
+    ),
     *(
         grpc_case(
             f"simple_grpc_infer_client[{algorithm}]",
@@ -516,14 +539,47 @@ def make_certificates(directory: Path) -> Path:
         subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
 
     openssl("genrsa", "-out", "ca.key", "2048")
-    openssl("req", "-new", "-x509", "-days", "2", "-key", "ca.key", "-out", "ca.crt",
-            "-subj", "/C=SP/ST=Spain/L=Valdepenias/O=Test/OU=Test/CN=Root CA")  # fmt: skip
+    openssl(
+        "req",
+        "-new",
+        "-x509",
+        "-days",
+        "2",
+        "-key",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-subj",
+        "/C=SP/ST=Spain/L=Valdepenias/O=Test/OU=Test/CN=Root CA",
+    )
     for name in ("server", "client"):
         openssl("genrsa", "-out", f"{name}.key", "2048")
-        openssl("req", "-new", "-key", f"{name}.key", "-out", f"{name}.csr", "-subj",
-                f"/C=SP/ST=Spain/L=Valdepenias/O=Test/OU={name.title()}/CN=localhost")  # fmt: skip
-        openssl("x509", "-req", "-days", "2", "-in", f"{name}.csr", "-CA", "ca.crt",
-                "-CAkey", "ca.key", "-set_serial", "01", "-out", f"{name}.crt")  # fmt: skip
+        openssl(
+            "req",
+            "-new",
+            "-key",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/C=SP/ST=Spain/L=Valdepenias/O=Test/OU={name.title()}/CN=localhost",
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            "01",
+            "-out",
+            f"{name}.crt",
+        )
     for suffix in ("key", "crt"):
         text = (directory / f"client.{suffix}").read_text()
         broken = re.sub(r"\b(.)", lambda m: m.group(1).upper(), text)
@@ -568,14 +624,12 @@ class Server:
     http: int = 0
     grpc: int = 0
     process: subprocess.Popen[bytes] | None = None
-    triton: object | None = None
+    triton: TritonServer | None = None
 
     def start(self, repository: Path, setup: Setup) -> None:
         self.http, self.grpc, metrics = free_ports(3)
         flags = [flag.format(certs=self.certs) for flag in setup.flags]
         if self.kind == "triton":
-            from tools.triton_reference import TritonServer
-
             server = TritonServer(
                 repository, self.log_path, flags, ports=(self.http, self.grpc, metrics)
             )
@@ -584,10 +638,19 @@ class Server:
             server.wait_ready(timeout=TIMEOUT_READY)
             return
         command = [
-            sys.executable, "-m", "repokit", "serve", "--model-repository", str(repository),
-            f"--http-port={self.http}", f"--grpc-port={self.grpc}", f"--metrics-port={metrics}",
-            f"--grpc-transport={self.kind}", *flags, *setup.repokit_flags,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "repokit",
+            "serve",
+            "--model-repository",
+            str(repository),
+            f"--http-port={self.http}",
+            f"--grpc-port={self.grpc}",
+            f"--metrics-port={metrics}",
+            f"--grpc-transport={self.kind}",
+            *flags,
+            *setup.repokit_flags,
+        ]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 command,
@@ -607,7 +670,7 @@ class Server:
 
     def stop(self) -> None:
         if self.triton is not None:
-            self.triton.stop()  # type: ignore[attr-defined]
+            self.triton.stop()
             self.triton = None
         process, self.process = self.process, None
         if process is None:
@@ -814,8 +877,11 @@ def main(argv: Sequence[str]) -> int:
         for script, reason in SKIPPED.items():
             print(f"{script}: {reason}")
         return 0
-    missing = [flag for flag, value in (("--client-git", args.client_git),
-                                        ("--server-git", args.server_git)) if value is None]  # fmt: skip
+    missing = [
+        flag
+        for flag, value in (("--client-git", args.client_git), ("--server-git", args.server_git))
+        if value is None
+    ]
     if missing:
         print(f"triton_examples: give {' and '.join(missing)}", file=sys.stderr)
         return 2
