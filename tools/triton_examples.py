@@ -20,6 +20,11 @@ qa/L0_grpc/test.sh makes it (the dyna config with a TYPE_STRING CORRID) and accu
 its DELAY as the ``repeat`` backend does. ``inception_graphdef`` is listed (config only, never
 loaded) where the model-control clients count the repository's models.
 
+On real Triton 2.51 the four ``[dyna]`` sequence clients fail on this repository: its python
+backend refuses the TYPE_STRING CORRID control the sequence batcher adds (``unexpected number of
+string elements 2 for inference input 'CORRID', expecting 1``) before the model runs; Triton's
+qa serves that model with its C++ dyna_sequence backend instead. repokit passes them.
+
 Each client script runs unmodified with ``-v`` and ``-u`` pointing at the server's ports (chosen
 free below 32768), as the qa tests L0_http and L0_grpc run them; a client passes when it exits
 0 and, if it prints PASS when it succeeds, printed it. One line per client, the tail of its
