@@ -14,7 +14,7 @@ import zlib
 from repokit.frontends.grpc.h2.frames import U32
 
 SMALL = 64 * 1024  # messages up to this size are handed on as bytes
-DIRECT_MIN = 16 * 1024  # the least of a message the socket reads into its buffer directly
+DIRECT_MIN = 4 * 1024  # the least of a message the socket reads into its buffer directly
 Buffer = bytes | memoryview
 _WBITS = {"gzip": 31, "deflate": 15}
 # grpc core's choice for a compression level among the algorithms the client accepts:
