@@ -158,6 +158,8 @@ def _build_native(
         compression_level=options.compression_level(),
         keepalive_time=options.keepalive_time_ms / 1000,
         keepalive_timeout=options.keepalive_timeout_ms / 1000,
+        max_connection_age=options.max_connection_age_ms / 1000,
+        max_connection_age_grace=options.max_connection_age_grace_ms / 1000,
         tls=tls,
     )
     _add_services(service, server)

@@ -382,6 +382,21 @@ async def test_goaway_reaches_raw_client(server: Any) -> None:
     await client.close()
 
 
+async def test_max_connection_age_sends_goaway_and_clients_reconnect() -> None:
+    s = await _serve(max_connection_age_ms=300)
+    try:
+        client = await RawClient.connect(s.port)
+        assert await _goaway_code(client) == f.NO_ERROR  # the connection aged
+        await client.close()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            for _ in range(3):
+                assert (await stub.ServerLive(pb.ServerLiveRequest())).live
+                await asyncio.sleep(0.2)  # spans the connection's age: the client reconnects
+    finally:
+        await s.stop(None)
+
+
 async def test_invocation_metadata_reaches_the_servicer() -> None:
     service = IdentityService()
     seen: list[Any] = []

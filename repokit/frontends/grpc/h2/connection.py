@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -86,6 +87,7 @@ class Connection(asyncio.BufferedProtocol):
         self._flush_scheduled = False
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_timeout: asyncio.TimerHandle | None = None
+        self._age: asyncio.TimerHandle | None = None
 
     # --- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -103,12 +105,22 @@ class Connection(asyncio.BufferedProtocol):
         self._write(f.window_update(0, CONNECTION_WINDOW - f.DEFAULT_WINDOW))
         self.server.connections.add(self)
         self._schedule_keepalive()
+        age = self.server.max_connection_age
+        if age > 0:  # as grpc: GOAWAY once the connection is this old, the calls then drain
+            self._age = self.loop.call_later(age * random.uniform(0.9, 1.1), self._aged)
+
+    def _aged(self) -> None:
+        self._age = None
+        self.goaway()
+        grace = self.server.max_connection_age_grace
+        if grace > 0 and not self.closed:
+            self._age = self.loop.call_later(grace, self.abort)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._bulk = self._data_call = self._direct = None
         self.server.connections.discard(self)
-        for timer in (self._keepalive, self._ping_timeout):
+        for timer in (self._keepalive, self._ping_timeout, self._age):
             if timer is not None:
                 timer.cancel()
         calls, self.calls = self.calls, {}

@@ -73,6 +73,8 @@ class NativeServer:
         compression_level: int = 0,
         keepalive_time: float = 7200.0,
         keepalive_timeout: float = 20.0,
+        max_connection_age: float = 0.0,
+        max_connection_age_grace: float = 0.0,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.sock = sock
@@ -84,6 +86,8 @@ class NativeServer:
         self.compression_level = compression_level
         self.keepalive_time = keepalive_time
         self.keepalive_timeout = keepalive_timeout
+        self.max_connection_age = max_connection_age  # seconds, 0: unlimited
+        self.max_connection_age_grace = max_connection_age_grace
         self.tls = tls
         self.connections: set[Connection] = set()
         self._generic: list[Any] = []
