@@ -23,4 +23,3 @@ def parse_workers(text: str, cores: int | None = None) -> int:
     if count < 1:
         raise ValueError(f"expects at least 1 process, got {count}")
     return count
-

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from repokit.backends.python import ipc
+from repokit.backends.python.frame_socket import FrameSocket
 from repokit.backends.python.segments import FdSocket
 
 ReplyCallback = Callable[[Any], None]  # gets the reply, or a ChannelClosed instance
-_IOV_MAX = 512
 
 
-class Channel:
+class Channel(FrameSocket):
     def __init__(
         self,
         sock: Any,
@@ -34,18 +34,11 @@ class Channel:
         on_message: Callable[[Any], None] | None = None,
         fd_socket: FdSocket | None = None,
     ) -> None:
-        sock.setblocking(False)
-        self._sock = sock
         self._fd_socket = fd_socket
-        self._fd: int = sock.fileno()
-        self._loop = asyncio.get_running_loop()
-        self._parser = ipc.FrameParser(fd_socket)
         self._callbacks: deque[ReplyCallback] = deque()
-        self._outbox: list[memoryview] = []
         self._on_lost = on_lost
         self._on_message = on_message
-        self.closed = False
-        self._loop.add_reader(self._fd, self._readable)
+        super().__init__(sock, ipc.FrameParser(fd_socket))
 
     def set_message_handler(self, on_message: Callable[[Any], None]) -> None:
         self._on_message = on_message
@@ -82,15 +75,6 @@ class Channel:
             ipc.close_fds(created)
         return parts
 
-    def _queue_parts(self, parts: list[bytes | memoryview]) -> None:
-        if self._outbox:
-            self._outbox.extend(memoryview(p) for p in parts)
-            return
-        self._outbox = [memoryview(p) for p in parts]
-        self._write()
-        if self._outbox and not self.closed:
-            self._loop.add_writer(self._fd, self._write)
-
     async def call(self, message: Any) -> Any:
         """``request`` as a coroutine (raises ChannelClosed when the process is gone)."""
         future: asyncio.Future[Any] = self._loop.create_future()
@@ -107,36 +91,7 @@ class Channel:
         return await future
 
     # --- socket callbacks --------------------------------------------------------------------
-    def _write(self) -> None:
-        outbox = self._outbox
-        while outbox:
-            try:
-                sent = self._sock.sendmsg(outbox[:_IOV_MAX])
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                self.close()
-                return
-            outbox = self._outbox = ipc.advance(outbox, sent)
-        self._loop.remove_writer(self._fd)
-
-    def _readable(self) -> None:
-        parser = self._parser
-        try:
-            count = self._sock.recv_into(parser.buffer())
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            self.close()
-            return
-        if count == 0:
-            self.close()
-            return
-        try:
-            messages = parser.feed(count)
-        except OSError:  # a frame naming segments it did not pass: a broken instance
-            self.close()
-            return
+    def _received(self, messages: list[Any]) -> None:
         for message in messages:
             if message[0][:1] == "@":
                 if self._on_message is not None:
@@ -157,11 +112,7 @@ class Channel:
         """Stop watching the socket, close it and fail every pending request."""
         if self.closed:
             return
-        self.closed = True
-        self._loop.remove_reader(self._fd)
-        self._loop.remove_writer(self._fd)
-        self._outbox = []
-        self._sock.close()
+        self._close_socket()
         if self._fd_socket is not None:
             self._fd_socket.close()
         callbacks, self._callbacks = self._callbacks, deque()
