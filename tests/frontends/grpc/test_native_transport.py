@@ -29,6 +29,7 @@ from tests.tls_helpers import make_self_signed_cert
 
 BIG = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 SERVER_LIVE = "/inference.GRPCInferenceService/ServerLive"
+INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
 class SlowService(IdentityService):
@@ -106,6 +107,13 @@ class RawClient:
             frame = await self.frame()
             assert frame is not None, f"connection ended before a frame of type {kind}"
             if frame[0] == kind:
+                return frame
+
+    async def until_any(self, kinds: tuple[int, ...]) -> tuple[int, int, int, bytes]:
+        while True:
+            frame = await self.frame()
+            assert frame is not None, f"connection ended before a frame of types {kinds}"
+            if frame[0] in kinds:
                 return frame
 
     def request_block(self, path: str, **extra: str) -> bytes:
@@ -272,6 +280,39 @@ async def test_compressed_requests_and_responses(level: str, compression: Any) -
             reply = await stub.ModelInfer(_infer_request("echo", values))
             assert np.frombuffer(reply.raw_output_contents[0], np.float32).tolist() == values
     finally:
+        await s.stop(None)
+
+
+async def test_only_inference_responses_are_compressed() -> None:
+    """As Triton: the response compression level is set on ModelInfer and ModelStreamInfer;
+    ServerLive (like statistics and metadata) answers uncompressed."""
+    s = await _serve(infer_response_compression_level="high")
+    client = await RawClient.connect(s.port)
+    try:
+        accept = {"grpc-accept-encoding": "identity,deflate,gzip"}
+        calls = [
+            (1, SERVER_LIVE, b""),
+            (3, INFER, _infer_request("echo", [1.0] * 64).SerializeToString()),
+        ]
+        for stream, path, body in calls:
+            client.send(
+                f.frame(f.HEADERS, f.END_HEADERS, stream, client.request_block(path, **accept))
+            )
+            client.send(
+                f.frame(f.DATA, f.END_STREAM, stream, b"\0" + len(body).to_bytes(4, "big") + body)
+            )
+        heads: dict[int, dict[str, str]] = {}
+        flags: dict[int, int] = {}
+        while len(flags) < 2:
+            kind, _, stream, payload = await client.until_any((f.HEADERS, f.DATA))
+            if kind == f.HEADERS and stream not in heads:
+                heads[stream] = {k: v for k, v in client.decoder.decode(payload)}
+            elif kind == f.DATA and payload and stream not in flags:
+                flags[stream] = payload[0]
+        assert heads[1].get("grpc-encoding", "identity") == "identity" and flags[1] == 0
+        assert heads[3]["grpc-encoding"] in ("gzip", "deflate") and flags[3] == 1
+    finally:
+        await client.close()
         await s.stop(None)
 
 

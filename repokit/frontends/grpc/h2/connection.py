@@ -50,6 +50,14 @@ RECEIVE_BUFFER = 256 * 1024  # one read into our own buffer
 STATUS_HOLD = 0.1  # seconds a stream's early failure waits for the client's first message
 _WRITE_JOIN_LIMIT = 256 * 1024  # smaller batches are joined into one write
 
+# the methods whose responses --grpc-infer-response-compression-level compresses
+COMPRESSED_METHODS = frozenset(
+    {
+        "/inference.GRPCInferenceService/ModelInfer",
+        "/inference.GRPCInferenceService/ModelStreamInfer",
+    }
+)
+
 
 class Connection(asyncio.BufferedProtocol):
     def __init__(self, server: NativeServer) -> None:
@@ -432,8 +440,13 @@ class Connection(asyncio.BufferedProtocol):
 
     # --- sending --------------------------------------------------------------------------------
     def encoding_for(self, head: CallHead) -> str:
+        """--grpc-infer-response-compression-level applies to inference responses only, as
+        Triton sets it on its ModelInfer and ModelStreamInfer handlers (statistics, metadata
+        and the rest go uncompressed)."""
         level = self.server.compression_level
-        return response_encoding(level, head.accept_encoding) if level else "identity"
+        if not level or head.path not in COMPRESSED_METHODS:
+            return "identity"
+        return response_encoding(level, head.accept_encoding)
 
     def send_head(self, call: Call, metadata: Metadata | None = None) -> None:
         if call.head_sent or call.finished:
