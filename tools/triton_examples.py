@@ -49,7 +49,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import urllib.error
@@ -63,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 from google.protobuf import text_format
 
 from repokit.protocol.generated import model_config_pb2 as mc
+from tools.triton_git import extract
 from tools.triton_reference import TritonServer
 
 CLIENT_REF = "r24.10"  # the client branch of Triton 2.51
@@ -488,19 +488,6 @@ SKIPPED = {
 
 
 # --- Triton's files ---------------------------------------------------------------------------
-def extract(git_dir: Path, ref: str, paths: Sequence[str], into: Path) -> None:
-    archive = subprocess.run(
-        ["git", "-C", str(git_dir), "archive", "--format=tar", ref, *paths],
-        check=True,
-        capture_output=True,
-    )
-    tar_path = into / "archive.tar"
-    tar_path.write_bytes(archive.stdout)
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(into, filter="data")
-    tar_path.unlink()
-
-
 def stand_in_config(text: str, stand_in: StandIn) -> str:
     """Triton's config with ``backend: "python"`` for its platform or backend (and the changes
     qa/L0_grpc/test.sh makes for the string-correlation-id model)."""

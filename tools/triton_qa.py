@@ -39,7 +39,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import urllib.error
@@ -51,6 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
+from tools.triton_git import extract
 from tools.triton_qa_suites import (
     NOT_APPLICABLE,
     QA_PATHS,
@@ -233,16 +233,7 @@ def ports_free() -> list[int]:
 
 # --- qa tree -------------------------------------------------------------------------------
 def extract_qa(git_dir: Path, ref: str, into: Path) -> Path:
-    archive = subprocess.run(
-        ["git", "-C", str(git_dir), "archive", "--format=tar", ref, *QA_PATHS],
-        check=True,
-        capture_output=True,
-    )
-    tar_path = into / "qa.tar"
-    tar_path.write_bytes(archive.stdout)
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(into, filter="data")
-    tar_path.unlink()
+    extract(git_dir, ref, QA_PATHS, into)
     return into / "qa"
 
 
