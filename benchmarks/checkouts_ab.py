@@ -102,6 +102,12 @@ def main() -> None:
     parser.add_argument("after", type=Path)
     parser.add_argument("--duration", type=int, default=4, help="seconds per run")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=("add_sub", "add_sub_onnx", "batcher", "grpc"),
+        help="run only this workload (repeatable; all by default)",
+    )
     args = parser.parse_args()
     require_tools("wrk", install="wrk")
     require_tools("h2load", install="nghttp2-client")
@@ -115,6 +121,8 @@ def main() -> None:
         ("HTTP JSON batcher (python, dynamic batching), c=64", "batcher", 64),
         ("gRPC add_sub raw contents, c=8", "grpc", 8),
     ]
+    if args.only:
+        workloads = [w for w in workloads if w[1] in args.only]
     rounds = Rounds(reference="before")
     print(machine(), "(before)")
     for _ in range(args.rounds):

@@ -99,10 +99,10 @@ async def _submit_cached(
     return ScheduledResult(scheduled.result, scheduled.queue_ns, timing), elapsed
 
 
-async def _schedule(
+def _schedule(
     loaded: LoadedVersion, scheduler: Scheduler, request: BackendRequest, batch_size: int
-) -> tuple[ScheduledResult, int]:
-    return await _timed(
+) -> Awaitable[tuple[ScheduledResult, int]]:
+    return _timed(
         loaded,
         scheduler.submit(
             request, batch_size, priority=request.priority, timeout_us=request.timeout_us
@@ -110,12 +110,12 @@ async def _schedule(
     )
 
 
-async def submit_wire(
+def submit_wire(
     loaded: LoadedVersion, lane: WireLane, request: WireRequest
-) -> tuple[tuple[ScheduledResult, int] | None, int]:
+) -> Awaitable[tuple[tuple[ScheduledResult, int] | None, int]]:
     """A request as its bytes on the version's wire lane: the scheduled result with the batch
     size the instance found (None when nothing ran), and the request's duration in ns."""
-    return await _timed(loaded, lane.scheduler.submit_wire(request))
+    return _timed(loaded, lane.scheduler.submit_wire(request))
 
 
 async def _timed(loaded: LoadedVersion, scheduled: Awaitable[T]) -> tuple[T, int]:

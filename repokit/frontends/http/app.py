@@ -15,7 +15,7 @@ Triton (status ``[]``, register 400 "GPUs not supported", unregister 200).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from repokit.core.service import InferenceService
 from repokit.errors import RepokitError
@@ -49,6 +49,16 @@ class HttpSettings(LimitSettings, Protocol):
 
 # a handler returns its response, or None when it already sent one (request.respond)
 Handler = Callable[[HttpRequest, Route], Awaitable[HttpResponse | None]]
+
+
+class _Resolved(NamedTuple):
+    """A path's route with its endpoint's allowed methods and handler."""
+
+    route: Route
+    methods: tuple[str, ...]
+    handler: Handler
+
+
 # resolved routes kept per raw path (a client usually sends few distinct paths)
 ROUTE_CACHE_SIZE = 1024
 
@@ -82,20 +92,27 @@ class HttpFrontend:
             Endpoint.SYSTEM_SHM: ((), ops.system_shm),
             Endpoint.CUDA_SHM: ((), ops.cuda_shm),
         }
-        self._routes: dict[str, Route | None] = {}
+        self._routes: dict[str, _Resolved | None] = {}
         self.v1 = V1HttpFrontend(service, self.restrictions)  # v1 hook: the legacy /api/ URL space
 
-    def route(self, path: str) -> Route | None:
-        """:func:`resolve` remembered per path (routes are immutable; the cache starts over
-        when it is full, so arbitrary paths cannot grow it without bound)."""
+    def route(self, path: str) -> _Resolved | None:
+        """:func:`resolve` with its endpoint's methods and handler, remembered per path
+        (routes are immutable; the cache starts over when it is full, so arbitrary paths
+        cannot grow it without bound)."""
         routes = self._routes
         if path in routes:
             return routes[path]
         route = resolve(path)
+        resolved = None
+        if route is not None:
+            methods, handler = self._handlers[route.endpoint]
+            if not methods:  # shared memory: status is GET, register/unregister are POST
+                methods = ("GET",) if route.action == "status" else ("POST",)
+            resolved = _Resolved(route, methods, handler)
         if len(routes) >= ROUTE_CACHE_SIZE:
             routes.clear()
-        routes[path] = route
-        return route
+        routes[path] = resolved
+        return resolved
 
     @property
     def max_body(self) -> int:
@@ -109,16 +126,14 @@ class HttpFrontend:
         raw_path = request.path
         if raw_path.startswith("/api/"):  # v1 hook: repokit.frontends.v1.http_api
             return await self.v1.dispatch(request)
-        route = self.route(raw_path)
-        if route is None:
+        resolved = self.route(raw_path)
+        if resolved is None:
             return error_response(404, "Not Found")
+        route, methods, handler = resolved
         if self.restrictions:
             message = restriction_error(self.restrictions, route.endpoint, request.headers)
             if message is not None:
                 return error_response(403, message)
-        methods, handler = self._handlers[route.endpoint]
-        if not methods:  # shared memory: status is GET, register/unregister are POST
-            methods = ("GET",) if route.action == "status" else ("POST",)
         if request.method not in methods:
             return error_response(405, "Method Not Allowed")
         try:

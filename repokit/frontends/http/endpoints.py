@@ -10,7 +10,7 @@ import base64
 import binascii
 import contextlib
 import socket
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable
 from typing import Any
 
 from repokit.core.service import InferenceService
@@ -94,18 +94,24 @@ class Endpoints:
     # --- inference -------------------------------------------------------------------------
 
     async def infer(self, request: HttpRequest, route: Route) -> HttpResponse | None:
-        version = self.infer_version(route)
         headers = request.headers
+        get = dict.get  # the protocol gives the names in lowercase
+        encoding = get(headers, "content-encoding")
         tracing = self.service.tracing
+        if encoding is None and not tracing.enabled:
+            # the usual request: the service's one lookup refuses an unknown or decoupled
+            # model (with this protocol's message) before anything runs
+            version = parse_model_version(route.version) if route.version else ""
+        else:
+            version = self.infer_version(route)  # refused before decompressing or sampling
         if tracing.enabled:  # every request is counted by the sampling (rate, count)
-            trace = tracing.sample(route.model, headers.get("traceparent"))
+            trace = tracing.sample(route.model, get(headers, "traceparent"))
             if trace is not None:
                 try:
                     return await self._infer_traced(request, route.model, version, trace)
                 finally:
                     trace.finish()
         body = request.body
-        encoding = headers.get("content-encoding")
         if encoding is not None:
             try:
                 body = decompress_body(body, encoding, self.max_input_size)
@@ -115,8 +121,8 @@ class Endpoints:
                     response.headers["Accept-Encoding"] = "gzip, deflate"
                     return response
                 raise
-        encoded = await self.run_infer(route.model, version, body, headers.get(_HEADER_LENGTH))
-        accept = headers.get("accept-encoding")
+        encoded = await self.run_infer(route.model, version, body, get(headers, _HEADER_LENGTH))
+        accept = get(headers, "accept-encoding")
         if accept:
             chosen = choose_response_encoding(accept)
             if chosen != "identity":
@@ -142,18 +148,18 @@ class Endpoints:
             raise RepokitError(Code.UNSUPPORTED, DECOUPLED_MESSAGE)
         return version
 
-    async def run_infer(
+    def run_infer(
         self,
         model: str,
         version: str,
         body: bytes,
         header_length_value: str | None,
         trace: Trace | None = None,
-    ) -> EncodedResponse:
+    ) -> Awaitable[EncodedResponse]:
         """Run an (uncompressed) infer body and encode the response (one call into the core).
         A traced request records HTTP_RECV_END once decoded, and takes no wire lane."""
         raw = HttpInferBody(body, header_length_value)
-        return await self.service.infer_encoded(self.codec, model, version, raw, trace)
+        return self.service.infer_encoded(self.codec, model, version, raw, trace)
 
     async def _infer_traced(
         self, request: HttpRequest, model: str, version: str, trace: Trace

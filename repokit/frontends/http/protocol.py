@@ -149,6 +149,8 @@ class HttpConnection(asyncio.Protocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
+        # made on the serving loop: asyncio.get_running_loop() costs a getpid() call each time
+        self._loop = asyncio.get_running_loop()
         self._now = monotonic()
         # the request being parsed
         self._url: list[bytes] = []
@@ -367,7 +369,7 @@ class HttpConnection(asyncio.Protocol):
         self._task_since = self._now
         self._streaming = False
         self._running_keep_alive = keep_alive
-        self._task = asyncio.get_running_loop().create_task(self._run(request, keep_alive))
+        self._task = self._loop.create_task(self._run(request, keep_alive))
 
     def _next(self) -> None:
         """Start the first waiting request (or answer the refusal waiting first)."""

@@ -199,9 +199,17 @@ def test_route_cache_is_bounded_and_agrees_with_resolve() -> None:
     frontend = HttpFrontend(None, settings)  # type: ignore[arg-type]
     paths = ["/v2/models/m/infer", "/v2/models/m/versions/3/ready", "/v2/nope", "/v2"]
     for path in paths * 2:
-        assert frontend.route(path) == resolve(path)
+        resolved = frontend.route(path)
+        assert (resolved.route if resolved else None) == resolve(path)
+    infer = frontend.route("/v2/models/m/infer")
+    assert infer is not None and infer.methods == ("POST",)
+    assert infer.handler == frontend.endpoints.infer
+    status = frontend.route("/v2/systemsharedmemory/status")
+    assert status is not None and status.methods == ("GET",)
+    register = frontend.route("/v2/systemsharedmemory/region/r/register")
+    assert register is not None and register.methods == ("POST",)
     for index in range(ROUTE_CACHE_SIZE + 10):
         path = f"/v2/models/m{index}/infer"
-        route = frontend.route(path)
-        assert route is not None and route.model == f"m{index}"
+        resolved = frontend.route(path)
+        assert resolved is not None and resolved.route.model == f"m{index}"
     assert len(frontend._routes) <= ROUTE_CACHE_SIZE
