@@ -353,7 +353,9 @@ class InferenceService:
                 if ran is not None:
                     return self._wire_answer(codec, loaded, model, version, raw, ran, elapsed)
         decoded = codec.decode(raw, model, version)
-        return codec.encode(decoded, await self.infer(codec.request(decoded)))
+        request = codec.request(decoded)
+        admitted, prepared = self.admit(request)  # self.infer written out: a coroutine less
+        return codec.encode(decoded, await self.run_admitted(admitted, request, prepared))
 
     async def _infer_encoded_traced(
         self,
