@@ -9,8 +9,12 @@ of a ModelInfer message the wire format is simple enough to do without:
 * :func:`split_raw_inputs` walks the top-level fields of a serialized ``ModelInferRequest``
   once and returns the message without its ``raw_input_contents`` (a few hundred bytes, for
   ``FromString``) and each ``raw_input_contents`` value as a memoryview of the received bytes;
-* :func:`join_raw_outputs` appends ``raw_output_contents`` entries to a serialized
-  ``ModelInferResponse`` that has none, writing each tensor's memory once (``bytes.join``).
+* :func:`raw_output_parts` appends ``raw_output_contents`` entries to a serialized
+  ``ModelInferResponse`` that has none, as :class:`MessageParts`: the serialized head, each
+  entry's key and length, and each tensor's own memory, in order, none of them copied. The
+  native gRPC transport writes the parts to the socket as they are; where one ``bytes`` is
+  needed (grpc.aio, a ModelStreamInfer response, compression) :meth:`MessageParts.join`
+  (:func:`join_raw_outputs`) writes each tensor's memory once.
 
 Both give what the protobuf runtime gives: the request's other fields keep their bytes and
 their order, and repeated fields of one message may come in any order on the wire, so
@@ -23,6 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+Buffer = bytes | memoryview
 
 RAW_INPUT_FIELD = 7  # ModelInferRequest.raw_input_contents
 RAW_OUTPUT_FIELD = 6  # ModelInferResponse.raw_output_contents
@@ -99,16 +105,52 @@ def split_raw_inputs(raw: bytes) -> tuple[bytes, list[memoryview]] | None:
     return b"".join(head), contents
 
 
-def join_raw_outputs(head: bytes, blobs: Sequence[Any]) -> bytes:
-    """A serialized ModelInferResponse: ``head`` (one without ``raw_output_contents``) followed
-    by one ``raw_output_contents`` entry per blob (anything with the buffer protocol, C
-    contiguous), each blob's memory copied once."""
+class MessageParts:
+    """A serialized message as the buffers that make it up, in order (read-only byte views;
+    ``len()`` is the message's size in bytes)."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: Sequence[Any]) -> None:
+        views = [_byte_view(part) for part in parts]
+        self.parts: tuple[Buffer, ...] = tuple(views)
+        self.size = sum(view.nbytes for view in views)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def join(self) -> bytes:
+        """The message as one ``bytes`` (each part copied once)."""
+        return b"".join(self.parts)
+
+
+def _byte_view(part: Any) -> memoryview:
+    view = memoryview(part)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view.toreadonly()
+
+
+def message_bytes(message: bytes | MessageParts) -> bytes:
+    """``message`` as one ``bytes`` (a serializer for transports that need one)."""
+    return message.join() if isinstance(message, MessageParts) else message
+
+
+def raw_output_parts(head: bytes, blobs: Sequence[Any]) -> MessageParts:
+    """A serialized ModelInferResponse as parts: ``head`` (one without ``raw_output_contents``)
+    followed by one ``raw_output_contents`` entry per blob (anything with the buffer protocol,
+    C contiguous), each blob's memory as it is."""
     parts: list[Any] = [head]
     for blob in blobs:
         size = memoryview(blob).nbytes
         parts.append(_RAW_OUTPUT_KEY + encode_varint(size))
         parts.append(blob)
-    return b"".join(parts)
+    return MessageParts(parts)
+
+
+def join_raw_outputs(head: bytes, blobs: Sequence[Any]) -> bytes:
+    """:func:`raw_output_parts` as one ``bytes``: each blob's memory copied once."""
+    return raw_output_parts(head, blobs).join()
 
 
 def _length_delimited(field: int, payload: bytes) -> bytes:

@@ -7,9 +7,12 @@ import pytest
 
 from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.grpc_raw import (
+    MessageParts,
     _varint,
     encode_varint,
     join_raw_outputs,
+    message_bytes,
+    raw_output_parts,
     split_raw_inputs,
     stream_response,
 )
@@ -108,6 +111,36 @@ def test_join_gives_the_runtime_response() -> None:
     )
     msg.raw_output_contents.extend(a.tobytes() for a in outputs)
     assert pb.ModelInferResponse.FromString(joined) == msg
+
+
+def test_parts_are_the_joined_response_without_copying_the_outputs() -> None:
+    outputs = [np.arange(100_000, dtype=np.float32), np.arange(3, dtype=np.int64)]
+    msg = pb.ModelInferResponse(model_name="m", id="x")
+    for index, array in enumerate(outputs):
+        msg.outputs.add(name=f"OUT{index}", datatype="FP32", shape=list(array.shape))
+    blobs = [a.view(np.uint8) for a in outputs]
+    parts = raw_output_parts(msg.SerializeToString(), blobs)
+    joined = join_raw_outputs(msg.SerializeToString(), blobs)
+    assert isinstance(parts, MessageParts)
+    assert len(parts) == len(joined) == sum(p.nbytes for p in parts.parts)
+    assert parts.join() == joined == message_bytes(parts)
+    msg.raw_output_contents.extend(a.tobytes() for a in outputs)
+    assert pb.ModelInferResponse.FromString(joined) == msg
+    # head, then per output its key and length and its memory: the arrays' own, read-only
+    tensors = parts.parts[2::2]
+    shared = [
+        np.shares_memory(np.frombuffer(t, np.uint8), b) for t, b in zip(tensors, blobs, strict=True)
+    ]
+    assert shared == [True, True]
+    assert all(part.readonly and part.format == "B" for part in parts.parts)
+
+
+def test_message_bytes_passes_bytes_through() -> None:
+    body = b"serialized"
+    assert message_bytes(body) is body
+    assert message_bytes(
+        MessageParts([b"ab", memoryview(b"cd"), np.arange(2, dtype=np.uint16)])
+    ) == (b"abcd\x00\x00\x01\x00")
 
 
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**21, 2**35, 2**63 - 1])

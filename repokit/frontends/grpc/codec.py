@@ -29,7 +29,12 @@ from repokit.frontends.grpc.params import (
     set_parameter,
 )
 from repokit.protocol.generated import grpc_service_pb2 as pb
-from repokit.protocol.grpc_raw import join_raw_outputs, split_raw_inputs
+from repokit.protocol.grpc_raw import (
+    MessageParts,
+    message_bytes,
+    raw_output_parts,
+    split_raw_inputs,
+)
 from repokit.protocol.tensor_codec import array_to_bytes, wire_dtype
 from repokit.protocol.types import (
     InferRequest,
@@ -169,6 +174,13 @@ def encode_infer_response_bytes(response: InferResponse) -> bytes:
     """The serialized ModelInferResponse of ``response``: outputs of more than
     :data:`RAW_SPLIT_BYTES` in all are written into the message once (the protobuf runtime
     would copy them three times), smaller ones through the runtime."""
+    return message_bytes(encode_infer_response_message(response))
+
+
+def encode_infer_response_message(response: InferResponse) -> bytes | MessageParts:
+    """:func:`encode_infer_response_bytes`, except that outputs of more than
+    :data:`RAW_SPLIT_BYTES` in all come as :class:`~repokit.protocol.grpc_raw.MessageParts`:
+    the serialized rest of the message, then each output's own memory (not copied)."""
     if response.shm_outputs or (
         sum(t.data.nbytes for t in response.outputs if t.datatype != "BYTES") <= RAW_SPLIT_BYTES
     ):
@@ -184,7 +196,7 @@ def encode_infer_response_bytes(response: InferResponse) -> bytes:
     for tensor in response.outputs:
         _add_output(msg, tensor)
         blobs.append(_output_view(tensor.datatype, tensor.data))
-    return join_raw_outputs(msg.SerializeToString(), blobs)
+    return raw_output_parts(msg.SerializeToString(), blobs)
 
 
 def _output_view(datatype: str, data: npt.NDArray[Any]) -> Any:

@@ -14,9 +14,10 @@ from repokit.frontends.grpc.codec import (
     RAW_SPLIT_BYTES,
     DecodedRequest,
     decode_infer_request,
-    encode_infer_response_bytes,
+    encode_infer_response_message,
 )
 from repokit.protocol.generated import grpc_service_pb2 as pb
+from repokit.protocol.grpc_raw import MessageParts
 from repokit.protocol.plain_request import PlainOutput
 from repokit.protocol.plain_response import plain_grpc_response
 from repokit.protocol.types import InferRequest, InferResponse
@@ -57,11 +58,12 @@ class GrpcInferCodec:
     def request(self, decoded: DecodedRequest) -> InferRequest:
         return decoded.request
 
-    def encode(self, decoded: DecodedRequest, response: InferResponse) -> bytes:
+    def encode(self, decoded: DecodedRequest, response: InferResponse) -> bytes | MessageParts:
         """A plain response as :func:`repokit.protocol.plain_response.plain_grpc_response` writes
         it (a python instance on the wire lane too); anything else, and outputs of more than
-        :data:`.codec.RAW_SPLIT_BYTES` (written into the message apart from the protobuf
-        runtime), by the general encoder."""
+        :data:`.codec.RAW_SPLIT_BYTES` (their memory as parts of the message, apart from the
+        protobuf runtime: the native transport writes them as they are), by the general
+        encoder."""
         if not response.parameters and not response.shm_outputs:
             outputs: list[PlainOutput] = []
             size = 0
@@ -77,7 +79,7 @@ class GrpcInferCodec:
                     )
                     if plain is not None:
                         return plain
-        return encode_infer_response_bytes(response)
+        return encode_infer_response_message(response)
 
-    def encoded(self, body: bytes) -> bytes:
+    def encoded(self, body: bytes) -> bytes | MessageParts:
         return body

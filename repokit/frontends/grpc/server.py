@@ -30,10 +30,12 @@ from repokit.frontends.grpc.servicer import (
     guarded,
 )
 from repokit.frontends.grpc.stream import serialize_stream_response
+from repokit.frontends.heap import HeapTrimmer
 from repokit.frontends.v1.grpc_service import add_v1_servicer
 from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from repokit.protocol.generated import health_pb2 as health_pb
 from repokit.protocol.generated import health_pb2_grpc as health_grpc
+from repokit.protocol.grpc_raw import message_bytes
 
 
 class HealthServicer:
@@ -100,12 +102,16 @@ def _credentials(options: GrpcOptions) -> grpc.ServerCredentials | None:
     )
 
 
-def _add_inference_service(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
+def _add_inference_service(servicer: InferenceServicer, server: Any, native: bool) -> None:
     """GRPCInferenceService's generated handlers, except that ModelInfer takes the request's
     bytes and answers with the response's bytes (the core decodes and encodes them, or hands
     them to a model's wire lane). Only ModelInfer is a registered method (see
-    :mod:`repokit.frontends.grpc.registration`)."""
-    model_infer = grpc.unary_unary_rpc_method_handler(servicer.ModelInfer)
+    :mod:`repokit.frontends.grpc.registration`). A response with large outputs comes as
+    :class:`~repokit.protocol.grpc_raw.MessageParts`: the native transport writes the parts as
+    they are, grpc.aio gets them joined."""
+    model_infer = grpc.unary_unary_rpc_method_handler(
+        servicer.ModelInfer, response_serializer=None if native else message_bytes
+    )
     # the stream's messages come as their bytes as well (the servicer parses them, and may
     # hand them to a model's wire lane), its responses may be serialized already
     model_stream_infer = grpc.stream_stream_rpc_method_handler(
@@ -120,8 +126,12 @@ def _add_inference_service(servicer: InferenceServicer, server: grpc.aio.Server)
     )
 
 
-def _add_services(service: InferenceService, server: Any) -> None:
-    _add_inference_service(InferenceServicer(service), server)
+def _add_services(service: InferenceService, server: Any, *, native: bool) -> None:
+    # grpc.aio's threads keep the memory of large messages (repokit.frontends.heap); the
+    # native transport receives a message into one buffer on the loop's thread, reused or
+    # unmapped once freed
+    trimmer = None if native else HeapTrimmer()
+    _add_inference_service(InferenceServicer(service, trimmer), server, native)
     add_service(server, health_grpc.add_HealthServicer_to_server, HealthServicer(service))
     add_v1_servicer(service, server)  # v1 hook: nvidia.inferenceserver.GRPCService
 
@@ -162,7 +172,7 @@ def _build_native(
         max_connection_age_grace=options.max_connection_age_grace_ms / 1000,
         tls=tls,
     )
-    _add_services(service, server)
+    _add_services(service, server, native=True)
     return GrpcServer(server, server.port, options.address)
 
 
@@ -174,7 +184,7 @@ def build_grpc_server(service: InferenceService, options: GrpcOptions) -> GrpcSe
     if options.transport != "grpcio":
         raise ValueError(f"unknown gRPC transport '{options.transport}': native or grpcio")
     server = grpc.aio.server(options=options.channel_options(), interceptors=interceptors)
-    _add_services(service, server)
+    _add_services(service, server, native=False)
     target = f"{options.address}:{options.port}"
     credentials = _credentials(options)
     try:

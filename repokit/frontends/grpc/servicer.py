@@ -31,6 +31,7 @@ from repokit.frontends.grpc.stream import (
 from repokit.frontends.heap import HeapTrimmer
 from repokit.frontends.status import grpc_status_name
 from repokit.protocol.generated import grpc_service_pb2 as pb
+from repokit.protocol.grpc_raw import MessageParts
 
 T = TypeVar("T")
 Context = Any  # grpc.aio.ServicerContext (grpc ships no type information)
@@ -67,8 +68,10 @@ class InferenceServicer:
     """``inference.GRPCInferenceService`` over one InferenceService."""
 
     def __init__(self, service: InferenceService, trimmer: HeapTrimmer | None = None) -> None:
+        """``trimmer``: gives the memory of large requests back after them (grpc.aio's; None:
+        no trimming, see :mod:`repokit.frontends.heap`)."""
         self._service = service
-        self._trimmer = trimmer or HeapTrimmer()
+        self._trimmer = trimmer
         self._codec = GrpcInferCodec()
 
     # --- health & metadata -------------------------------------------------------------
@@ -136,14 +139,15 @@ class InferenceServicer:
         return await guarded(context, run)
 
     # --- inference ---------------------------------------------------------------------
-    async def ModelInfer(self, raw: bytes, context: Context) -> bytes:
+    async def ModelInfer(self, raw: bytes, context: Context) -> bytes | MessageParts:
         """ModelInfer from the request's bytes, answered with the response's bytes: one call
         into the core (:meth:`InferenceService.infer_encoded`), which may hand the bytes to the
         model's instance process (:mod:`repokit.core.wire_lane`). Errors are answered with
         ``set_code`` and an empty message, not ``abort``: an abort keeps the request alive in
         a reference cycle (see :mod:`repokit.frontends.heap`); the memory of a large request
         goes back to the system once it is answered."""
-        self._trimmer.after(len(raw))
+        if self._trimmer is not None:
+            self._trimmer.after(len(raw))
         try:
             request, raw_contents = parse_infer_request(raw)
         except DecodeError:

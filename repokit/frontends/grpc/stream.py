@@ -44,7 +44,7 @@ from repokit.frontends.grpc.infer_codec import GrpcInferCall, GrpcInferCodec
 from repokit.frontends.grpc.messages import parse_model_version
 from repokit.frontends.grpc.parsing import Unparsable
 from repokit.protocol.generated import grpc_service_pb2 as pb
-from repokit.protocol.grpc_raw import stream_response
+from repokit.protocol.grpc_raw import message_bytes, stream_response
 from repokit.protocol.types import InferResponse
 
 FINAL_RESPONSE_PARAM = "triton_final_response"
@@ -231,7 +231,7 @@ class StreamSession:
         if not decoupled and not self._grpc_error:
             issued[0] = True
             body = await service.infer_encoded(self._codec, msg.model_name, version, call)
-            yield stream_response(body, True)
+            yield stream_response(message_bytes(body), True)
             return
         decoded = decode_infer_request(msg, call.raw_contents)
         decoded.request.model_version = version

@@ -19,6 +19,7 @@ from repokit.frontends.grpc.codec import parse_infer_request
 from repokit.frontends.grpc.infer_codec import GrpcInferCall, GrpcInferCodec
 from repokit.frontends.http.infer_codec import HttpInferBody, HttpInferCodec
 from repokit.frontends.http.infer_response import EncodedResponse
+from repokit.protocol.grpc_raw import MessageParts
 
 HTTP_LANE = "json"
 GRPC_LANE = "grpc"
@@ -65,10 +66,13 @@ def request_of(lane: str, form: Any) -> Any:
 
 
 def response_form(out: Any) -> Any:
-    """The picklable form of an encoded response (HTTP: its parts as buffers)."""
+    """The picklable form of an encoded response (HTTP: its parts as buffers; gRPC: bytes, or
+    a large response's parts as a list of buffers)."""
     if isinstance(out, EncodedResponse):
         blobs = [pickle.PickleBuffer(blob) for blob in out.blobs]
         return (out.head, out.content_type, out.header_length, blobs)
+    if isinstance(out, MessageParts):
+        return [pickle.PickleBuffer(part) for part in out.parts]
     return out  # gRPC: bytes
 
 
@@ -76,4 +80,6 @@ def response_of(form: Any) -> Any:
     if isinstance(form, tuple):
         head, content_type, header_length, blobs = form
         return EncodedResponse(head, content_type, header_length, [memoryview(b) for b in blobs])
+    if isinstance(form, list):
+        return MessageParts([memoryview(part) for part in form])
     return form

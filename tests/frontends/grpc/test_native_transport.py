@@ -283,6 +283,31 @@ async def test_compressed_requests_and_responses(level: str, compression: Any) -
         await s.stop(None)
 
 
+async def test_large_responses_are_compressed_and_limited_whole() -> None:
+    """A response with more than 64 KiB of outputs is sent as parts (the outputs' own memory):
+    compressed, it is joined first; over the send limit, the whole message's size is named."""
+    values = [float(i % 7) for i in range(50_000)]  # 200 KB of outputs
+    s = await _serve(infer_response_compression_level="high", max_send_message_length=150_000)
+    try:
+        target = f"127.0.0.1:{s.port}"
+        options = [("grpc.max_receive_message_length", -1)]
+        async with grpc.aio.insecure_channel(
+            target, compression=grpc.Compression.Gzip, options=options
+        ) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.ModelInfer(_infer_request("echo", values))
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            details = str(info.value.details())
+            assert details.startswith("Sent message larger than max (2000"), details
+            assert details.endswith(" vs. 150000)"), details
+            fits = values[:30_000]  # 120 KB
+            reply = await stub.ModelInfer(_infer_request("echo", fits))
+            assert np.frombuffer(reply.raw_output_contents[0], np.float32).tolist() == fits
+    finally:
+        await s.stop(None)
+
+
 async def test_only_inference_responses_are_compressed() -> None:
     """As Triton: the response compression level is set on ModelInfer and ModelStreamInfer;
     ServerLive (like statistics and metadata) answers uncompressed."""

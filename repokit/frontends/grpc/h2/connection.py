@@ -37,6 +37,7 @@ from repokit.frontends.grpc.h2.headers import (
     trailers,
 )
 from repokit.frontends.grpc.h2.messages import compress, prefix, response_encoding
+from repokit.protocol.grpc_raw import MessageParts, message_bytes
 
 if TYPE_CHECKING:
     from repokit.frontends.grpc.h2.server import NativeServer
@@ -459,6 +460,8 @@ class Connection(asyncio.BufferedProtocol):
         self._header_frames(call.id, block, False)
 
     def send_message(self, call: Call, body: Any) -> None:
+        """Send one message: ``bytes`` or :class:`~repokit.protocol.grpc_raw.MessageParts`
+        (a large response's parts, written as they are: its DATA frames are views of them)."""
         if call.finished:
             return
         size = len(body)
@@ -468,8 +471,15 @@ class Connection(asyncio.BufferedProtocol):
             return
         compressed = call.encoding != "identity"
         if compressed:
-            body = compress(body, call.encoding)
+            body = compress(message_bytes(body), call.encoding)
             size = len(body)
+        if isinstance(body, MessageParts):
+            if not call.head_sent:
+                self.send_head(call)
+            call.pending.append(prefix(size, False))
+            call.pending.extend(body.parts)
+            self._push(call)
+            return
         if not call.head_sent:
             self.send_head(call)
         total = size + 5

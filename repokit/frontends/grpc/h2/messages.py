@@ -4,12 +4,16 @@ a stream's DATA payloads, and their compression (``grpc-encoding`` gzip and defl
 :class:`MessageReader` takes the payloads as views of the bytes the socket gave and copies a
 message at most once: a message inside one payload is sliced out (bytes for small ones, a
 read-only view of the received bytes for large ones), a message spanning payloads is copied
-into a buffer of its announced size, handed on as a read-only view of that buffer.
+into a buffer of its announced size, handed on as a read-only view of that buffer. That buffer
+is not zero-filled first (``bytearray(size)`` wrote every byte of it once more before the
+socket's bytes did: 11% of the server's samples with 16 MiB messages).
 """
 
 from __future__ import annotations
 
 import zlib
+
+import numpy as np
 
 from repokit.frontends.grpc.h2.frames import U32
 
@@ -35,7 +39,7 @@ class MessageReader:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._prefix = b""  # a prefix split across payloads
-        self._buffer: bytearray | None = None  # a message split across payloads
+        self._buffer: memoryview | None = None  # a message split across payloads
         self._filled = 0
         self._flag = 0
 
@@ -54,7 +58,7 @@ class MessageReader:
         size = min(len(buffer) - self._filled, limit)
         if size < DIRECT_MIN:
             return None
-        return memoryview(buffer)[self._filled : self._filled + size]
+        return buffer[self._filled : self._filled + size]
 
     def advance(self, size: int, out: list[tuple[int, Buffer]]) -> None:
         """``size`` bytes were read into the view :meth:`direct_target` gave."""
@@ -62,7 +66,7 @@ class MessageReader:
         assert buffer is not None
         self._filled += size
         if self._filled == len(buffer):
-            out.append((self._flag, memoryview(buffer).toreadonly()))
+            out.append((self._flag, buffer.toreadonly()))
             self._buffer = None
 
     def feed(self, chunk: memoryview, out: list[tuple[int, Buffer]]) -> None:
@@ -75,7 +79,7 @@ class MessageReader:
                 self._filled += n
                 pos += n
                 if self._filled == len(buffer):
-                    out.append((self._flag, memoryview(buffer).toreadonly()))
+                    out.append((self._flag, buffer.toreadonly()))
                     self._buffer = None
                 continue
             if not self._prefix and end - pos >= 5:
@@ -98,9 +102,15 @@ class MessageReader:
                 out.append((flag, bytes(message) if size <= SMALL else message.toreadonly()))
                 pos += size
             else:
-                self._buffer = bytearray(size)
+                self._buffer = _uninitialised(size)
                 self._filled = 0
                 self._flag = flag
+
+
+def _uninitialised(size: int) -> memoryview:
+    """A writable byte buffer of ``size`` bytes that is not zero-filled (every byte of it is
+    received into before it is read)."""
+    return np.empty(size, dtype=np.uint8).data
 
 
 class CompressionError(Exception):
