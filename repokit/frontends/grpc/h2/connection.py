@@ -37,6 +37,7 @@ from repokit.frontends.grpc.h2.headers import (
     trailers,
 )
 from repokit.frontends.grpc.h2.messages import compress, prefix, response_encoding
+from repokit.frontends.grpc.h2.ping_policy import PingPolicy
 from repokit.protocol.grpc_raw import MessageParts, message_bytes
 
 if TYPE_CHECKING:
@@ -96,6 +97,12 @@ class Connection(asyncio.BufferedProtocol):
         self._flush_scheduled = False
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_timeout: asyncio.TimerHandle | None = None
+        self._pings = PingPolicy(
+            server.min_recv_ping_interval,
+            server.max_ping_strikes,
+            server.keepalive_permit_without_calls,
+            max_sent_without_data=server.max_pings_without_data,
+        )
         self._age: asyncio.TimerHandle | None = None
 
     # --- asyncio.Protocol ----------------------------------------------------------------------
@@ -320,6 +327,9 @@ class Connection(asyncio.BufferedProtocol):
                     self._schedule_keepalive()
             else:
                 self._write(f.frame(f.PING, f.ACK, 0, payload))
+                if self._pings.received(bool(self.calls)):
+                    _log.debug("too many pings from %s", self.peer)
+                    self.connection_error(f.ENHANCE_YOUR_CALM, "too_many_pings")
         elif kind == f.WINDOW_UPDATE:
             self._window_update(stream, payload)
         elif kind == f.RST_STREAM:
@@ -515,6 +525,7 @@ class Connection(asyncio.BufferedProtocol):
                     pending[0] = chunk[room:]
                     taken = size
             self._write(f.frame_head(f.DATA, 0, call.id, taken))
+            self._pings.reset()
             for part in parts:
                 self._write(part)
             self.send_window -= taken
@@ -605,6 +616,7 @@ class Connection(asyncio.BufferedProtocol):
         self._check_drained()
 
     def _header_frames(self, stream: int, block: bytes, end_stream: bool) -> None:
+        self._pings.reset()  # as grpc: the client may ping again once the server sent something
         flags = f.END_STREAM if end_stream else 0
         limit = self.max_frame
         if len(block) <= limit:
@@ -683,6 +695,14 @@ class Connection(asyncio.BufferedProtocol):
         self._keepalive = None
         if self.closed:
             return
+        if (not self.calls and not self.server.keepalive_permit_without_calls) or (
+            not self._pings.may_send()
+        ):
+            # as grpc: no keepalive pings without calls unless permitted, nor more than
+            # --grpc-http2-max-pings-without-data of them until headers or data are sent
+            self._schedule_keepalive()
+            return
+        self._pings.sent()
         self._write(f.frame(f.PING, 0, 0, os.urandom(8)))
         self._ping_timeout = self.loop.call_later(
             self.server.keepalive_timeout, self.connection_error, f.NO_ERROR, "keepalive timeout"

@@ -73,6 +73,10 @@ class NativeServer:
         compression_level: int = 0,
         keepalive_time: float = 7200.0,
         keepalive_timeout: float = 20.0,
+        keepalive_permit_without_calls: bool = False,
+        min_recv_ping_interval: float = 300.0,
+        max_ping_strikes: int = 2,
+        max_pings_without_data: int = 2,
         max_connection_age: float = 0.0,
         max_connection_age_grace: float = 0.0,
         tls: ssl.SSLContext | None = None,
@@ -86,6 +90,10 @@ class NativeServer:
         self.compression_level = compression_level
         self.keepalive_time = keepalive_time
         self.keepalive_timeout = keepalive_timeout
+        self.keepalive_permit_without_calls = keepalive_permit_without_calls
+        self.min_recv_ping_interval = min_recv_ping_interval  # seconds
+        self.max_ping_strikes = max_ping_strikes
+        self.max_pings_without_data = max_pings_without_data
         self.max_connection_age = max_connection_age  # seconds, 0: unlimited
         self.max_connection_age_grace = max_connection_age_grace
         self.tls = tls
