@@ -14,8 +14,9 @@ from repokit.frontends.grpc import GrpcOptions, build_grpc_server
 from repokit.frontends.grpc.h2 import frames as f
 from repokit.frontends.grpc.h2.ping_policy import IDLE_INTERVAL, PingPolicy
 from tests.frontends.grpc.test_native_transport import SERVER_LIVE, RawClient
-from tests.frontends.grpc.test_server import IdentityService
+from tests.frontends.grpc.test_server import IdentityService, _infer_request
 
+STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 # the raw-socket cases run on both transports: grpcio's is grpc's own policy (Triton's)
 transports = pytest.mark.parametrize("transport", ["native", "grpcio"])
 
@@ -154,6 +155,30 @@ async def test_a_response_clears_the_strikes(transport: str) -> None:
         await _pings(client, 1, first=200)  # the fourth since the response
         frames = await _frames_until_quiet(client)
         assert _goaway(frames) == (1, f.ENHANCE_YOUR_CALM, b"too_many_pings")
+    finally:
+        await server.stop(None)
+
+
+@transports
+async def test_stream_messages_clear_the_strikes(transport: str) -> None:
+    """A stream's later responses are DATA frames only (its head went out with the first):
+    they clear the strikes too (Triton's example simple_grpc_custom_repeat streams responses
+    while grpc's client pings after the data it receives)."""
+    server = await _serve(transport)
+    try:
+        client = await RawClient.connect(server.port)
+        block = client.request_block(STREAM_INFER)
+        client.send(f.frame(f.HEADERS, f.END_HEADERS, 1, block))
+        message = _infer_request("echo", [1.0, 2.0]).SerializeToString()
+        framed = b"\0" + len(message).to_bytes(4, "big") + message
+        for round_ in range(3):
+            client.send(f.frame(f.DATA, 0, 1, framed))
+            await client.until(f.DATA)  # the response (the head came before the first one)
+            await _pings(client, 3, first=10 * round_)
+            frames = await _frames_until_quiet(client, wait=0.3)
+            assert _acks(frames) == [10 * round_, 10 * round_ + 1, 10 * round_ + 2]
+            assert _goaway(frames) is None and None not in frames
+        await client.close()
     finally:
         await server.stop(None)
 

@@ -498,6 +498,7 @@ class Connection(asyncio.BufferedProtocol):
             self.send_window -= total
             call.send_window -= total
             self._write(f.frame_head(f.DATA, 0, call.id, total) + prefix(size, compressed) + body)
+            self._pings.reset()
             return
         call.pending.append(prefix(size, compressed))
         call.pending.append(memoryview(body))
