@@ -30,7 +30,33 @@ from repokit.protocol.types import InferTensor, ParamValue
 
 if TYPE_CHECKING:
     from repokit.backends.server_api import RequestControl, ServerApi
-    from repokit.scheduler.rate_limiter import ModelSlots
+
+
+class RateSlot(Protocol):
+    """One instance's turn at its rate-limiter resources (``--rate-limit execution_count``;
+    implemented by repokit.scheduler.rate_limiter.InstanceSlot)."""
+
+    @property
+    def holding(self) -> bool: ...
+
+    def request(self, on_grant: Callable[[], None]) -> None:
+        """Ask for the resources; ``on_grant`` runs once they are held."""
+
+    def withdraw(self) -> None:
+        """Take back a request not granted yet."""
+
+    async def acquire(self) -> None:
+        """Wait until the resources are held."""
+
+    def release(self) -> None:
+        """Give the resources back."""
+
+
+class RateSlots(Protocol):
+    """The slots of one model version's instances (repokit.scheduler.rate_limiter.ModelSlots)."""
+
+    def slot(self, instance: int) -> RateSlot | None:
+        """Instance ``instance``'s slot (None: that instance is not limited)."""
 
 
 def instance_count(config: mc.ModelConfig) -> int:
@@ -120,7 +146,7 @@ class Backend(abc.ABC):
         # an instance executes a batch only while holding its slot (None: not limited). The
         # schedulers take the slot around execute(); a backend that pipelines executions takes
         # it itself when the instance really starts a batch (repokit.scheduler.rate_limiter).
-        self.rate_slots: ModelSlots | None = None
+        self.rate_slots: RateSlots | None = None
 
     @property
     @abc.abstractmethod

@@ -52,13 +52,14 @@ import asyncio
 import dataclasses
 import itertools
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from repokit.backends.base import (
     Backend,
     BackendRequest,
     BackendResult,
     ModelContext,
+    RateSlots,
     Timing,
     WireRequest,
     WireRun,
@@ -91,9 +92,6 @@ from repokit.backends.python.results import (
 )
 from repokit.backends.python.server_link import ServerLink
 from repokit.errors import Code, RepokitError
-
-if TYPE_CHECKING:
-    from repokit.scheduler.rate_limiter import ModelSlots
 
 
 def _cancel_at_instance(channel: Channel, link: ServerLink, key: int) -> None:
@@ -208,12 +206,12 @@ class PythonBackend(Backend):
 
     # --- the message queues of the instances (repokit.backends.python.instance_queue) -----
     @property
-    def rate_slots(self) -> ModelSlots | None:
+    def rate_slots(self) -> RateSlots | None:
         queues = self.__dict__.get("_queues")
         return None if queues is None else queues.rate_slots
 
     @rate_slots.setter
-    def rate_slots(self, slots: ModelSlots | None) -> None:
+    def rate_slots(self, slots: RateSlots | None) -> None:
         queues = self.__dict__.get("_queues")
         if queues is not None:
             queues.rate_slots = slots

@@ -26,14 +26,12 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from repokit.backends.base import RateSlots
 from repokit.backends.python import ipc
 from repokit.backends.python.channel import Channel
 from repokit.backends.python.messages import ERROR, EXECUTE, NO_TIMING, OK
-
-if TYPE_CHECKING:
-    from repokit.scheduler.rate_limiter import ModelSlots
 
 # Queued batches are merged into one message up to this many tensor bytes: merging saves the
 # per-message costs of small requests; large tensors gain nothing from it.
@@ -77,7 +75,7 @@ class InstanceQueues:
         self._on_hung = on_hung
         self._instance_at = instance_at
         self._loop: asyncio.AbstractEventLoop | None = None  # the server's (set on first use)
-        self.rate_slots: ModelSlots | None = None  # --rate-limit: the model's slots
+        self.rate_slots: RateSlots | None = None  # --rate-limit: the model's slots
         self._asked: set[int] = set()  # --rate-limit: places waiting for resources here
 
     def call(
