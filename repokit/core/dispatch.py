@@ -68,19 +68,7 @@ async def submit(
         )
     if loaded.response_cache is not None:
         return await _submit_cached(loaded, loaded.response_cache, scheduler, request, batch_size)
-    # _schedule written out: the usual request awaits one coroutine less
-    started = time.perf_counter_ns()
-    loaded.begin()
-    try:
-        result = await scheduler.submit(
-            request, batch_size, priority=request.priority, timeout_us=request.timeout_us
-        )
-    except RepokitError as exc:
-        _count_rejected(loaded, exc, started)
-        raise
-    finally:
-        loaded.end()
-    return result, time.perf_counter_ns() - started
+    return await _schedule(loaded, scheduler, request, batch_size)
 
 
 async def _submit_cached(
@@ -138,18 +126,12 @@ async def _timed(loaded: LoadedVersion, scheduled: Awaitable[T]) -> tuple[T, int
     try:
         result = await scheduled
     except RepokitError as exc:
-        _count_rejected(loaded, exc, started)
+        if exc.message == TIMEOUT_MESSAGE or exc.message.endswith(QUEUE_FULL_MESSAGE):
+            loaded.stats.record_failure(time.perf_counter_ns() - started, "REJECTED")
         raise
     finally:
         loaded.end()
     return result, time.perf_counter_ns() - started
-
-
-def _count_rejected(loaded: LoadedVersion, exc: RepokitError, started: int) -> None:
-    """A request the scheduler refused (timed out in the queue, queue full) counts as a
-    REJECTED failure, as Triton's statistics count it."""
-    if exc.message == TIMEOUT_MESSAGE or exc.message.endswith(QUEUE_FULL_MESSAGE):
-        loaded.stats.record_failure(time.perf_counter_ns() - started, "REJECTED")
 
 
 async def _submit_traced(
