@@ -29,6 +29,7 @@ from repokit.frontends.http.app import create_http_server
 from repokit.frontends.http.metrics import create_metrics_server
 from repokit.frontends.http.server import HttpServer, bind_socket
 from repokit.frontends.workers.pool import WorkerPool
+from repokit.malloc_settings import keep_freed_memory
 
 
 @dataclass
@@ -261,6 +262,7 @@ async def run_server(
     Signal handlers are installed before the models load, so an early SIGTERM still exits
     cleanly once startup is done. False when the exit timeout expired with requests still
     running (tritonserver then exits with 1)."""
+    keep_freed_memory()
     loop = asyncio.get_running_loop()
     early_stop = asyncio.Event()
     target: list[ServerHandle] = []

@@ -84,6 +84,7 @@ from repokit.backends.python.pb_runtime import RUNTIME
 from repokit.backends.python.prefetch import Prefetcher
 from repokit.backends.python.segments import FdSocket
 from repokit.backends.wire_plan import WirePlan
+from repokit.malloc_settings import keep_freed_memory
 
 _OWN_DIR = str(Path(__file__).resolve().parent)
 
@@ -637,6 +638,7 @@ def serve(sock: socket.socket, fd_socket: FdSocket | None = None) -> None:
 
 
 def main(argv: list[str]) -> int:
+    keep_freed_memory()  # tensor buffers reused, not faulted in anew (repokit.malloc_settings)
     sys.modules["triton_python_backend_utils"] = pb_utils
     sock = socket.socket(fileno=int(argv[1]))
     fd_socket = FdSocket(socket.socket(fileno=int(argv[2]))) if len(argv) > 2 else None
