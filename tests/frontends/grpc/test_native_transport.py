@@ -368,6 +368,39 @@ async def test_16mb_tensors_both_ways_under_flow_control(server: Any) -> None:
         ]
 
 
+@pytest.mark.parametrize("frame_size", [16 * 1024, 200 * 1024], ids=["16KiB", "200KiB"])
+async def test_large_message_in_small_and_large_frames(server: Any, frame_size: int) -> None:
+    """A 1 MiB request cut into the client's DATA frames arrives whole: 16 KiB frames (nghttp2's
+    size) are read many at a time into the connection's buffer, larger ones head apart and
+    payload straight into the message (connection.DIRECT_FRAME_MIN)."""
+    values = np.random.default_rng(0).random(1 << 18, dtype=np.float32)  # 1 MiB
+    msg = pb.ModelInferRequest(model_name="echo", raw_input_contents=[values.tobytes()])
+    msg.inputs.add(name="INPUT0", datatype="FP32", shape=[values.size])
+    raw = msg.SerializeToString()
+    framed = b"\0" + len(raw).to_bytes(4, "big") + raw
+    client = await RawClient.connect(server.port)
+    # windows for the 1 MiB answer (this client gives no credit back)
+    client.send(f.settings_frame({f.MAX_FRAME_SIZE: 1 << 20, f.INITIAL_WINDOW_SIZE: 1 << 24}))
+    client.send(f.window_update(0, 1 << 24))
+    await client.until(f.SETTINGS)
+    client.send(f.frame(f.HEADERS, f.END_HEADERS, 1, client.request_block(INFER)))
+    for pos in range(0, len(framed), frame_size):
+        chunk = framed[pos : pos + frame_size]
+        last = pos + frame_size >= len(framed)
+        client.send(f.frame(f.DATA, f.END_STREAM if last else 0, 1, chunk))
+    received = bytearray()
+    while True:
+        frame = await client.until_any((f.DATA, f.HEADERS))
+        if frame[0] == f.DATA:
+            received += frame[3]
+        elif frame[1] & f.END_STREAM:
+            assert dict(client.decoder.decode(frame[3]))["grpc-status"] == "0"
+            break
+    reply = pb.ModelInferResponse.FromString(bytes(received[5:]))
+    assert reply.raw_output_contents[0] == values.tobytes()
+    await client.close()
+
+
 async def test_client_cancel_cancels_the_call() -> None:
     service = SlowService()
     s = await _serve(service)
