@@ -17,15 +17,23 @@ The rounds alternate the checkouts (each round starts each checkout's server onc
 every workload on it); per workload the runs, the medians, the server's CPU per request (its
 process and its model instances' processes) and the ratio of medians (AFTER against BEFORE)
 are printed with the machine.
+
+``--simultaneous`` loads both servers at the same time instead (the HTTP workloads: one wrk
+each, same connections and duration), the order of the pair swapped every round, and prints
+each round's CPU per request of both and its ratio. Where the machine's speed drifts from one
+second to the next (a shared virtual machine), both servers see the same drift, so the ratio
+of CPU per request holds where alternating rounds scatter.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -108,6 +116,11 @@ def main() -> None:
         choices=("add_sub", "add_sub_onnx", "batcher", "grpc"),
         help="run only this workload (repeatable; all by default)",
     )
+    parser.add_argument(
+        "--simultaneous",
+        action="store_true",
+        help="load both servers at the same time (HTTP workloads), see the docstring",
+    )
     args = parser.parse_args()
     require_tools("wrk", install="wrk")
     require_tools("h2load", install="nghttp2-client")
@@ -123,6 +136,9 @@ def main() -> None:
     ]
     if args.only:
         workloads = [w for w in workloads if w[1] in args.only]
+    if args.simultaneous:
+        simultaneous(args.before, args.after, workloads, paths, args.rounds, args.duration)
+        return
     rounds = Rounds(reference="before")
     print(machine(), "(before)")
     for _ in range(args.rounds):
@@ -147,6 +163,49 @@ def main() -> None:
     print(machine(), "(after)")
     print(f"before: {args.before}\nafter:  {args.after}")
     print(rounds.render())
+
+
+def simultaneous(
+    before: Path,
+    after: Path,
+    workloads: list[tuple[str, str, int]],
+    paths: dict[str, Path],
+    rounds: int,
+    duration: int,
+) -> None:
+    """Both checkouts' servers under the same load at the same time, per HTTP workload."""
+    print(machine(), "(before)")
+    ratios: dict[str, list[float]] = {}
+    with serving(before) as (pid_b, ports_b), serving(after) as (pid_a, ports_a):
+        servers = {"before": (pid_b, ports_b["http"]), "after": (pid_a, ports_a["http"])}
+        for label, key, conns in workloads:
+            if key == "grpc":
+                continue  # h2load's runs are not paired here
+            for index in range(rounds):
+                order = ["before", "after"] if index % 2 == 0 else ["after", "before"]
+                cpu = {name: process_tree_cpu(servers[name][0]) for name in order}
+
+                def load(name: str, key: str = key, conns: int = conns) -> int:
+                    url = f"http://127.0.0.1:{servers[name][1]}/v2/models/{key}/infer"
+                    return run_wrk(url, paths[key], conns, duration).total
+
+                with ThreadPoolExecutor(2) as pool:
+                    done = dict(zip(order, pool.map(load, order), strict=True))
+                per_request = {}
+                for name in order:
+                    used = process_tree_cpu(servers[name][0]) - cpu[name]
+                    per_request[name] = 1e6 * used / max(1, done[name])
+                ratio = per_request["after"] / per_request["before"]
+                ratios.setdefault(label, []).append(ratio)
+                print(f"{label}: before {done['before']} requests {per_request['before']:.1f} us, "
+                      f"after {done['after']} requests {per_request['after']:.1f} us, "
+                      f"CPU per request after/before {ratio:.3f}")  # fmt: skip
+    print(machine(), "(after)")
+    print(f"before: {before}\nafter:  {after}")
+    for label, values in ratios.items():
+        runs = ", ".join(f"{v:.3f}" for v in values)
+        median = statistics.median(values)
+        print(f"{label}: CPU per request after/before, median {median:.3f} ({runs})")
 
 
 if __name__ == "__main__":
