@@ -23,7 +23,8 @@ heap after a burst of large requests, for the next ones. Where the C library is 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+
+from repokit.libc import libc_function
 
 MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 128 << 20
@@ -33,15 +34,9 @@ _M_MMAP_THRESHOLD = -3
 
 def keep_freed_memory() -> bool:
     """Set this process's malloc thresholds; whether the C library took both."""
-    name = ctypes.util.find_library("c")
-    if name is None:
+    mallopt = libc_function("mallopt", (ctypes.c_int, ctypes.c_int), ctypes.c_int)
+    if mallopt is None:
         return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
     mapped = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
     trimmed = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     return bool(mapped and trimmed)

@@ -28,24 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 from collections.abc import Callable
+
+from repokit.libc import libc_function
 
 TRIM_THRESHOLD_BYTES = 16 << 20  # requests at least this large trigger a trim
 TRIM_DELAY_S = 0.05  # let the request's buffers go first
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        function = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_size_t]
-    function.restype = ctypes.c_int
-    trim: Callable[[int], int] = function
+    trim: Callable[[int], int] | None = libc_function(
+        "malloc_trim", (ctypes.c_size_t,), ctypes.c_int
+    )
     return trim
 
 

@@ -16,13 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
 import heapq
 import itertools
 import os
 import sys
 import time
 import weakref
+from typing import Any
+
+from repokit.libc import libc_function
 
 _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = os.O_NONBLOCK
@@ -38,21 +40,19 @@ class _Itimerspec(ctypes.Structure):
     _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
 
 
-def _libc() -> ctypes.CDLL | None:
+def _timerfd() -> tuple[Any, Any] | None:
+    """The C library's ``timerfd_create`` and ``timerfd_settime`` (None off Linux)."""
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.timerfd_create.argtypes = [ctypes.c_int, ctypes.c_int]
-        libc.timerfd_settime.argtypes = [
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.POINTER(_Itimerspec),
-            ctypes.c_void_p,
-        ]
-    except (OSError, AttributeError):
+    create = libc_function("timerfd_create", (ctypes.c_int, ctypes.c_int), ctypes.c_int)
+    settime = libc_function(
+        "timerfd_settime",
+        (ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec), ctypes.c_void_p),
+        ctypes.c_int,
+    )
+    if create is None or settime is None:
         return None
-    return libc
+    return create, settime
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:
@@ -71,9 +71,9 @@ def _close(loop: asyncio.AbstractEventLoop, fd: int) -> None:
 class PreciseTimer:
     """Resolves futures of one event loop at ``time.monotonic_ns()`` deadlines."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, libc: ctypes.CDLL, fd: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, settime: Any, fd: int) -> None:
         self._loop = loop
-        self._libc = libc
+        self._settime = settime
         self._fd = fd
         self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
@@ -84,14 +84,15 @@ class PreciseTimer:
 
     @classmethod
     def create(cls, loop: asyncio.AbstractEventLoop) -> PreciseTimer | None:
-        libc = _libc()
-        if libc is None:
+        functions = _timerfd()
+        if functions is None:
             return None
-        fd = libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
+        create, settime = functions
+        fd = create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
         if fd < 0:
             return None
         try:
-            return cls(loop, libc, fd)
+            return cls(loop, settime, fd)
         except (NotImplementedError, RuntimeError, OSError):  # a loop without add_reader
             os.close(fd)
             return None
@@ -110,7 +111,7 @@ class PreciseTimer:
     def _arm(self, deadline_ns: int) -> None:
         value = self._spec.it_value
         value.tv_sec, value.tv_nsec = divmod(deadline_ns, 1_000_000_000)
-        if self._libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, self._spec, None) != 0:
+        if self._settime(self._fd, _TFD_TIMER_ABSTIME, self._spec, None) != 0:
             # cannot arm (should not happen): fall back to the loop's timer for this one
             delay_s = max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9)
             self._loop.call_later(delay_s, self._fire)
