@@ -6,7 +6,10 @@ which is how instance processes refer to them. Rules follow Triton's metrics API
 prometheus-cpp registry under it:
 
 - a family name must be a valid Prometheus name; registering a name again with the same kind
-  and description returns the same family, anything else is refused;
+  returns the same family, its first description kept (the registry merges families of one
+  name and type); with another kind it is refused;
+- histogram bucket boundaries must be strictly increasing (duplicates are refused); an empty
+  list gives a histogram with only the ``+Inf`` bucket;
 - a series is identified by its label set; creating the same labels again shares the series;
 - counters only increase (``increment`` with a negative value is refused), gauges take
   ``increment`` and ``set``, histograms only ``observe`` (with the buckets given at creation);
@@ -85,8 +88,8 @@ class CustomMetrics:
         if existing is not None:
             if existing.kind != kind:
                 raise invalid_arg("Family name already exists with different type")
-            if existing.description != description:
-                raise invalid_arg("Family name already exists with different help")
+            # Triton's registry merges a family added again under its name: the first
+            # description stays (prometheus-cpp compares only the type and constant labels)
             existing.users += 1
             chosen = existing
         else:
@@ -101,9 +104,9 @@ class CustomMetrics:
             if not _LABEL.match(label) or label.startswith("__"):
                 raise invalid_arg(f"Invalid label name: {label}")
         if owner.kind == "HISTOGRAM":
-            if not buckets:
+            if buckets is None:  # an empty list is a histogram with only the +Inf bucket
                 raise invalid_arg("Bucket boundaries not found in Metric args.")
-            if list(buckets) != sorted(buckets):
+            if any(low >= high for low, high in itertools.pairwise(buckets)):
                 raise invalid_arg("Bucket Boundaries must be strictly sorted")
         elif buckets:
             raise invalid_arg(f"Unexpected args found in {owner.kind.lower()} Metric constructor.")

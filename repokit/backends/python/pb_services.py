@@ -232,7 +232,11 @@ class MetricFamily:
             handle = RUNTIME.call(
                 "Metric",
                 CALL_METRIC,
-                (self._handle, json.dumps(label_map), [float(b) for b in buckets or []] or None),
+                (
+                    self._handle,
+                    json.dumps(label_map),
+                    None if buckets is None else [float(b) for b in buckets],
+                ),
             )
         except Exception as exc:
             raise _exception(f"Error when creating Metric: {exc}") from None
