@@ -83,6 +83,12 @@ def _proc_stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds used so far by ``pid`` alone (0 when it is gone)."""
+    stat = _proc_stat(pid)
+    return 0.0 if stat is None else stat[1]
+
+
 def process_tree_cpu(pid: int) -> float:
     """CPU seconds used so far by ``pid`` and every process below it (a server and its model
     instance processes, e.g. python stubs): on a loaded machine, CPU per request compares

@@ -22,7 +22,11 @@ are printed with the machine.
 each, same connections and duration), the order of the pair swapped every round, and prints
 each round's CPU per request of both and its ratio. Where the machine's speed drifts from one
 second to the next (a shared virtual machine), both servers see the same drift, so the ratio
-of CPU per request holds where alternating rounds scatter.
+of CPU per request holds where alternating rounds scatter. Each wrk runs one thread there, and
+each round prints the server process's own CPU per request beside that of its whole tree (the
+server and its model instances' processes), so a change to one side of the process boundary
+shows by itself. ``--connections N`` runs every HTTP workload at N connections instead of its
+own (e.g. the batcher at c=8, where each batch's cycle is serialised).
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ from pathlib import Path
 import numpy as np
 from _common import (
     Rounds,
+    Wrk,
     free_ports,
     machine,
+    process_cpu,
     process_tree_cpu,
     require_tools,
     run_h2load,
@@ -121,6 +127,11 @@ def main() -> None:
         action="store_true",
         help="load both servers at the same time (HTTP workloads), see the docstring",
     )
+    parser.add_argument(
+        "--connections",
+        type=int,
+        help="connections of every HTTP workload (default: each workload's own)",
+    )
     args = parser.parse_args()
     require_tools("wrk", install="wrk")
     require_tools("h2load", install="nghttp2-client")
@@ -136,6 +147,13 @@ def main() -> None:
     ]
     if args.only:
         workloads = [w for w in workloads if w[1] in args.only]
+    if args.connections:
+        workloads = [
+            (label.rsplit(", c=", 1)[0] + f", c={args.connections}", key, args.connections)
+            if key != "grpc"
+            else (label, key, conns)
+            for label, key, conns in workloads
+        ]
     if args.simultaneous:
         simultaneous(args.before, args.after, workloads, paths, args.rounds, args.duration)
         return
@@ -176,6 +194,7 @@ def simultaneous(
     """Both checkouts' servers under the same load at the same time, per HTTP workload."""
     print(machine(), "(before)")
     ratios: dict[str, list[float]] = {}
+    own_ratios: dict[str, list[float]] = {}
     with serving(before) as (pid_b, ports_b), serving(after) as (pid_a, ports_a):
         servers = {"before": (pid_b, ports_b["http"]), "after": (pid_a, ports_a["http"])}
         for label, key, conns in workloads:
@@ -183,29 +202,40 @@ def simultaneous(
                 continue  # h2load's runs are not paired here
             for index in range(rounds):
                 order = ["before", "after"] if index % 2 == 0 else ["after", "before"]
-                cpu = {name: process_tree_cpu(servers[name][0]) for name in order}
+                tree = {name: process_tree_cpu(servers[name][0]) for name in order}
+                own = {name: process_cpu(servers[name][0]) for name in order}
 
-                def load(name: str, key: str = key, conns: int = conns) -> int:
+                def load(name: str, key: str = key, conns: int = conns) -> Wrk:
                     url = f"http://127.0.0.1:{servers[name][1]}/v2/models/{key}/infer"
-                    return run_wrk(url, paths[key], conns, duration).total
+                    return run_wrk(url, paths[key], conns, duration, threads=1)
 
                 with ThreadPoolExecutor(2) as pool:
-                    done = dict(zip(order, pool.map(load, order), strict=True))
-                per_request = {}
+                    runs = dict(zip(order, pool.map(load, order), strict=True))
+                tree_us, own_us = {}, {}
                 for name in order:
-                    used = process_tree_cpu(servers[name][0]) - cpu[name]
-                    per_request[name] = 1e6 * used / max(1, done[name])
-                ratio = per_request["after"] / per_request["before"]
+                    done = max(1, runs[name].total)
+                    tree_us[name] = 1e6 * (process_tree_cpu(servers[name][0]) - tree[name]) / done
+                    own_us[name] = 1e6 * (process_cpu(servers[name][0]) - own[name]) / done
+                ratio = tree_us["after"] / tree_us["before"]
+                own_ratio = own_us["after"] / own_us["before"]
                 ratios.setdefault(label, []).append(ratio)
-                print(f"{label}: before {done['before']} requests {per_request['before']:.1f} us, "
-                      f"after {done['after']} requests {per_request['after']:.1f} us, "
-                      f"CPU per request after/before {ratio:.3f}")  # fmt: skip
+                own_ratios.setdefault(label, []).append(own_ratio)
+                print(
+                    f"{label}, {' first, '.join(order)} second: "
+                    + "; ".join(
+                        f"{name} {runs[name].rate:,.0f} req/s, CPU per request: server "
+                        f"{own_us[name]:.1f} us, tree {tree_us[name]:.1f} us"
+                        for name in ("before", "after")
+                    )
+                    + f"; after/before: server {own_ratio:.3f}, tree {ratio:.3f}"
+                )
     print(machine(), "(after)")
     print(f"before: {before}\nafter:  {after}")
     for label, values in ratios.items():
-        runs = ", ".join(f"{v:.3f}" for v in values)
-        median = statistics.median(values)
-        print(f"{label}: CPU per request after/before, median {median:.3f} ({runs})")
+        for part, figures in (("server", own_ratios[label]), ("tree", values)):
+            runs = ", ".join(f"{v:.3f}" for v in figures)
+            median = statistics.median(figures)
+            print(f"{label}: {part} CPU per request after/before, median {median:.3f} ({runs})")
 
 
 if __name__ == "__main__":
