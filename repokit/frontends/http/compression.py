@@ -11,7 +11,9 @@ from repokit.errors import Code, RepokitError
 SUPPORTED = ("gzip", "deflate")
 
 
-def decompress_body(body: bytes, encoding: str | None, max_size: int) -> bytes:
+def decompress_body(
+    body: bytes | memoryview, encoding: str | None, max_size: int
+) -> bytes | memoryview:
     """The decompressed body; UNSUPPORTED for other encodings, INVALID_ARG for bad data or a
     decompressed size above ``max_size``."""
     if encoding is None or encoding in ("", "identity"):

@@ -152,7 +152,7 @@ class Endpoints:
         self,
         model: str,
         version: str,
-        body: bytes,
+        body: bytes | memoryview,
         header_length_value: str | None,
         trace: Trace | None = None,
     ) -> Awaitable[EncodedResponse]:

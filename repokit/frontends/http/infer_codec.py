@@ -30,7 +30,7 @@ class HttpInferBody(NamedTuple):
     """An infer request as it arrived: the (uncompressed) body and the raw value of its
     ``Inference-Header-Content-Length`` header (None when absent)."""
 
-    body: bytes
+    body: bytes | memoryview  # a large body: a read-only view of the buffer it was read into
     header_length: str | None
 
 
@@ -45,7 +45,7 @@ class HttpInferCodec:
     def lane_bytes(self, raw: HttpInferBody) -> bytes | None:
         body = raw.body
         if raw.header_length is None and len(body) <= self.lane_limit:
-            return body
+            return body if type(body) is bytes else bytes(body)
         return None
 
     def decode(self, raw: HttpInferBody, model: str, version: str) -> DecodedInfer:

@@ -179,7 +179,7 @@ def _valid_unicode(document: Any) -> bool:
 def decode_infer_request(
     model_name: str,
     model_version: str,
-    body: bytes,
+    body: bytes | memoryview,
     header_length: int,
     max_input_size: int,
 ) -> DecodedInfer:

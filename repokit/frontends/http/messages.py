@@ -87,7 +87,7 @@ class HttpRequest:
         path: str,
         query_string: str = "",
         headers: Headers | None = None,
-        body: bytes = b"",
+        body: bytes | memoryview = b"",
         responder: Responder | None = None,
     ) -> None:
         self.method = method

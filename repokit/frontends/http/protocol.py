@@ -3,7 +3,11 @@
 
 What a connection does:
 
-* parses requests as they arrive (``Content-Length`` or chunked bodies, ``Expect:
+* reads into the server's receive buffer (one for all connections: what a read brings is
+  parsed before the next read) and parses requests as they arrive; a ``Content-Length`` body of
+  at least :data:`DIRECT_BODY_BYTES` is read straight into a buffer of its size, past the
+  parser and without another copy, and handed on as a read-only view (``Content-Length`` or
+  chunked bodies, ``Expect:
   100-continue``); a head larger than :data:`HEAD_LIMIT` is refused with 413, a body larger
   than the server's limit with 413, a malformed request with 400, an unknown ``Expect`` with
   417, and the connection closes after such an answer;
@@ -39,6 +43,7 @@ from time import monotonic
 from typing import TYPE_CHECKING, cast
 
 import httptools
+import numpy as np
 
 from repokit.frontends.http.messages import Headers, HttpRequest, HttpResponse, ResponseStream
 from repokit.frontends.http.responses import error_body
@@ -48,8 +53,14 @@ if TYPE_CHECKING:
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse | None]]
 
-# Content-Length bodies at least this large are collected past the parser (see _take_body)
+# Content-Length bodies at least this large are read into a buffer of their own, past the
+# parser (see get_buffer)
 DIRECT_BODY_BYTES = 1 << 16
+# a direct body's buffer holds at most this many bytes at first and doubles as the body
+# arrives (a client announcing a huge body gets memory only for what it sends)
+DIRECT_BODY_FIRST = 1 << 26
+# the receive buffer that every connection of a server reads into (see HttpServer)
+RECEIVE_BUFFER_BYTES = 1 << 18
 # a first response part smaller than this is written together with the head
 COALESCE_BYTES = 1 << 16
 # the largest request head (request line and headers) accepted
@@ -142,11 +153,18 @@ class _Stream:
                 await self._connection.write_body(b"0\r\n\r\n")
 
 
-class HttpConnection(asyncio.Protocol):
+def _uninitialised(size: int) -> memoryview:
+    """A writable buffer of ``size`` bytes that is not zero-filled (every byte of it is
+    received into before it is read)."""
+    return np.empty(size, dtype=np.uint8).data
+
+
+class HttpConnection(asyncio.BufferedProtocol):
     """One client connection (see the module docstring)."""
 
     def __init__(self, server: HttpServer) -> None:
         self.server = server
+        self._receive = server.receive_view
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         # made on the serving loop: asyncio.get_running_loop() costs a getpid() call each time
@@ -161,13 +179,14 @@ class HttpConnection(asyncio.Protocol):
         self._head_pending = 0
         self._head_events = 0
         self._head_since = 0.0  # when its first byte arrived (0: no head is being received)
-        self._body: list[bytes] = []
+        self._body: list[bytes | memoryview] = []
         self._body_size = 0
         self._in_body = False
-        # a large Content-Length body: its size, and the bytes of it still to come past the
-        # parser (0: none)
+        # a large Content-Length body: its size, the bytes of it still to come past the
+        # parser (0: none), and its buffer (filled up to _body_size)
         self._body_direct = 0
         self._body_left = 0
+        self._direct: memoryview | None = None
         self._request: HttpRequest | None = None
         self._keep_alive = True
         self._continue_pending = False
@@ -204,6 +223,7 @@ class HttpConnection(asyncio.Protocol):
             task.cancel()  # a client that left cancels its request
         self._queue.clear()
         self._body = []
+        self._direct = None
         self._can_write.set()  # a stream waiting to write sees the transport gone
 
     def pause_writing(self) -> None:
@@ -212,17 +232,34 @@ class HttpConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._can_write.set()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next read goes: the rest of a large body under way, else the server's
+        receive buffer."""
+        if self._body_left:
+            direct = self._direct
+            assert direct is not None
+            return direct[self._body_size :]
+        return self._receive
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self._done_reading:
             return
         self._now = self._last_data = monotonic()
         if self._body_left:
-            data = self._take_body(data)
-            if not data:
-                return
+            self._body_size += nbytes
+            self._body_left -= nbytes
+            if not self._body_left:
+                self._end_direct_body()
+            elif self._body_size == len(self._direct or b""):
+                self._grow_direct()
+            return
+        self._feed(nbytes)
+
+    def _feed(self, size: int) -> None:
+        """Parse what a read brought into the receive buffer (its first ``size`` bytes)."""
         events = self._head_events
         try:
-            self._parser.feed_data(data)
+            self._parser.feed_data(self._receive[:size])
         except httptools.HttpParserUpgrade:
             self._done_reading = True  # no protocol switch: answer what was read, then close
             self._keep_alive = False
@@ -237,33 +274,56 @@ class HttpConnection(asyncio.Protocol):
             return
         if self._head_since:  # a head is still arriving: its unparsed rest counts too
             if self._head_events != events:
-                self._head_pending = len(data) - data.rfind(b"\n") - 1
+                self._head_pending = size - self.server.receive_buffer.rfind(b"\n", 0, size) - 1
             else:
-                self._head_pending += len(data)
+                self._head_pending += size
             if self._head_size + self._head_pending > HEAD_LIMIT:
                 self._refuse(413, "Request header exceeds the size limit")
                 return
         if self._in_body and self._body_direct:  # a large body: the rest goes past the parser
-            self._body_left = self._body_direct - self._body_size
+            self._start_direct_body()
         if self._queued_bytes >= PIPELINED_BYTES_LIMIT and not self._reading_paused:
             self._pause_reading()
 
-    def _take_body(self, data: bytes) -> bytes:
-        """The next piece of a large ``Content-Length`` body, kept as it arrived (the parser
-        would copy each piece once more); what follows the body is returned for a new parser
-        (the old one still waits for the bytes it did not see)."""
-        left = self._body_left
-        if len(data) < left:
-            self._body.append(data)
-            self._body_size += len(data)
-            self._body_left = left - len(data)
-            return b""
-        self._body.append(data if len(data) == left else data[:left])
-        self._body_size += left
-        self._body_left = 0
+    def _start_direct_body(self) -> None:
+        """The body's first bytes came with its head (given to on_body): move them into the
+        body's own buffer, where the following reads go."""
+        size = self._body_direct
+        try:
+            direct = _uninitialised(min(size, max(DIRECT_BODY_FIRST, 2 * self._body_size)))
+        except MemoryError:
+            self._refuse(413, "Request body exceeds the size limit")
+            return
+        filled = 0
+        for piece in self._body:
+            direct[filled : filled + len(piece)] = piece
+            filled += len(piece)
+        self._body = []
+        self._direct = direct
+        self._body_left = size - filled
+
+    def _grow_direct(self) -> None:
+        """The direct body's buffer is full and more is to come: twice as large (at most the
+        body's size), what arrived copied over."""
+        direct = self._direct
+        assert direct is not None
+        try:
+            larger = _uninitialised(min(self._body_direct, 2 * len(direct)))
+        except MemoryError:
+            self._refuse(413, "Request body exceeds the size limit")
+            return
+        larger[: len(direct)] = direct
+        self._direct = larger
+
+    def _end_direct_body(self) -> None:
+        """The last byte of a direct body arrived: the request is complete. The parser still
+        waits for the body, so the next request gets a new one."""
+        direct = self._direct
+        assert direct is not None
+        self._direct = None
+        self._body = [direct.toreadonly()]
         self._parser = httptools.HttpRequestParser(self)
         self.on_message_complete()
-        return b"" if self._done_reading else data[left:]
 
     # --- httptools callbacks -----------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -493,6 +553,7 @@ class HttpConnection(asyncio.Protocol):
         self._in_body = False
         self._body_direct = self._body_left = 0
         self._body = []
+        self._direct = None
         if self._task is None and not self._queue:
             self._answer_and_close(status, message)
         else:

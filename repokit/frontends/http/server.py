@@ -15,7 +15,7 @@ import ssl
 import time
 
 from repokit.frontends.http.connection_limits import ConnectionLimits, default_max_connections
-from repokit.frontends.http.protocol import Handler, HttpConnection
+from repokit.frontends.http.protocol import RECEIVE_BUFFER_BYTES, Handler, HttpConnection
 
 LISTEN_BACKLOG = 1024
 # the timeout timer runs at least this often (a timeout is enforced within half its length)
@@ -55,6 +55,10 @@ class HttpServer:
         self.max_body = max_body
         self.access_log = access_log
         self.connections: set[HttpConnection] = set()
+        # every connection reads into this buffer; a read is parsed (its bytes copied where
+        # they are kept) before the loop reads again
+        self.receive_buffer = bytearray(RECEIVE_BUFFER_BYTES)
+        self.receive_view = memoryview(self.receive_buffer)
         self._server: asyncio.Server | None = None
         self._timer: asyncio.TimerHandle | None = None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import itertools
 import json
 import socket
 import threading
@@ -20,7 +21,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from repokit.frontends.http.messages import HttpRequest
+from repokit.frontends.http import protocol
+from repokit.frontends.http.messages import HttpRequest, HttpResponse
 from repokit.frontends.http.protocol import HEAD_LIMIT
 from repokit.frontends.http.server import HttpServer, bind_socket
 from tests.e2e.python_cancel_models import build_cancel_repository
@@ -548,3 +550,77 @@ def test_http_1_0_with_keep_alive_stays_open(conn: Connection) -> None:
         conn.send(head.encode() + ADD_SUB_BODY)
         answer = conn.read()
         assert answer.status == 200 and answer.header("connection") == "keep-alive"
+
+
+async def _post_pieces(port: int, pieces: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """Send ``pieces`` one by one on one connection; read every answer until it closes or
+    two answers came: (head, body) of each."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for piece in pieces:
+        writer.write(piece)
+        await writer.drain()
+        await asyncio.sleep(0.01)
+    answers = []
+    for _ in range(2):
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            break
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        answers.append((head, await reader.readexactly(length)))
+    writer.close()
+    return answers
+
+
+async def test_a_large_body_is_read_into_its_own_buffer_and_handed_on_read_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the body's buffer starts at 128 KiB and doubles as the 1 MiB body arrives
+    monkeypatch.setattr(protocol, "DIRECT_BODY_FIRST", 128 * 1024)
+    seen: list[tuple[type, bool, int]] = []
+
+    async def echo(req: HttpRequest) -> HttpResponse:
+        body = req.body
+        view = memoryview(body)
+        seen.append((type(body), view.readonly, len(body)))
+        return HttpResponse(bytes(body), content_type="application/octet-stream")
+
+    server = HttpServer(echo)
+    port = await server.start(bind_socket("127.0.0.1", 0))
+    payload = np.random.default_rng(3).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+    data = b"POST /a HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload
+    data += b"POST /b HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"
+    cuts = [0, 100, 70_000, 70_001, 400_000, len(data) - 40, len(data)]
+    try:
+        answers = await _post_pieces(port, [data[a:b] for a, b in itertools.pairwise(cuts)])
+    finally:
+        await server.close()
+    assert [body for _, body in answers] == [payload, b"abc"]
+    assert seen == [(memoryview, True, len(payload)), (bytes, True, 3)]
+
+
+async def test_a_body_that_cannot_be_held_is_refused_413_and_the_connection_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_memory(size: int) -> memoryview:
+        raise MemoryError
+
+    monkeypatch.setattr(protocol, "_uninitialised", no_memory)
+    calls: list[str] = []
+
+    async def handler(req: HttpRequest) -> HttpResponse:
+        calls.append(req.path)
+        return HttpResponse(b"{}")
+
+    server = HttpServer(handler)
+    port = await server.start(bind_socket("127.0.0.1", 0))
+    head = b"POST /big HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (1 << 20)
+    try:
+        answers = await _post_pieces(port, [head + b"x" * 1000, b"y" * 5000])
+    finally:
+        await server.close()
+    assert len(answers) == 1
+    assert answers[0][0].startswith(b"HTTP/1.1 413 Request Entity Too Large\r\n")
+    assert b"connection: close" in answers[0][0]
+    assert json.loads(answers[0][1]) == {"error": "Request body exceeds the size limit"}
+    assert calls == []
