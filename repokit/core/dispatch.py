@@ -53,11 +53,28 @@ class CacheTiming(Timing):
     hit: bool = False
 
 
-async def submit(
+def submit(
     loaded: LoadedVersion, request: BackendRequest, batch_size: int, traced: bool = False
+) -> Awaitable[tuple[ScheduledResult, int]]:
+    """The scheduled result and the request's duration in ns (scheduler errors raise, when
+    awaited). A traced request goes through :func:`_submit_traced` (``traced``: it comes from
+    there). The usual request (untraced, no cache) gets the scheduler's awaitable itself,
+    timed: no coroutine of its own."""
+    scheduler = loaded.scheduler
+    if (
+        scheduler is None
+        or loaded.response_cache is not None
+        or (request.trace is not None and not traced)
+    ):
+        return _submit_other(loaded, request, batch_size, traced)
+    return _schedule(loaded, scheduler, request, batch_size)
+
+
+async def _submit_other(
+    loaded: LoadedVersion, request: BackendRequest, batch_size: int, traced: bool
 ) -> tuple[ScheduledResult, int]:
-    """The scheduled result and the request's duration in ns (scheduler errors raise).
-    A traced request goes through :func:`_submit_traced` (``traced``: it comes from there)."""
+    """:func:`submit` of a traced request, a version without a scheduler (not ready) or one
+    with the response cache."""
     if request.trace is not None and not traced:  # what an untraced request pays for tracing
         return await _submit_traced(loaded, request, batch_size)
     scheduler = loaded.scheduler

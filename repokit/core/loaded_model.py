@@ -73,6 +73,10 @@ class LoadedVersion:
     inflight: int = 0
     _idle: asyncio.Event | None = field(default=None, repr=False)
     version_text: str = field(init=False, repr=False)  # str(version), for every response
+    # facts of the config every request asks for, read once (protobuf fields cost a lookup
+    # each time): the config's platform is "ensemble", its transaction policy is decoupled
+    is_ensemble: bool = field(init=False, repr=False)
+    decoupled: bool = field(init=False, repr=False)
     # plain requests as wire bytes to the instance process (set once started, when eligible)
     wire_lane: WireLane | None = field(default=None, init=False, repr=False)
     # the server's response cache, when it has one and the config enables it (set once started)
@@ -82,14 +86,12 @@ class LoadedVersion:
 
     def __post_init__(self) -> None:
         self.version_text = str(self.version)
+        self._read_facts()
 
-    @property
-    def is_ensemble(self) -> bool:
-        return self.config.platform == "ensemble"
-
-    @property
-    def decoupled(self) -> bool:
-        return self.config.model_transaction_policy.decoupled
+    def _read_facts(self) -> None:
+        """The config's facts kept as attributes (again whenever the config changes)."""
+        self.is_ensemble = self.config.platform == "ensemble"
+        self.decoupled = self.config.model_transaction_policy.decoupled
 
     def healthy(self) -> bool:
         return self.backend.health() if self.backend is not None else True
@@ -218,6 +220,7 @@ class LoadedVersion:
         normalize_model_config(config)
         normalize_instance_groups(config)
         self.config = config
+        self._read_facts()
         self._check_io()
         self.config_json = config_to_json(config)
         self.io = ModelIO(config)

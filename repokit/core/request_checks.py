@@ -357,19 +357,22 @@ def prepared(
     io: ModelIO, request: InferRequest, tensors: dict[str, InferTensor], batch_size: int
 ) -> PreparedRequest:
     """The checked request for the backend: its input tensors, the outputs to produce (every
-    output when none is named), its sequence flags and the fields it carries along."""
-    flags = (SEQUENCE_START if request.sequence_start else 0) | (
-        SEQUENCE_END if request.sequence_end else 0
-    )
-    requested = tuple(dict.fromkeys(o.name for o in request.outputs)) or io.all_outputs
+    output when none is named), its sequence flags and the fields it carries along (built with
+    positional arguments and no generator: this runs for every request)."""
+    flags = SEQUENCE_START if request.sequence_start else 0
+    if request.sequence_end:
+        flags |= SEQUENCE_END
+    outputs = request.outputs
+    requested = tuple(dict.fromkeys([o.name for o in outputs])) if outputs else io.all_outputs
+    parameters = request.parameters
     backend_request = BackendRequest(
-        inputs=tensors,
-        requested_outputs=requested,
-        parameters=dict(request.parameters),
-        request_id=request.id,
-        correlation_id=request.sequence_id,
-        flags=flags,
-        priority=request.priority,
-        timeout_us=request.timeout_us,
+        tensors,
+        requested,
+        dict(parameters) if parameters else {},
+        request.id,
+        request.sequence_id,
+        flags,
+        request.priority,
+        request.timeout_us,
     )
     return PreparedRequest(backend_request, batch_size)

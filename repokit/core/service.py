@@ -237,11 +237,14 @@ class InferenceService:
         finally:
             trace.stamp("REQUEST_END")
 
-    def admit(self, request: InferRequest) -> tuple[LoadedVersion, PreparedRequest]:
-        """The version a request runs on and the request checked against it (raises; at
-        --log-verbose 1 the request and why it failed are logged)."""
+    def admit(
+        self, request: InferRequest, loaded: LoadedVersion | None = None
+    ) -> tuple[LoadedVersion, PreparedRequest]:
+        """The version a request runs on (``loaded``: the one the caller just looked up for
+        it) and the request checked against it (raises; at --log-verbose 1 the request and
+        why it failed are logged)."""
         try:
-            loaded, prepared = self._admit(request)
+            loaded, prepared = self._admit(request, loaded)
         except RepokitError as exc:
             if log.isEnabledFor(VERBOSE):
                 log.debug("%s Infer failed: %s", _request_tag(request), exc.message)
@@ -260,12 +263,15 @@ class InferenceService:
             )
         return loaded, prepared
 
-    def _admit(self, request: InferRequest) -> tuple[LoadedVersion, PreparedRequest]:
+    def _admit(
+        self, request: InferRequest, loaded: LoadedVersion | None
+    ) -> tuple[LoadedVersion, PreparedRequest]:
         if self._exiting and (request.sequence_start or request.sequence_id in (0, "")):
             # shutting down: only requests that continue a started sequence still run (Triton
             # admits them "to provide graceful completion of inference sequence")
             raise unavailable("Server exiting")
-        loaded = self.manager.get(request.model_name, request.model_version)
+        if loaded is None:
+            loaded = self.manager.get(request.model_name, request.model_version)
         prepared = prepare_plain(loaded.io, request)
         if prepared is not None:
             return loaded, prepared
@@ -287,8 +293,8 @@ class InferenceService:
         scheduled, elapsed = await self._in_flight(
             submit(loaded, backend_request, batch), request, control
         )
-        if not log.isEnabledFor(VERBOSE):
-            return self._respond(loaded, request, batch, scheduled, elapsed)
+        if not log.isEnabledFor(VERBOSE):  # nor VERBOSE_DETAIL: nothing to log
+            return self._finish(loaded, request, batch, scheduled, elapsed)
         try:
             response = self._respond(loaded, request, batch, scheduled, elapsed)
         except RepokitError as exc:
@@ -354,7 +360,8 @@ class InferenceService:
                     return self._wire_answer(codec, loaded, model, version, raw, ran, elapsed)
         decoded = codec.decode(raw, model, version)
         request = codec.request(decoded)
-        admitted, prepared = self.admit(request)  # self.infer written out: a coroutine less
+        # self.infer written out (a coroutine less), on the version looked up above
+        admitted, prepared = self.admit(request, loaded)
         return codec.encode(decoded, await self.run_admitted(admitted, request, prepared))
 
     async def _infer_encoded_traced(
@@ -464,16 +471,7 @@ class InferenceService:
         elapsed: int,
     ) -> InferResponse:
         """The response of a request that ran, counted in the statistics (errors raise)."""
-        result = scheduled.result
-        if result.error is not None:
-            loaded.stats.record_failure(elapsed, "BACKEND")
-            raise result.error
-        try:
-            response = finish_outputs(loaded, request, result, self.shared_memory)
-        except RepokitError:
-            loaded.stats.record_failure(elapsed, "OTHER")
-            raise
-        record_ran(loaded, batch, elapsed, scheduled)
+        response = self._finish(loaded, request, batch, scheduled, elapsed)
         if log.isEnabledFor(VERBOSE_DETAIL):  # --log-verbose 2
             for tensor in response.outputs:
                 log.log(
@@ -484,6 +482,27 @@ class InferenceService:
                     tensor.datatype,
                     list(tensor.shape),
                 )
+        return response
+
+    def _finish(
+        self,
+        loaded: LoadedVersion,
+        request: InferRequest,
+        batch: int,
+        scheduled: ScheduledResult,
+        elapsed: int,
+    ) -> InferResponse:
+        """:meth:`_respond` without its log lines (for callers that know nothing is logged)."""
+        result = scheduled.result
+        if result.error is not None:
+            loaded.stats.record_failure(elapsed, "BACKEND")
+            raise result.error
+        try:
+            response = finish_outputs(loaded, request, result, self.shared_memory)
+        except RepokitError:
+            loaded.stats.record_failure(elapsed, "OTHER")
+            raise
+        record_ran(loaded, batch, elapsed, scheduled)
         return response
 
     # --- statistics & metrics ----------------------------------------------------------

@@ -234,7 +234,10 @@ class PythonBackend(Backend):
                 return gone(target, requests, self.context.name, failure), Timing()
             target = usable
         batch: RequestBatch = [self._request_item(target, r) for r in requests]
-        size = sum(t.data.nbytes for r in requests for t in r.inputs.values())
+        size = 0
+        for request in requests:
+            for tensor in request.inputs.values():
+                size += tensor.data.nbytes
         try:
             status, body, (input_ns, infer_ns, output_ns) = await self._queues.call(
                 target, EXECUTE, batch, size

@@ -55,12 +55,14 @@ NOT_ITERATIVE = (
 
 
 class ResultUnpacker:
-    """Unpacks the results of one model's instances (caching parsed dtypes and the protocol
-    datatype of each numpy dtype)."""
+    """Unpacks the results of one model's instances (caching the numpy dtype and the protocol
+    datatype of each dtype string a tensor travels with)."""
 
     def __init__(self) -> None:
         self._dtypes: dict[str, np.dtype[Any]] = {}
         self._datatypes: dict[np.dtype[Any], str] = {}
+        # dtype string -> (numpy dtype, protocol datatype), for numeric outputs
+        self._kinds: dict[str, tuple[np.dtype[Any], str]] = {}
 
     def datatype(self, dtype: np.dtype[Any]) -> str:
         """The protocol datatype of an output's numpy dtype (BYTES for the others)."""
@@ -69,6 +71,11 @@ class ResultUnpacker:
             found = datatypes.from_numpy(dtype)
             name = self._datatypes[dtype] = found.protocol if found is not None else "BYTES"
         return name
+
+    def _kind(self, dtype_text: str) -> tuple[np.dtype[Any], str]:
+        dtype = np.dtype(dtype_text)
+        kind = self._kinds[dtype_text] = (dtype, self.datatype(dtype))
+        return kind
 
     def unpack(self, item: PackedResult | None) -> BackendResult:
         """The result of one request; an empty one when its response comes (or came) another
@@ -81,15 +88,23 @@ class ResultUnpacker:
             return BackendResult(error=RepokitError(code, message))
         _, outputs, parameters = item
         tensors = []
+        kinds = self._kinds
         for name, packed in outputs:
-            array = ipc.unpack_array(packed, self._dtypes)
-            tensors.append(InferTensor(name, self.datatype(array.dtype), array.shape, array))
+            dtype_text, shape, data = packed
+            if dtype_text is None:  # not a numeric array: it travelled as itself
+                array = ipc.unpack_array(packed, self._dtypes)
+                datatype = self.datatype(array.dtype)
+            else:  # ipc.unpack_array written out with the datatype found in the same lookup
+                kind = kinds.get(dtype_text)
+                dtype, datatype = kind if kind is not None else self._kind(dtype_text)
+                array = np.ndarray(shape, dtype, data)
+            tensors.append(InferTensor(name, datatype, array.shape, array, {}))
         if not parameters:
-            return BackendResult(outputs=tensors)
+            return BackendResult(tensors)
         params: dict[str, ParamValue] = {
             k: v for k, v in parameters.items() if isinstance(v, (bool, int, float, str))
         }
-        return BackendResult(outputs=tensors, parameters=params)
+        return BackendResult(tensors, None, params)
 
 
 async def answers_later(

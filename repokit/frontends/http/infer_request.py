@@ -190,8 +190,8 @@ def decode_infer_request(
     # a JSON-only body is parsed as it is (orjson reads bytes faster than a memoryview slice)
     head = body if header_length == len(view) else view[:header_length]
     document = parse_json_document(head, max_input_size)
-    request = InferRequest(model_name=model_name, model_version=model_version)
-    decoded = DecodedInfer(request)
+    request = InferRequest(model_name, model_version)
+    decoded = DecodedInfer(request, {})
     if isinstance(document, dict) and "id" in document:
         request_id = document["id"]
         if not isinstance(request_id, str):
