@@ -31,9 +31,23 @@ _NUMBER_TYPES = frozenset({int, float})
 _INT_TYPES = frozenset({int})
 
 
+# an input of the plain path: (name, datatype, shape, array of that shape)
+PlainJsonInput = tuple[str, str, tuple[int, ...], "np.ndarray[Any, Any]"]
+
+
 def plain_json_input(item: Any, max_input_size: int) -> InputSpec | None:
     """An input given as ``{"name", "datatype", "shape", "data"}`` with a flat numeric
     ``data`` of exactly the shape's element count (no parameters), else None."""
+    plain = plain_json_array(item, max_input_size)
+    if plain is None:
+        return None
+    name, datatype, shape, array = plain
+    return InputSpec(name=name, datatype=datatype, shape=shape, data=array)
+
+
+def plain_json_array(item: Any, max_input_size: int) -> PlainJsonInput | None:
+    """:func:`plain_json_input`'s input as a plain tuple (what a python instance on the wire
+    lane needs, without the server's request record)."""
     if type(item) is not dict or "parameters" in item:
         return None
     name = item.get("name")
@@ -56,23 +70,22 @@ def plain_json_input(item: Any, max_input_size: int) -> InputSpec | None:
         return None
     element_types = set(map(type, data))
     dtype = _FLOAT_DTYPES.get(datatype)
+    shape = tuple(shape_json)
     try:
         if dtype is not None:
             if not element_types <= _NUMBER_TYPES or count * dtype.itemsize > max_input_size:
                 return None
-            array = np.asarray(data, dtype=dtype)
-        else:
-            ints = _INT_DTYPES.get(datatype)
-            if ints is None or not element_types <= _INT_TYPES:
-                return None
-            dtype, wide = ints
-            if count * dtype.itemsize > max_input_size:
-                return None
-            array = np.asarray(data, dtype=wide).astype(dtype, copy=False)
+            return name, datatype, shape, np.asarray(data, dtype=dtype).reshape(shape)
+        ints = _INT_DTYPES.get(datatype)
+        if ints is None or not element_types <= _INT_TYPES:
+            return None
+        dtype, wide = ints
+        if count * dtype.itemsize > max_input_size:
+            return None
+        array = np.asarray(data, dtype=wide).astype(dtype, copy=False)
     except OverflowError:
         return None
-    shape = tuple(shape_json)
-    return InputSpec(name=name, datatype=datatype, shape=shape, data=array.reshape(shape))
+    return name, datatype, shape, array.reshape(shape)
 
 
 def plain_output(item: Any) -> tuple[str, bool] | None:

@@ -468,8 +468,18 @@ class InferenceResponse:
         error: TritonError | None = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
+        if (
+            type(output_tensors) is list
+            and error is None
+            and parameters is None
+            and all([type(t) is Tensor for t in output_tensors])
+        ):
+            self._outputs: list[Tensor] = output_tensors[:]  # the common case, checked at once
+            self._error = None
+            self._parameters: dict[str, Any] = {}
+            return
         if output_tensors is MISSING:
-            self._outputs: list[Tensor] = []
+            self._outputs = []
         elif type(output_tensors) is list and all(type(t) is Tensor for t in output_tensors):
             self._outputs = output_tensors[:]  # the common case, checked at once
         elif is_list_of(output_tensors, Tensor, none_ok=True):
@@ -486,7 +496,7 @@ class InferenceResponse:
             raise TritonModelException("Output tensor for inference response should not be empty.")
         self._error = error
         if parameters is None:
-            self._parameters: dict[str, Any] = {}
+            self._parameters = {}
             return
         if isinstance(parameters, str):
             parameters = json.loads(parameters) if parameters else {}
@@ -510,6 +520,13 @@ class InferenceResponse:
 
 # --- lookup helpers ---------------------------------------------------------------------------
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    if type(inference_request) is InferenceRequest:  # the common case, without method calls
+        for tensor in inference_request._inputs:
+            if type(tensor) is Tensor and tensor._name == name:
+                return tensor
+            if type(tensor) is not Tensor and tensor.name() == name:
+                return tensor
+        return None
     for tensor in inference_request.inputs():
         if tensor.name() == name:
             return tensor

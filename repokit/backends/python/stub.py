@@ -141,8 +141,9 @@ class Instance:
 
     def _run(self, result: Any) -> Any:
         """``result``, or what it gives when awaited on the background loop (where every
-        coroutine of the model runs: ``initialize``, ``execute`` and ``finalize`` share it)."""
-        if not inspect.isawaitable(result):
+        coroutine of the model runs: ``initialize``, ``execute`` and ``finalize`` share it).
+        A list (what ``execute`` returns) or None is told apart without ``inspect``."""
+        if type(result) is list or result is None or not inspect.isawaitable(result):
             return result
         future = asyncio.run_coroutine_threadsafe(
             _on_behalf_of(RUNTIME.parents.get(), result), self._background_loop()
@@ -350,7 +351,7 @@ class Instance:
     ) -> BatchReply:
         """Run ``execute`` on built requests and check its responses as Triton does; with
         ``wire`` a successful single response comes back unconverted (status ``WIRE``)."""
-        parents = RUNTIME.parents.set(tuple(request.key() for request in requests))
+        parents = RUNTIME.parents.set(tuple([request.key() for request in requests]))
         rescheduled: tuple[int, ...] = ()
         responses: Any = None
         try:
@@ -366,7 +367,7 @@ class Instance:
         finally:
             RUNTIME.parents.reset(parents)
         executed = time.perf_counter_ns()
-        if any(request.response_sender_if_used() is not None for request in requests):
+        if any([request.response_sender_if_used() is not None for request in requests]):
             return self._answers_with_senders(
                 requests, responses, problem, rescheduled, (built - started, executed - built)
             )
@@ -469,6 +470,13 @@ class Instance:
         InferenceResponse per request, where None stands for a rescheduled request or one
         answered through its response sender."""
         count = len(requests)
+        if (
+            type(responses) is list
+            and len(responses) == count
+            and not rescheduled
+            and all([type(response) is pb_utils.InferenceResponse for response in responses])
+        ):
+            return None  # the common case, checked at once
         if responses is None:
             for index, request in enumerate(requests):
                 if index not in rescheduled and request.response_sender_if_used() is None:

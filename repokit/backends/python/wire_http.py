@@ -21,7 +21,7 @@ import numpy as np
 
 from repokit.backends.python.wire_checks import numeric_outputs
 from repokit.backends.wire_plan import WirePlan
-from repokit.protocol.plain_json import plain_json_input, plain_output
+from repokit.protocol.plain_json import plain_json_array, plain_output
 from repokit.protocol.plain_request import plain_input
 from repokit.protocol.plain_response import plain_json_response
 
@@ -60,14 +60,12 @@ def decode_request(body: bytes, plan: WirePlan, limit: int) -> DecodedRequest | 
     arrays: list[tuple[str, np.ndarray[Any, Any]]] = []
     seen: set[str] = set()
     for item in items:
-        spec = plain_json_input(item, limit)
-        if spec is None:
+        plain = plain_json_array(item, limit)
+        if plain is None:
             return None
-        name, data = spec.name, spec.data
-        if data is None:
-            return None
+        name, datatype, shape, data = plain
         checked = plain_input(
-            expected, max_batch, seen, name, spec.datatype, spec.shape, data.nbytes, batch_size
+            expected, max_batch, seen, name, datatype, shape, data.nbytes, batch_size
         )
         if checked is None or data.dtype != checked[0]:
             return None
