@@ -8,9 +8,11 @@ the ``pb_utils`` requests then cost the instance about 135 us per batch of 32 be
 releases the GIL meanwhile, so a helper thread can do that work during ``execute`` instead.
 
 The main loop arms the helper only while operations come back to back: when the next
-operation was already there as the previous one finished. The helper then takes the next
-operation from the socket (reading for every thread while it does, as in
-:class:`~repokit.backends.python.child_link.ChildLink`) and prepares it. When operations do
+operation was already there as the previous one finished, and that one held batches to build
+(not only requests of the wire lane, :mod:`repokit.core.wire_lane`, which have nothing to
+prepare: there the handoff between the threads costs more than the read it takes over). The
+helper then takes the next operation from the socket (reading for every thread while it
+does, as in :class:`~repokit.backends.python.child_link.ChildLink`) and prepares it. When operations do
 not queue up (a single client waiting for each answer), the main thread reads for itself as
 before, so an idle instance answers a request without a thread handoff on the way.
 

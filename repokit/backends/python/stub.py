@@ -625,7 +625,10 @@ def serve(sock: socket.socket, fd_socket: FdSocket | None = None) -> None:
             return
         armed = False
         if op == EXECUTE:
-            if queued:  # operations come back to back: fetch the next one meanwhile
+            # operations come back to back: fetch and prepare the next one meanwhile; not for
+            # wire items alone (there is nothing to prepare, and the handoff to the helper
+            # thread would cost more than the read it takes over)
+            if queued and not all([isinstance(item, tuple) for item in payload]):
                 armed = True
                 prefetcher.arm()
             reply: tuple[str, Any] = (OK, [instance.execute(batch) for batch in payload])
