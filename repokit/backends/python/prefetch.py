@@ -12,9 +12,10 @@ operation was already there as the previous one finished, and that one held batc
 (not only requests of the wire lane, :mod:`repokit.core.wire_lane`, which have nothing to
 prepare: there the handoff between the threads costs more than the read it takes over). The
 helper then takes the next operation from the socket (reading for every thread while it
-does, as in :class:`~repokit.backends.python.child_link.ChildLink`) and prepares it. When operations do
-not queue up (a single client waiting for each answer), the main thread reads for itself as
-before, so an idle instance answers a request without a thread handoff on the way.
+does, as in :class:`~repokit.backends.python.child_link.ChildLink`) and prepares it. When
+operations do not queue up (a single client waiting for each answer), the main thread reads
+for itself as before, so an idle instance answers a request without a thread handoff on the
+way.
 
 Only the reading and the building of requests move: ``execute``, the conversion of responses
 (which copies output tensors the model may reuse) and the reply stay on the main thread, in

@@ -76,6 +76,7 @@ from repokit.backends.python.messages import (
     SENT_LATER,
     WIRE,
     BatchReply,
+    PackedResult,
     RequestBatch,
     WireItem,
     pack_model_response,
@@ -391,7 +392,7 @@ class Instance:
         if wire:
             return WIRE, responses, (built - started, executed - built, 0)
         results = [
-            pack_model_response(response, request.requested_output_names())
+            _pack_response(response, request.requested_output_names())
             for response, request in zip(responses, requests, strict=True)
         ]
         finished = time.perf_counter_ns()
@@ -579,6 +580,23 @@ class Instance:
                     "stub.py",
                     0,
                 )
+
+
+def _pack_response(response: Any, requested: set[str]) -> PackedResult | None:
+    """:func:`~repokit.backends.python.messages.pack_model_response` of the common case without
+    method calls: an ``InferenceResponse`` without an error whose outputs are ``Tensor``
+    objects (not BF16); anything else through that function."""
+    if type(response) is not pb_utils.InferenceResponse or response._error is not None:
+        return pack_model_response(response, requested)
+    pack_array = ipc.pack_array
+    outputs = []
+    for tensor in response._outputs:
+        if type(tensor) is not pb_utils.Tensor or tensor._bf16:
+            return pack_model_response(response, requested)
+        name = tensor._name
+        if name in requested:
+            outputs.append((name, pack_array(tensor._array)))
+    return (OK, outputs, response._parameters)
 
 
 def _send_reply(link: ChildLink, instance: Instance, op: str, reply: Any) -> None:

@@ -60,10 +60,10 @@ def decode_request(body: bytes, plan: WirePlan, limit: int) -> DecodedRequest | 
     arrays: list[tuple[str, np.ndarray[Any, Any]]] = []
     seen: set[str] = set()
     for item in items:
-        plain = plain_json_array(item, limit)
-        if plain is None:
+        given = plain_json_array(item, limit)
+        if given is None:
             return None
-        name, datatype, shape, data = plain
+        name, datatype, shape, data = given
         checked = plain_input(
             expected, max_batch, seen, name, datatype, shape, data.nbytes, batch_size
         )
