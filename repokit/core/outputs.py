@@ -59,10 +59,8 @@ def finish_outputs(
     if not loaded.io.reshaped_outputs and not result.parameters:
         plain = _plain_outputs(request, result)
         if plain is not None:
-            return InferResponse(
-                model_name=loaded.name, model_version=loaded.version_text, id=request.id,
-                outputs=plain,
-            )  # fmt: skip
+            # positional: this runs for every response
+            return InferResponse(loaded.name, loaded.version_text, request.id, plain)
     wanted = {o.name: o for o in request.outputs}
     batching = loaded.config.max_batch_size > 0
     outputs: list[InferTensor] = []

@@ -312,10 +312,10 @@ class PythonBackend(Backend):
         return WireRun(result, batch_size, timing)
 
     def _request_item(self, target: Instance, request: BackendRequest) -> RequestItem:
-        inputs = [
-            (name, ipc.pack_array(tensor.data), "BF16" if tensor.datatype == "BF16" else None)
-            for name, tensor in request.inputs.items()
-        ]
+        inputs = []  # a loop, not a comprehension: most requests have one or two inputs
+        for name, tensor in request.inputs.items():
+            bf16 = "BF16" if tensor.datatype == "BF16" else None
+            inputs.append((name, ipc.pack_array(tensor.data), bf16))
         key = next(self._keys)
         control = request.control
         if control is not None:
