@@ -316,7 +316,15 @@ class BlockingChannel:
 
 def send_parts(sock: socket.socket, parts: list[bytes | memoryview]) -> None:
     """Write every part with as few ``sendmsg`` calls as the socket allows (blocking)."""
-    pending = [memoryview(p) for p in parts]
+    if len(parts) == 2 and type(parts[0]) is bytes and type(parts[1]) is bytes:
+        # a frame without out-of-band buffers (encode's head and pickle): usually written
+        # whole by the first call
+        sent = sock.sendmsg(parts)
+        if sent == len(parts[0]) + len(parts[1]):
+            return
+        pending = advance([memoryview(p) for p in parts], sent)
+    else:
+        pending = [memoryview(p) for p in parts]
     while pending:
         sent = sock.sendmsg(pending[:512])
         pending = advance(pending, sent)
