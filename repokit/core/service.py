@@ -290,9 +290,15 @@ class InferenceService:
         backend_request = prepared.backend_request
         control = backend_request.control = RequestControl()
         batch = prepared.batch_size
-        scheduled, elapsed = await self._in_flight(
-            submit(loaded, backend_request, batch), request, control
-        )
+        # self._in_flight written out (a coroutine less per request)
+        self._inflight += 1
+        try:
+            scheduled, elapsed = await submit(loaded, backend_request, batch)
+        except BaseException as exc:
+            self._failed_in_flight(exc, request, control)
+            raise
+        finally:
+            self._inflight -= 1
         if not log.isEnabledFor(VERBOSE):  # nor VERBOSE_DETAIL: nothing to log
             return self._finish(loaded, request, batch, scheduled, elapsed)
         try:
@@ -317,18 +323,25 @@ class InferenceService:
         self._inflight += 1
         try:
             return await run
-        except asyncio.CancelledError:
+        except BaseException as exc:
+            self._failed_in_flight(exc, request, control)
+            raise
+        finally:
+            self._inflight -= 1
+
+    @staticmethod
+    def _failed_in_flight(
+        exc: BaseException, request: InferRequest | None, control: RequestControl | None
+    ) -> None:
+        """A request in flight ended with ``exc``: a caller that went away cancels
+        ``control``; failures are logged at --log-verbose 1."""
+        if isinstance(exc, asyncio.CancelledError):
             if control is not None:
                 control.cancel()
             if log.isEnabledFor(VERBOSE):
                 log.debug("%s cancelled: the client went away", _request_tag(request))
-            raise
-        except RepokitError as exc:
-            if log.isEnabledFor(VERBOSE):
-                log.debug("%s Infer failed: %s", _request_tag(request), exc.message)
-            raise
-        finally:
-            self._inflight -= 1
+        elif isinstance(exc, RepokitError) and log.isEnabledFor(VERBOSE):
+            log.debug("%s Infer failed: %s", _request_tag(request), exc.message)
 
     async def infer_encoded(
         self,
