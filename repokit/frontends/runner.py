@@ -11,6 +11,7 @@ does the same until SIGINT/SIGTERM. The CLI (``repokit serve``) is a thin layer 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import inspect
 import signal
@@ -268,7 +269,9 @@ async def run_server(
     target: list[ServerHandle] = []
 
     def on_signal(number: int) -> None:
-        print(f"Signal ({number}) received.", file=sys.stderr, flush=True)  # as tritonserver
+        # as tritonserver; stderr may be a pipe nobody reads any more: the server still stops
+        with contextlib.suppress(OSError, ValueError):
+            print(f"Signal ({number}) received.", file=sys.stderr, flush=True)
         early_stop.set()
         for handle in target:
             handle.request_stop()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import http.client
 import json
 import signal
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,3 +188,33 @@ def test_hung_model_cannot_hold_the_server_past_the_exit_timeout(tmp_path: Path)
     assert not client.is_alive()
     assert len(answers) == 1 and not answers[0].startswith("200"), answers
     assert "Traceback" not in log, log
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_server_when_nobody_reads_its_output(
+    tmp_path: Path, how: signal.Signals
+) -> None:
+    # `repokit serve 2>&1 | head`, or a log collector that went away: writing "Signal (N)
+    # received." to the closed pipe raised in the signal handler and the server never stopped
+    repo = tmp_path / "models"
+    write_model(repo, "double", "y = 2 * x", count=1)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "repokit", "serve", str(repo), "--http-port", "0",
+         "--grpc-port", "0", "--metrics-port", "0", "--http-address", "127.0.0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # until the server says it serves, then read no more
+            if b"Started HTTPService" in line:
+                break
+        process.stdout.close()
+        process.send_signal(how)
+        code = process.wait(timeout=60)  # the bug: still running
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert code == 0
