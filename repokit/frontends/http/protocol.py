@@ -9,8 +9,11 @@ What a connection does:
   parser and without another copy, and handed on as a read-only view (``Content-Length`` or
   chunked bodies, ``Expect:
   100-continue``); a head larger than :data:`HEAD_LIMIT` is refused with 413, a body larger
-  than the server's limit with 413, a malformed request with 400, an unknown ``Expect`` with
-  417, and the connection closes after such an answer;
+  than the server's limit with 413, a malformed request with 400 (llhttp's reason in the
+  message), a transfer coding other than ``chunked`` with 400 or 501, an unknown ``Expect``
+  with 417, and the connection closes after such an answer; a request with both
+  ``Transfer-Encoding: chunked`` and ``Content-Length`` is read by its chunks and the
+  connection closes after its answer (RFC 9112 6.3);
 * runs one request at a time and answers in order: requests pipelined behind the running one
   wait, parsed, in the connection; once :data:`PIPELINED_BYTES_LIMIT` bytes of them wait, the
   connection stops reading (the client's sends block in its kernel buffers) until they are
@@ -166,7 +169,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         self.server = server
         self._receive = server.receive_view
         self.transport: asyncio.Transport | None = None
-        self._parser = httptools.HttpRequestParser(self)
+        self._parser = _request_parser(self)
         # made on the serving loop: asyncio.get_running_loop() costs a getpid() call each time
         self._loop = asyncio.get_running_loop()
         self._now = monotonic()
@@ -322,7 +325,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         assert direct is not None
         self._direct = None
         self._body = [direct.toreadonly()]
-        self._parser = httptools.HttpRequestParser(self)
+        self._parser = _request_parser(self)
         self.on_message_complete()
 
     # --- httptools callbacks -----------------------------------------------------------------
@@ -381,7 +384,19 @@ class HttpConnection(asyncio.BufferedProtocol):
             path = parsed.path.decode("ascii") if parsed.path else "/"
             query = parsed.query.decode("ascii") if parsed.query else ""
         length = get(headers, "content-length")
-        if length is not None or get(headers, "transfer-encoding") is not None:
+        coding = get(headers, "transfer-encoding")
+        if coding is not None:
+            codings = [part.strip().lower() for part in coding.split(",")]
+            if codings[-1] != "chunked":  # the body's end could not be found (RFC 9112 6.3)
+                raise Refused(400, f"Transfer-Encoding '{coding}' does not end with chunked")
+            if len(codings) > 1:
+                raise Refused(501, f"Transfer-Encoding '{coding}' is not supported, only chunked")
+            if length is not None:
+                # both: the chunks frame the body and the length is ignored, and the connection
+                # closes after the answer (RFC 9112 6.3), as Triton's server reads it
+                length = None
+                self._keep_alive = False
+        if length is not None or coding is not None:
             if length is not None and int(length) > self.server.max_body:
                 raise Refused(413, "Request body exceeds the size limit")
             expect = get(headers, "expect")
@@ -623,6 +638,14 @@ class HttpConnection(asyncio.BufferedProtocol):
             self._close()
 
 
+def _request_parser(connection: HttpConnection) -> httptools.HttpRequestParser:
+    """llhttp for one connection; a request with both ``Transfer-Encoding: chunked`` and
+    ``Content-Length`` is parsed by its chunks (see ``on_headers_complete``), not refused."""
+    parser = httptools.HttpRequestParser(connection)
+    parser.set_dangerous_leniencies(lenient_chunked_length=True)
+    return parser
+
+
 def _refusal(exc: BaseException) -> Refused:
     """The answer to what the parser raised (a callback's Refused, or malformed input: 400)."""
     seen: BaseException | None = exc
@@ -630,4 +653,6 @@ def _refusal(exc: BaseException) -> Refused:
         if isinstance(seen, Refused):
             return seen
         seen = seen.__context__ or seen.__cause__
+    if isinstance(exc, httptools.HttpParserError) and str(exc):
+        return Refused(400, f"Malformed HTTP request: {exc}")  # llhttp's reason
     return Refused(400, "Bad Request")

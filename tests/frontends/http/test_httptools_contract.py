@@ -119,6 +119,23 @@ def test_malformed_requests_raise_parser_errors(data: bytes) -> None:
         _parse(data)
 
 
+def test_chunks_frame_a_body_that_has_a_length_too_when_lenient() -> None:
+    recorder = Recorder()
+    parser = httptools.HttpRequestParser(recorder)
+    parser.set_dangerous_leniencies(lenient_chunked_length=True)
+    parser.feed_data(
+        b"POST / HTTP/1.1\r\nContent-Length: 30\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3\r\nabc\r\n0\r\n\r\n"
+    )
+    assert [value for kind, value in recorder.events if kind == "body"] == [b"abc"]
+    assert recorder.events[-1] == ("complete", b"")
+
+
+def test_the_parser_says_what_was_malformed() -> None:
+    with pytest.raises(httptools.HttpParserError, match=r"^Invalid header token$"):
+        _parse(b"GET / HTTP/1.1\r\nno colon\r\n\r\n")
+
+
 def test_an_unknown_method_has_its_own_error() -> None:
     with pytest.raises(httptools.HttpParserInvalidMethodError):
         _parse(b"FROB / HTTP/1.1\r\n\r\n")

@@ -262,7 +262,8 @@ def test_oversized_head_is_refused(conn: Connection) -> None:
 def test_malformed_head_is_a_bad_request(conn: Connection) -> None:
     conn.send(b"POST " + INFER.encode() + b" HTTP/1.1\r\nno colon here\r\n\r\n")
     answer = conn.read()
-    assert answer.status == 400 and answer.json() == {"error": "Bad Request"}
+    assert answer.status == 400
+    assert answer.json() == {"error": "Malformed HTTP request: Invalid header token"}
     assert answer.header("connection") == "close"
     assert conn.closed_by_server()
 
@@ -277,6 +278,11 @@ def test_malformed_head_is_a_bad_request(conn: Connection) -> None:
         (b"POST /v2 HTTP/1.1\r\nContent-Length: x\r\n\r\n", 400),
         (b"POST /v2 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
         (b"POST /v2 HTTP/1.1\r\nContent-Length: 2\r\nExpect: magic\r\n\r\n", 417),
+        # a body whose end cannot be found, with or without a length (RFC 9112 6.3)
+        (b"POST /v2 HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nzz", 400),
+        (b"POST /v2 HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: gzip\r\n\r\nzz", 400),
+        # a coding before the chunks that nothing here decodes
+        (b"POST /v2 HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501),
     ],
 )
 def test_requests_the_protocol_refuses(conn: Connection, data: bytes, status: int) -> None:
@@ -285,6 +291,49 @@ def test_requests_the_protocol_refuses(conn: Connection, data: bytes, status: in
     assert answer.status == status
     assert "error" in answer.json()  # type: ignore[operator]
     assert conn.closed_by_server()
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            b"POST /v2 HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+            "Malformed HTTP request: Duplicate Content-Length",
+        ),
+        (
+            b"POST /v2 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            "Malformed HTTP request: Invalid character in chunk size",
+        ),
+        (
+            b"POST /v2 HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nzz",
+            "Transfer-Encoding 'gzip' does not end with chunked",
+        ),
+        (
+            b"POST /v2 HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            "Transfer-Encoding 'gzip, chunked' is not supported, only chunked",
+        ),
+    ],
+)
+def test_a_refusal_says_what_was_wrong(conn: Connection, data: bytes, message: str) -> None:
+    conn.send(data)
+    assert conn.read().json() == {"error": message}
+
+
+def test_chunks_frame_the_body_when_a_length_comes_too(conn: Connection) -> None:
+    """requests' ``data=`` with a ``Transfer-Encoding: chunked`` header sends both headers
+    (Triton's qa http_test test_content_encoding_chunked_manually): the chunks frame the body,
+    the length is ignored, and the connection closes after the answer (RFC 9112 6.3)."""
+    body = chunked(ADD_SUB_BODY)
+    head = (
+        f"POST {INFER} HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    conn.send(head.encode() + body + request("/v2", method="GET"))
+    answer = conn.read()
+    assert answer.status == 200
+    assert [o["name"] for o in answer.json()["outputs"]] == ["OUTPUT0", "OUTPUT1"]  # type: ignore[index]
+    assert answer.header("connection") == "close"
+    assert conn.closed_by_server()  # the request behind it is not read
 
 
 def test_a_refusal_waits_for_the_answers_before_it(conn: Connection) -> None:
