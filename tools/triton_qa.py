@@ -315,9 +315,57 @@ def junit_outcomes(xml_path: Path, prefix: str, suffix: str) -> list[Outcome]:
     return outcomes
 
 
+# Runs one test file with unittest's runner and writes each test's verdict as JSON lines
+# (argv: the file, the output path).
+UNITTEST_RUNNER = """
+import importlib, json, sys, unittest
+target, out = sys.argv[1], sys.argv[2]
+sys.argv = [target]
+sys.path.insert(0, ".")
+suite = unittest.defaultTestLoader.loadTestsFromModule(importlib.import_module(target[:-3]))
+rows = []
+class Result(unittest.TextTestResult):
+    def addSuccess(self, test):
+        super().addSuccess(test); rows.append((test.id(), "PASS", ""))
+    def addFailure(self, test, err):
+        super().addFailure(test, err); rows.append((test.id(), "FAIL", str(err[1])))
+    def addError(self, test, err):
+        super().addError(test, err); rows.append((test.id(), "ERROR", str(err[1])))
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason); rows.append((test.id(), "SKIP", reason))
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            rows.append((test.id(), "FAIL", str(subtest) + ": " + str(err[1])))
+unittest.TextTestRunner(resultclass=Result, verbosity=2).run(suite)
+with open(out, "w") as handle:
+    for row in rows:
+        handle.write(json.dumps(row) + "\\n")
+"""
+
+
+def unittest_outcomes(path: Path, prefix: str, suffix: str) -> list[Outcome]:
+    """One outcome per test (a test with a failed subtest and its own pass: the failure)."""
+    verdicts: dict[str, tuple[str, str]] = {}
+    if not path.exists():
+        return []
+    for line in path.read_text().splitlines():
+        test_id, verdict, detail = json.loads(line)
+        if test_id not in verdicts or verdicts[test_id][0] == "PASS":
+            verdicts[test_id] = (verdict, detail)
+    outcomes = []
+    for test_id, (verdict, detail) in verdicts.items():
+        _module, classname, name = test_id.rsplit(".", 2)
+        first = detail.strip().splitlines()[0][:200] if detail.strip() else ""
+        outcomes.append(Outcome(f"{prefix}::{classname}::{name}{suffix}", verdict, first))
+    return outcomes
+
+
 def run_pytest(
     run: PytestRun, cwd: Path, label: str, workdir: Path, env: dict[str, str]
 ) -> list[Outcome]:
+    if run.runner == "unittest":
+        return run_unittest(run, cwd, label, workdir, env)
     xml_path = workdir / f"junit-{abs(hash((label, run.target, tuple(run.env.items()))))}.xml"
     with contextlib.suppress(FileNotFoundError):
         xml_path.unlink()
@@ -347,6 +395,33 @@ def run_pytest(
         except subprocess.TimeoutExpired:
             return [Outcome(f"{label}/{run.target}{run.suffix()}", "ERROR", "client timed out")]
     outcomes = junit_outcomes(xml_path, f"{label}/{run.target.split('::')[0]}", run.suffix())
+    if not outcomes:
+        return [
+            Outcome(f"{label}/{run.target}{run.suffix()}", "ERROR", f"no results (see {log_path})")
+        ]
+    return outcomes
+
+
+def run_unittest(
+    run: PytestRun, cwd: Path, label: str, workdir: Path, env: dict[str, str]
+) -> list[Outcome]:
+    out = workdir / f"unittest-{abs(hash((label, run.target, tuple(run.env.items()))))}.jsonl"
+    out.unlink(missing_ok=True)
+    log_path = workdir / f"{label.replace('/', '_')}.client.log"
+    with log_path.open("ab") as log:
+        try:
+            subprocess.run(
+                [sys.executable, "-c", UNITTEST_RUNNER, run.target, str(out)],
+                cwd=cwd,
+                env={**env, **run.env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=run.timeout or TIMEOUT_RUN,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return [Outcome(f"{label}/{run.target}{run.suffix()}", "ERROR", "client timed out")]
+    outcomes = unittest_outcomes(out, f"{label}/{run.target}", run.suffix())
     if not outcomes:
         return [
             Outcome(f"{label}/{run.target}{run.suffix()}", "ERROR", f"no results (see {log_path})")

@@ -15,11 +15,19 @@ import functools
 import importlib.util
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-QA_PATHS = ("qa/L0_backend_python", "qa/python_models", "qa/L0_model_config", "qa/common")
+QA_PATHS = (
+    "qa/L0_backend_python",
+    "qa/python_models",
+    "qa/L0_model_config",
+    "qa/common",
+    "qa/L0_http",
+)
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
 
@@ -41,6 +49,9 @@ NOT_APPLICABLE: dict[str, str] = {
     " backends",
     "restart": "reads the free space of Triton's stub shared-memory pool"
     " (c_python_backend_utils.shared_memory), an internal of Triton's stub IPC",
+    "L0_http/http_test[onnx] on Triton": "this Triton (from its python package) has no"
+    " onnxruntime backend: the onnx models are run by repokit only; L0_http/http_test runs the"
+    " same configs on python stand-ins on both",
     "models that import torch": "torch is not installed here (the dlpack_*, pytorch_fp32_fp32,"
     " identity_bf16, bls, bls_async and decoupled_bls models); they are left out of the"
     " repositories when torch cannot be imported, and the tests that use them fail on both",
@@ -162,6 +173,9 @@ class PytestRun:
     target: str
     env: dict[str, str] = field(default_factory=dict)
     timeout: float = 0.0
+    # "unittest": run by unittest's own runner, as test.sh's "python FILE" does (tests built on
+    # qa/common's TestResultCollector read unittest's result object, which pytest does not give)
+    runner: str = "pytest"
 
     def suffix(self) -> str:
         shown = {k: v for k, v in self.env.items() if k in ("MODEL_NAME", "BLS_KIND", "TRIAL")}
@@ -784,6 +798,112 @@ AUTOFILL_FAILURE_CASES = (
 )
 
 
+# --- L0_http: the HTTP frontend's raw binary requests ---------------------------------------
+# A python stand-in for Triton's generated onnx identity models, so that Triton (whose python
+# package here has no onnxruntime backend) runs the same repository: every INPUTn comes back
+# as OUTPUTn. (The repokit-only variant keeps the onnx models and runs them on onnxruntime.)
+IDENTITY_STAND_IN = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        import json
+
+        config = json.loads(args["model_config"])
+        self.pairs = [
+            (given["name"], given["name"].replace("INPUT", "OUTPUT")) for given in config["input"]
+        ]
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [
+                    pb_utils.Tensor(output, pb_utils.get_input_tensor_by_name(r, name).as_numpy())
+                    for name, output in self.pairs
+                ]
+            )
+            for r in requests
+        ]
+"""
+
+
+def _identity_models(qa: Path, into: Path) -> None:
+    """Triton's qa/common/gen_qa_identity_models.py --onnx, run as its test's DATADIR has it
+    (qa_identity_model_repository)."""
+    subprocess.run(
+        [sys.executable, "gen_qa_identity_models.py", "--onnx", "--models_dir", str(into)],
+        cwd=qa / "common",
+        check=True,
+        capture_output=True,
+    )
+
+
+def _http_unit_test_models(*, stand_in: bool) -> Layout:
+    """L0_http/test.sh's python_unit_test_models: four identity models and two edited
+    copies (one BYTES element; a queue of one request that waits a second for a batch)."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        generated = repo.parent / "qa_identity_model_repository"
+        shutil.rmtree(generated, ignore_errors=True)
+        _identity_models(qa, generated)
+        for name in (
+            "onnx_zero_1_float32",
+            "onnx_zero_1_object",
+            "onnx_zero_1_float16",
+            "onnx_zero_3_float32",
+        ):
+            shutil.copytree(generated / name, repo / name)
+        one = repo / "onnx_zero_1_object_1_element"
+        shutil.copytree(repo / "onnx_zero_1_object", one)
+        rename(one / "config.pbtxt", "onnx_zero_1_object_1_element")
+        text = (one / "config.pbtxt").read_text()
+        (one / "config.pbtxt").write_text(text.replace("-1", "1", 1))  # sed "0,/-1/{s/-1/1/}"
+        queue = repo / "onnx_zero_1_float32_queue"
+        shutil.copytree(repo / "onnx_zero_1_float32", queue)
+        rename(queue / "config.pbtxt", "onnx_zero_1_float32_queue")
+        append(
+            queue / "config.pbtxt",
+            "dynamic_batching { ",
+            "    max_queue_delay_microseconds: 1000000",
+            "    preferred_batch_size: [ 8 ]",
+            "    default_queue_policy {",
+            "        max_queue_size: 1",
+            "    }",
+            "}",
+        )
+        if stand_in:
+            for folder in repo.iterdir():
+                sed(folder / "config.pbtxt", r'^platform: "onnxruntime_onnx"', 'backend: "python"')
+                for version in folder.iterdir():
+                    if version.is_dir():
+                        shutil.rmtree(version)
+                (folder / "1").mkdir()
+                (folder / "1" / "model.py").write_text(IDENTITY_STAND_IN)
+
+    return lay
+
+
+def http_frontend() -> list[Scenario]:
+    return [
+        Scenario(
+            "L0_http/http_test",
+            "L0_http",
+            _http_unit_test_models(stand_in=True),
+            [PytestRun("http_test.py", runner="unittest")],
+            repo_dir="python_unit_test_models",
+            verbose=False,
+        ),
+        Scenario(
+            "L0_http/http_test[onnx]",
+            "L0_http",
+            _http_unit_test_models(stand_in=False),
+            [PytestRun("http_test.py", runner="unittest")],
+            repo_dir="python_unit_test_models",
+            verbose=False,
+        ),
+    ]
+
+
 def scenarios() -> list[Scenario]:
     return [
         *top_level(),
@@ -797,4 +917,5 @@ def scenarios() -> list[Scenario]:
         *logging(),
         *autofill(),
         *autofill_failures(),
+        *http_frontend(),
     ]

@@ -5,6 +5,7 @@ repository, so that is a manual tool (README), not part of this suite."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,56 @@ def test_junit_results_become_one_line_per_test(tmp_path: Path) -> None:
         ("L0/lifecycle/lifecycle_test.py::LifecycleTest::b[k]", "FAIL", "AssertionError: 1 != 0"),
         ("L0/lifecycle/lifecycle_test.py::T::c[k]", "SKIP", "hangs"),
     ]
+
+
+UNITTEST_FILE = """
+import unittest
+
+
+class Collector(unittest.TestCase):  # reads unittest's result object, as qa's collector does
+    def run(self, result=None):
+        found = super().run(result)
+        assert found.testsRun >= 1
+        return found
+
+
+class HttpTest(Collector):
+    def test_pass(self):
+        pass
+
+    def test_fail(self):
+        self.assertEqual(1, 2)
+
+    def test_subtests(self):
+        for value in (1, 2):
+            with self.subTest(value=value):
+                self.assertEqual(value, 1)
+
+    def test_error(self):
+        raise RuntimeError("broken")
+"""
+
+
+def test_unittest_runs_give_one_line_per_test(tmp_path: Path) -> None:
+    (tmp_path / "http_test.py").write_text(UNITTEST_FILE)
+    run = suites.PytestRun("http_test.py", runner="unittest")
+    found = triton_qa.run_pytest(run, tmp_path, "L0_http/x", tmp_path, dict(os.environ))
+    results = {o.test.rsplit("::", 1)[1]: (o.result, o.detail) for o in found}
+    subtest_result, subtest_detail = results.pop("test_subtests")
+    assert results == {
+        "test_error": ("ERROR", "broken"),
+        "test_fail": ("FAIL", "1 != 2"),
+        "test_pass": ("PASS", ""),
+    }
+    assert subtest_result == "FAIL" and subtest_detail.endswith("(value=2): 2 != 1")
+    assert all(o.test.startswith("L0_http/x/http_test.py::HttpTest::") for o in found)
+
+
+def test_a_unittest_file_that_does_not_import_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "broken_test.py").write_text("import no_such_module_here\n")
+    run = suites.PytestRun("broken_test.py", runner="unittest")
+    [outcome] = triton_qa.run_pytest(run, tmp_path, "L0_http/y", tmp_path, dict(os.environ))
+    assert outcome.result == "ERROR" and "no results" in outcome.detail
 
 
 def test_log_checks_count_matches(tmp_path: Path) -> None:
