@@ -904,6 +904,21 @@ def http_frontend() -> list[Scenario]:
     ]
 
 
+def http_generate() -> list[Scenario]:
+    """L0_http's generate extension test: the repository it ships (``generate_models``, a
+    decoupled python ``mock_llm``), a server started with no other flag than that."""
+    return [
+        Scenario(
+            "L0_http/generate_endpoint",
+            "L0_http",
+            None,
+            [PytestRun("generate_endpoint_test.py", runner="unittest")],
+            repo_dir="generate_models",
+            verbose=False,
+        )
+    ]
+
+
 def scenarios() -> list[Scenario]:
     return [
         *top_level(),
@@ -918,4 +933,5 @@ def scenarios() -> list[Scenario]:
         *autofill(),
         *autofill_failures(),
         *http_frontend(),
+        *http_generate(),
     ]

@@ -30,6 +30,39 @@ CASES: list[tuple[str, str, Any]] = [
     ("stream_plain_model", "text_echo/generate_stream", {"TEXT": "a", "COUNT": 2}),
     ("stream_missing_input", "token_stream/generate_stream", {}),
     ("stream_plain_error", "text_echo/generate_stream", {"TEXT": "a", "COUNT": -1}),
+    # a key given twice (raw bodies: a dict cannot hold it): converted twice, first value
+    ("repeated_input", "text_echo/generate", b'{"TEXT": "a", "COUNT": 1, "TEXT": "b"}'),
+    ("repeated_input_first", "text_echo/generate", b'{"TEXT": "a", "TEXT": "b", "COUNT": "x"}'),
+    ("repeated_input_escaped", "text_echo/generate", b'{"TEXT": "a", "COUNT": 1, "\\u0054EXT": 0}'),
+    (
+        "repeated_parameter",
+        "text_echo/generate",
+        b'{"TEXT": "a", "COUNT": 1, "tag": "x", "tag": "y"}',
+    ),
+    (
+        "repeated_nested_parameter",
+        "text_echo/generate",
+        b'{"TEXT": "a", "COUNT": 1, "parameters": {"tag": "x", "tag": "y"}}',
+    ),
+    ("repeated_id", "text_echo/generate", b'{"id": "a", "TEXT": "a", "COUNT": 1, "id": "b"}'),
+    (
+        "repeated_parameters_object",
+        "text_echo/generate",
+        b'{"TEXT": "a", "parameters": {"COUNT": 1}, "parameters": {"COUNT": 2}}',
+    ),
+    ("stream_repeated_input", "token_stream/generate_stream", b'{"N": 1, "N": 2}'),
+    # an error inside "parameters" names it
+    (
+        "nested_bad_parameter",
+        "text_echo/generate",
+        {"TEXT": "a", "COUNT": 1, "parameters": {"extra": [1]}},
+    ),
+    ("nested_wrong_type", "text_echo/generate", {"TEXT": "a", "parameters": {"COUNT": "3"}}),
+    (
+        "nested_repeated_input",
+        "text_echo/generate",
+        {"id": "q", "TEXT": "a", "COUNT": 1, "parameters": {"TEXT": "b"}},
+    ),
 ]
 
 

@@ -48,6 +48,12 @@ def _missing(expected: int, got: list[str], missing: list[str], model: str) -> s
     )
 
 
+def _exists(name: str, request_id: str = "<id_unknown>") -> str:
+    return f"[request id: {request_id}] input '{name}' already exists in request"
+
+
+NESTED = "Converting keyword: 'parameters': "
+
 EXPECTED: dict[str, tuple[int, str, Any]] = {
     "echo": (200, JSON, _echo("abababx", [3.0, 1.5], id="7")),
     "echo_nested": (200, JSON, _echo("abab", [2.0, 1.0])),
@@ -94,6 +100,21 @@ EXPECTED: dict[str, tuple[int, str, Any]] = {
     "stream_plain_model": (200, SSE, [_echo("aa", [2.0, 1.0])]),
     "stream_missing_input": (400, JSON, {"error": _missing(1, [], ["N"], "token_stream")}),
     "stream_plain_error": (400, SSE, [{"error": "COUNT must not be negative"}]),
+    "repeated_input": (400, JSON, {"error": _exists("TEXT")}),
+    "repeated_input_first": (400, JSON, {"error": _exists("TEXT")}),
+    "repeated_input_escaped": (400, JSON, {"error": _exists("TEXT")}),
+    "repeated_parameter": (200, JSON, _echo("ax", [1.0, 0.5])),
+    "repeated_nested_parameter": (200, JSON, _echo("ax", [1.0, 0.5])),
+    "repeated_id": (200, JSON, _echo("a", [1.0, 0.5], id="a")),
+    "repeated_parameters_object": (400, JSON, {"error": NESTED + _exists("COUNT")}),
+    "stream_repeated_input": (400, JSON, {"error": _exists("N")}),
+    "nested_bad_parameter": (
+        400,
+        JSON,
+        {"error": NESTED + "parameter 'extra' has invalid type. " + PARAMETER_TYPES},
+    ),
+    "nested_wrong_type": (400, JSON, {"error": NESTED + "Unable to parse 'data': " + NOT_SIGNED}),
+    "nested_repeated_input": (400, JSON, {"error": NESTED + _exists("TEXT", "q")}),
 }
 
 

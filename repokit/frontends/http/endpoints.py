@@ -25,6 +25,7 @@ from repokit.frontends.http.generate import (
     decode_generate_request,
     encode_generate_response,
     json_body,
+    parse_generate_document,
     sse_event,
 )
 from repokit.frontends.http.infer_codec import DECOUPLED_MESSAGE, HttpInferBody, HttpInferCodec
@@ -200,7 +201,7 @@ class Endpoints:
         metadata = self.service.model_metadata(route.model, version)
         if request.headers.get("content-encoding", "identity").lower() != "identity":
             raise invalid_arg("Unsupported content-encoding, only 'identity' is supported.")
-        document = parse_json_document(request.body, self.max_input_size)
+        document = parse_generate_document(request.body, self.max_input_size)
         infer_request = decode_generate_request(route.model, version, document, metadata)
         await self.service.check_admission(infer_request)  # refusals: a plain JSON error
         answers = _answers(self.service.infer_any(infer_request))

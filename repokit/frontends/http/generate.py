@@ -8,16 +8,23 @@ any other key becomes a request parameter (string, integer, boolean or number). 
 the request id. A response is one flat object: ``id`` (when set), ``model_name``,
 ``model_version``, the response parameters and the outputs (a one-element output as a scalar),
 keys in name order as Triton's ``std::map`` gives them.
+
+A key given more than once counts as Triton's rapidjson reads it: each occurrence is converted
+again with the key's first value, so a repeated input is refused (``input 'X' already exists
+in request``) and a repeated parameter or ``id`` keeps its first value. An error inside
+``parameters`` names it (``Converting keyword: 'parameters': ...``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import orjson
 
-from repokit.errors import invalid_arg
+from repokit.errors import RepokitError, invalid_arg
+from repokit.frontends.http.infer_request import parse_json_document
 from repokit.protocol.json_codec import array_from_json, array_to_json
 from repokit.protocol.types import InferRequest, InferResponse, InputSpec, ParamValue
 
@@ -29,6 +36,58 @@ NOT_ONE_RESPONSE = (
 # an error response of the model: Triton 2.51's generate handler gives 400 whatever the code
 RESPONSE_ERROR_STATUS = 400
 _PARAMETERS = "parameters"
+
+
+def parse_generate_document(buffer: bytes | memoryview, max_size: int) -> Any:
+    """The request body as JSON, keys given more than once kept (:class:`_RepeatedKeys`).
+
+    The body is parsed once (fast, and validated as every JSON body); only when a key of the
+    object or of its ``parameters`` may occur twice (its quoted name is in the body more than
+    once, or not verbatim) is it parsed again keeping every member."""
+    document = parse_json_document(buffer, max_size)
+    if not isinstance(document, dict):
+        return document
+    raw = bytes(buffer)
+    if not _may_repeat_keys(raw, document):
+        return document
+    try:
+        return json.loads(raw, object_pairs_hook=_object_keeping_repeats)
+    except RecursionError:  # deeper than the standard library goes: no repeats looked for
+        return document
+
+
+class _RepeatedKeys(dict[str, Any]):
+    """A JSON object with a key given more than once: each key's first value (the one
+    rapidjson's lookup finds) and ``names``, every member's name in document order."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, first_values: dict[str, Any], names: list[str]) -> None:
+        super().__init__(first_values)
+        self.names = names
+
+
+def _object_keeping_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        found.setdefault(key, value)
+    if len(found) == len(pairs):
+        return found
+    return _RepeatedKeys(found, [key for key, _ in pairs])
+
+
+def _may_repeat_keys(raw: bytes, document: dict[str, Any]) -> bool:
+    if b"\\u" in raw or b"\\/" in raw:  # a key may be spelt with escapes
+        return True
+    objects = [document]
+    nested = document.get(_PARAMETERS)
+    if isinstance(nested, dict):
+        objects.append(nested)
+    return any(raw.count(b'"' + key.encode() + b'"') != 1 for obj in objects for key in obj)
+
+
+def _member_names(document: dict[str, Any]) -> list[str]:
+    return document.names if isinstance(document, _RepeatedKeys) else list(document)
 
 
 def decode_generate_request(
@@ -44,7 +103,8 @@ def decode_generate_request(
         if not isinstance(request_id, str):
             raise invalid_arg("Unable to parse 'id': attempt to access JSON non-string as string")
         request.id = request_id
-    for key, value in document.items():
+    for key in _member_names(document):
+        value = document[key]
         if key == _PARAMETERS:
             if key in inputs:
                 raise invalid_arg(
@@ -55,8 +115,12 @@ def decode_generate_request(
                     f"Expected JSON object for keyword: '{key}': "
                     "attempt to access JSON non-object as object"
                 )
-            for nested_key, nested_value in value.items():
-                _map_key(request, nested_key, nested_value, inputs)
+            try:
+                for nested_key in _member_names(value):
+                    _map_key(request, nested_key, value[nested_key], inputs)
+            except RepokitError as exc:
+                message = f"Converting keyword: '{key}': {exc.message}"
+                raise RepokitError(exc.code, message) from None
         else:
             _map_key(request, key, value, inputs)
     return request
@@ -67,6 +131,9 @@ def _map_key(request: InferRequest, key: str, value: Any, inputs: dict[str, Any]
     if meta is None:
         request.parameters[key] = _parameter(key, value)
         return
+    if any(spec.name == key for spec in request.inputs):
+        request_id = request.id or "<id_unknown>"
+        raise invalid_arg(f"[request id: {request_id}] input '{key}' already exists in request")
     datatype = str(meta["datatype"])
     elements = value if isinstance(value, list) else [value]
     shape = _fill_shape(key, [int(d) for d in meta["shape"]], len(elements))
