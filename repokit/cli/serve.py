@@ -81,11 +81,20 @@ def serve(
     exit_timeout_secs: float = 30.0,
     http_max_input_size: int = 1 << 26,
     http_restricted_api: Annotated[
-        list[str] | None, typer.Option(metavar="SPEC", help="<apis>:<key>=<value>, repeatable.")
+        list[str] | None,
+        typer.Option(
+            metavar="SPEC",
+            help="<apis>:<key>=<value>, repeatable: requests to those APIs need the header"
+            " <key>: <value> (else 403).",
+        ),
     ] = None,
     grpc_restricted_protocol: Annotated[
         list[str] | None,
-        typer.Option(metavar="SPEC", help="<protocols>:<key>=<value>, repeatable."),
+        typer.Option(
+            metavar="SPEC",
+            help="<protocols>:<key>=<value>, repeatable: calls to those RPCs need the metadata"
+            " triton-grpc-protocol-<key>: <value> (else UNAVAILABLE).",
+        ),
     ] = None,
     reuse_grpc_port: Annotated[str, typer.Option(metavar="BOOL")] = "false",
     grpc_use_ssl: Annotated[str, typer.Option(metavar="BOOL")] = "false",
@@ -252,6 +261,7 @@ def serve(
     from repokit.core.response_cache import parse_cache_config
     from repokit.core.settings import LogSettings, ServerSettings
     from repokit.core.tracing.options import parse_trace_flags
+    from repokit.frontends.grpc.options import parse_restricted_protocols
     from repokit.frontends.restricted_apis import parse_restricted_apis
     from repokit.frontends.runner import ServeSettings
     from repokit.paths import default_sample_repository
@@ -272,6 +282,7 @@ def serve(
         raise typer.BadParameter("--log-verbose must not be negative")
     try:
         parse_restricted_apis(http_restricted_api or [])
+        parse_restricted_protocols(grpc_restricted_protocol or [])
         if response_cache_byte_size is not None and not cache_config:
             try:
                 int(response_cache_byte_size.strip())

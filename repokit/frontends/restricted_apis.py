@@ -24,9 +24,16 @@ Restrictions = Mapping[str, tuple[str, str]]  # category -> (header key, expecte
 
 
 def parse_restricted_apis(
-    specs: Iterable[str], option: str = "http-restricted-api", key_prefix: str = ""
+    specs: Iterable[str],
+    option: str = "http-restricted-api",
+    key_prefix: str = "",
+    feature: str = "api",
 ) -> dict[str, tuple[str, str]]:
-    """Parse ``<api>[,<api>...]:<key>=<value>`` options; ValueError with Triton's wording."""
+    """Parse ``<api>[,<api>...]:<key>=<value>`` options as Triton's ``command_line_parser.cc``
+    does (``feature`` names them in errors: ``api`` for HTTP, ``protocol`` for gRPC): the first
+    ``:`` ends the names, the first ``=`` after it ends the key, and none of the three may be
+    empty; a name must be a category and may be in one option only. ValueError with Triton's
+    wording."""
     restrictions: dict[str, tuple[str, str]] = {}
     for spec in specs:
         colon = spec.find(":")
@@ -35,13 +42,15 @@ def parse_restricted_apis(
         key = spec[colon + 1 : equals] if equals >= 0 else ""
         value = spec[equals + 1 :] if equals >= 0 else ""
         if not names or not key or not value:
-            raise ValueError(f"--{option} option format is '<apis>:<setting>=<value>'. Got {spec}")
+            raise ValueError(
+                f"--{option} option format is '<config name>:<setting>=<value>'. Got {spec}"
+            )
         for name in names.split(","):
             if name not in CATEGORIES:
-                raise ValueError(f"unknown restricted api '{name}'")
+                raise ValueError(f"unknown restricted {feature} '{name}'")
             if name in restrictions:
                 raise ValueError(
-                    f"restricted api '{name}' can not be specified in multiple config groups"
+                    f"restricted {feature} '{name}' can not be specified in multiple config groups"
                 )
             restrictions[name] = (key_prefix + key, value)
     return restrictions

@@ -271,6 +271,43 @@ def test_log_file_takes_the_log(tmp_path: Path) -> None:
             "Incompatible flags --response-cache-byte-size and --cache-config both provided",
         ),
         (["--response-cache-byte-size", "lots"], "invalid option value. Got lots"),
+        # qa/L0_http and qa/L0_grpc test.sh: the server refuses to start with these messages
+        (
+            [
+                "--http-restricted-api=model-repository,health:k1=v1",
+                "--http-restricted-api=metadata,health:k2=v2",
+            ],
+            "restricted api 'health' can not be specified in multiple config groups",
+        ),
+        (
+            ["--http-restricted-api=model-reposit,health:k1=v1"],
+            "unknown restricted api 'model-reposit'",
+        ),
+        (
+            [
+                "--grpc-restricted-protocol=model-repository,health:k1=v1",
+                "--grpc-restricted-protocol=metadata,health:k2=v2",
+            ],
+            "restricted protocol 'health' can not be specified in multiple config groups",
+        ),
+        (
+            ["--grpc-restricted-protocol=model-reposit,health:k1=v1"],
+            "unknown restricted protocol 'model-reposit'",
+        ),
+        (
+            ["--http-restricted-api=health"],
+            "--http-restricted-api option format is '<config name>:<setting>=<value>'. Got health",
+        ),
+        (
+            ["--grpc-restricted-protocol=health:key"],
+            "--grpc-restricted-protocol option format is '<config name>:<setting>=<value>'."
+            " Got health:key",
+        ),
+        (
+            ["--grpc-restricted-protocol=health:key="],
+            "--grpc-restricted-protocol option format is '<config name>:<setting>=<value>'."
+            " Got health:key=",
+        ),
     ],
 )
 def test_bad_flag_values_exit_2(tmp_path: Path, flags: list[str], message: str) -> None:

@@ -89,7 +89,10 @@ class GrpcOptions:
 def parse_restricted_protocols(specs: list[str] | tuple[str, ...]) -> dict[str, tuple[str, str]]:
     """``<protocols>:<key>=<value>`` specs -> category -> (metadata key, value)."""
     parsed = parse_restricted_apis(
-        specs, option="grpc-restricted-protocol", key_prefix=RESTRICTED_HEADER_PREFIX
+        specs,
+        option="grpc-restricted-protocol",
+        key_prefix=RESTRICTED_HEADER_PREFIX,
+        feature="protocol",
     )
     # gRPC metadata keys are lower-case on the wire
     return {category: (key.lower(), value) for category, (key, value) in parsed.items()}

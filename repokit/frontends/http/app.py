@@ -23,7 +23,7 @@ from repokit.frontends.http import endpoints
 from repokit.frontends.http.connection_limits import ConnectionLimits, LimitSettings
 from repokit.frontends.http.messages import HttpRequest, HttpResponse
 from repokit.frontends.http.responses import error_response
-from repokit.frontends.http.restricted import restriction_error
+from repokit.frontends.http.restricted import endpoint_restrictions, restricted_response
 from repokit.frontends.http.routing import Endpoint, Route, resolve
 from repokit.frontends.http.server import HttpServer
 from repokit.frontends.restricted_apis import parse_restricted_apis
@@ -52,11 +52,13 @@ Handler = Callable[[HttpRequest, Route], Awaitable[HttpResponse | None]]
 
 
 class _Resolved(NamedTuple):
-    """A path's route with its endpoint's allowed methods and handler."""
+    """A path's route with its endpoint's allowed methods, handler and the (header, value) a
+    request needs when its category is restricted (None: not restricted)."""
 
     route: Route
     methods: tuple[str, ...]
     handler: Handler
+    restriction: tuple[str, str] | None
 
 
 # resolved routes kept per raw path (a client usually sends few distinct paths)
@@ -71,6 +73,7 @@ class HttpFrontend:
         self.max_input_size = settings.http_max_input_size
         self.allow_client_shm = settings.allow_client_shm
         self.restrictions = parse_restricted_apis(settings.http_restricted_api)
+        self._endpoint_restrictions = endpoint_restrictions(self.restrictions)
         self.limits = ConnectionLimits.from_settings(settings)
         ops = endpoints.Endpoints(service, self.max_input_size, self.allow_client_shm)
         self.endpoints = ops
@@ -108,7 +111,8 @@ class HttpFrontend:
             methods, handler = self._handlers[route.endpoint]
             if not methods:  # shared memory: status is GET, register/unregister are POST
                 methods = ("GET",) if route.action == "status" else ("POST",)
-            resolved = _Resolved(route, methods, handler)
+            restriction = self._endpoint_restrictions.get(route.endpoint)
+            resolved = _Resolved(route, methods, handler, restriction)
         if len(routes) >= ROUTE_CACHE_SIZE:
             routes.clear()
         routes[path] = resolved
@@ -129,11 +133,9 @@ class HttpFrontend:
         resolved = self.route(raw_path)
         if resolved is None:
             return error_response(404, "Not Found")
-        route, methods, handler = resolved
-        if self.restrictions:
-            message = restriction_error(self.restrictions, route.endpoint, request.headers)
-            if message is not None:
-                return error_response(403, message)
+        route, methods, handler, restriction = resolved
+        if restriction is not None and request.headers.get(restriction[0]) != restriction[1]:
+            return restricted_response(restriction[0])
         if request.method not in methods:
             return error_response(405, "Method Not Allowed")
         try:

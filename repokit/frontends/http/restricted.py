@@ -1,11 +1,12 @@
 """The HTTP endpoints of each restricted API category (``--http-restricted-api``, parsed by
 :mod:`repokit.frontends.restricted_apis`): a request to an endpoint of a restricted category must
-carry the header ``<key>`` with exactly ``<value>``, else 403."""
+carry the header ``<key>`` (any case) with exactly ``<value>``, else 403 (server
+``src/http_server.cc`` ``RespondIfRestricted``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
+from repokit.frontends.http.messages import HttpResponse
+from repokit.frontends.http.responses import error_body
 from repokit.frontends.http.routing import Endpoint
 from repokit.frontends.restricted_apis import Restrictions, restricted_message
 
@@ -29,16 +30,17 @@ ENDPOINT_CATEGORY: dict[Endpoint, str] = {
 }
 
 
-def restriction_error(
-    restrictions: Restrictions, endpoint: Endpoint, headers: Mapping[str, str]
-) -> str | None:
-    """The 403 message when the endpoint's category is restricted and the header is wrong."""
-    if not restrictions:
-        return None
-    category = ENDPOINT_CATEGORY.get(endpoint)
-    if category is None or category not in restrictions:
-        return None
-    key, expected = restrictions[category]
-    if headers.get(key) != expected:
-        return restricted_message(key)
-    return None
+def endpoint_restrictions(restrictions: Restrictions) -> dict[Endpoint, tuple[str, str]]:
+    """The (header, value) each endpoint of a restricted category needs, decided once at
+    startup; endpoints of unrestricted categories are absent, so they pay nothing per request."""
+    return {
+        endpoint: restrictions[category]
+        for endpoint, category in ENDPOINT_CATEGORY.items()
+        if category in restrictions
+    }
+
+
+def restricted_response(key: str) -> HttpResponse:
+    """Triton's 403: the check comes before a handler sets its content type, so the body
+    goes out as evhtp's default ``text/plain``."""
+    return HttpResponse(error_body(restricted_message(key)), status=403, content_type="text/plain")

@@ -267,7 +267,7 @@ async def test_restricted_protocols() -> None:
 def test_bad_restricted_spec_is_rejected() -> None:
     with pytest.raises(ValueError, match="grpc-restricted-protocol"):
         parse_restricted_protocols(["inference"])
-    with pytest.raises(ValueError, match="unknown restricted api 'bogus'"):
+    with pytest.raises(ValueError, match="unknown restricted protocol 'bogus'"):
         parse_restricted_protocols(["bogus:k=v"])
 
 

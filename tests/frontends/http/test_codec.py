@@ -23,7 +23,7 @@ from repokit.frontends.http.infer_request import (
     parse_model_version,
 )
 from repokit.frontends.http.infer_response import encode_infer_response
-from repokit.frontends.http.restricted import restriction_error
+from repokit.frontends.http.restricted import endpoint_restrictions, restricted_response
 from repokit.frontends.http.routing import Endpoint, resolve
 from repokit.frontends.restricted_apis import parse_restricted_apis
 from repokit.frontends.status import grpc_status_name, http_status
@@ -496,17 +496,50 @@ def test_response_encoding_by_q_value(header: str | None, chosen: str) -> None:
     assert choose_response_encoding(header) == chosen
 
 
-def test_restricted_api_parsing_and_check() -> None:
+def test_restricted_api_parsing_and_routes() -> None:
     restrictions = parse_restricted_apis(["health,inference:key=secret", "logging:k2=v"])
     assert restrictions["health"] == ("key", "secret") and restrictions["logging"] == ("k2", "v")
-    assert restriction_error(restrictions, Endpoint.MODEL_INFER, {"key": "secret"}) is None
-    assert restriction_error(restrictions, Endpoint.MODEL_INFER, {"key": "no"}) == (
-        "This API is restricted, expecting header 'key'"
-    )
-    assert restriction_error(restrictions, Endpoint.STATS, {}) is None
-    with pytest.raises(ValueError, match="unknown restricted api 'nope'"):
-        parse_restricted_apis(["nope:k=v"])
-    with pytest.raises(ValueError, match="option format"):
-        parse_restricted_apis(["health"])
-    with pytest.raises(ValueError, match="multiple config groups"):
-        parse_restricted_apis(["health:a=b", "health:c=d"])
+    routes = endpoint_restrictions(restrictions)
+    # only the endpoints of restricted categories carry a check, decided once
+    assert routes == {
+        Endpoint.HEALTH_LIVE: ("key", "secret"),
+        Endpoint.HEALTH_READY: ("key", "secret"),
+        Endpoint.MODEL_READY: ("key", "secret"),
+        Endpoint.MODEL_INFER: ("key", "secret"),
+        Endpoint.MODEL_GENERATE: ("key", "secret"),
+        Endpoint.LOGGING: ("k2", "v"),
+    }
+    assert endpoint_restrictions({}) == {}
+    response = restricted_response("key")
+    assert response.status == 403 and response.content_type == "text/plain"
+    assert response.body == b'{"error":"This API is restricted, expecting header \'key\'"}'
+
+
+@pytest.mark.parametrize(
+    ("specs", "message"),
+    [
+        # Triton's ParseGenericConfigOption / ParseRestrictedFeatureOption, word for word
+        (["nope:k=v"], "unknown restricted api 'nope'"),
+        (["health,,metadata:k=v"], "unknown restricted api ''"),
+        (["health:a=b", "health:c=d"], "restricted api 'health' can not be specified in multiple"),
+        (["health,health:a=b"], "restricted api 'health' can not be specified in multiple"),
+        (
+            ["health"],
+            "--http-restricted-api option format is '<config name>:<setting>=<value>'. Got health",
+        ),
+        (["health=v"], "option format is '<config name>:<setting>=<value>'. Got health=v"),
+        (["health:k"], "option format is '<config name>:<setting>=<value>'. Got health:k"),
+        ([":k=v"], "option format is '<config name>:<setting>=<value>'. Got :k=v"),
+        (["health:=v"], "option format is '<config name>:<setting>=<value>'. Got health:=v"),
+        (["health:k="], "option format is '<config name>:<setting>=<value>'. Got health:k="),
+        (["health=k:v"], "option format is '<config name>:<setting>=<value>'. Got health=k:v"),
+    ],
+)
+def test_restricted_api_bad_specs(specs: list[str], message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_restricted_apis(specs)
+    assert message in str(caught.value)
+
+
+def test_restricted_api_spec_splits_at_the_first_colon_and_equals() -> None:
+    assert parse_restricted_apis(["trace:k:x=v=w"]) == {"trace": ("k:x", "v=w")}
