@@ -18,36 +18,58 @@ import grpc
 from repokit.frontends.restricted_apis import missing_header
 from repokit.frontends.v1 import restricted as v1_restricted
 
-#: RPC method name -> restricted-feature category (server ``src/restricted_features.h``)
+SERVICE = "/inference.GRPCInferenceService/"
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+
+#: RPC full method name -> restricted-feature category (server ``src/grpc/grpc_server.cc``:
+#: the category each ``Register*`` hands its call data; ``grpc.health.v1.Health/Check`` is
+#: ``health``, ``ModelStreamInfer`` ``inference``)
 METHOD_CATEGORY: dict[str, str] = {
-    "ServerLive": "health",
-    "ServerReady": "health",
-    "ModelReady": "health",
-    "Check": "health",
-    "ServerMetadata": "metadata",
-    "ModelMetadata": "metadata",
-    "ModelInfer": "inference",
-    "ModelStreamInfer": "inference",
-    "ModelConfig": "model-config",
-    "ModelStatistics": "statistics",
-    "RepositoryIndex": "model-repository",
-    "RepositoryModelLoad": "model-repository",
-    "RepositoryModelUnload": "model-repository",
-    "SystemSharedMemoryStatus": "shared-memory",
-    "SystemSharedMemoryRegister": "shared-memory",
-    "SystemSharedMemoryUnregister": "shared-memory",
-    "CudaSharedMemoryStatus": "shared-memory",
-    "CudaSharedMemoryRegister": "shared-memory",
-    "CudaSharedMemoryUnregister": "shared-memory",
-    "TraceSetting": "trace",
-    "LogSettings": "logging",
+    SERVICE + "ServerLive": "health",
+    SERVICE + "ServerReady": "health",
+    SERVICE + "ModelReady": "health",
+    HEALTH_CHECK: "health",
+    SERVICE + "ServerMetadata": "metadata",
+    SERVICE + "ModelMetadata": "metadata",
+    SERVICE + "ModelInfer": "inference",
+    SERVICE + "ModelStreamInfer": "inference",
+    SERVICE + "ModelConfig": "model-config",
+    SERVICE + "ModelStatistics": "statistics",
+    SERVICE + "RepositoryIndex": "model-repository",
+    SERVICE + "RepositoryModelLoad": "model-repository",
+    SERVICE + "RepositoryModelUnload": "model-repository",
+    SERVICE + "SystemSharedMemoryStatus": "shared-memory",
+    SERVICE + "SystemSharedMemoryRegister": "shared-memory",
+    SERVICE + "SystemSharedMemoryUnregister": "shared-memory",
+    SERVICE + "CudaSharedMemoryStatus": "shared-memory",
+    SERVICE + "CudaSharedMemoryRegister": "shared-memory",
+    SERVICE + "CudaSharedMemoryUnregister": "shared-memory",
+    SERVICE + "TraceSetting": "trace",
+    SERVICE + "LogSettings": "logging",
 }
 
-STREAMING_METHODS = frozenset({"ModelStreamInfer"})
+STREAMING_METHODS = frozenset({SERVICE + "ModelStreamInfer", *v1_restricted.GRPC_STREAMING})
 
 
 def restricted_message(key: str) -> str:
     return f"This protocol is restricted, expecting header '{key}'"
+
+
+def method_restrictions(
+    restricted: Mapping[str, tuple[str, str]],
+) -> dict[str, tuple[str, ...]]:
+    """Full method name -> the categories of it that are restricted, for the methods with at
+    least one (decided once: every other method goes straight to its handler)."""
+    categories: dict[str, tuple[str, ...]] = {
+        path: (category,) for path, category in METHOD_CATEGORY.items()
+    }
+    categories.update(v1_restricted.GRPC_CATEGORIES)
+    found: dict[str, tuple[str, ...]] = {}
+    for path, names in categories.items():
+        held = tuple(name for name in names if name in restricted)
+        if held:
+            found[path] = held
+    return found
 
 
 def _reject_unary(message: str) -> grpc.RpcMethodHandler:
@@ -66,8 +88,12 @@ def _reject_stream(message: str) -> grpc.RpcMethodHandler:
 
 
 class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Installed only when some category is restricted; a call to a method of no restricted
+    category costs one dict lookup."""
+
     def __init__(self, restricted: Mapping[str, tuple[str, str]]) -> None:
         self._restricted = dict(restricted)
+        self._methods = method_restrictions(self._restricted)
 
     async def intercept_service(
         self,
@@ -75,18 +101,13 @@ class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):  # type: ignore
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         path = handler_call_details.method
-        categories = v1_restricted.GRPC_CATEGORIES.get(path)
-        if categories is None:
-            method = path.rsplit("/", 1)[-1]
-            category = METHOD_CATEGORY.get(method)
-            categories = (category,) if category is not None else ()
-            streaming = method in STREAMING_METHODS
-        else:
-            streaming = path in v1_restricted.GRPC_STREAMING
-        if categories:
+        categories = self._methods.get(path)
+        if categories is not None:
             metadata = dict(handler_call_details.invocation_metadata or ())
             key = missing_header(self._restricted, categories, metadata.get)
             if key is not None:
                 message = restricted_message(key)
-                return _reject_stream(message) if streaming else _reject_unary(message)
+                if path in STREAMING_METHODS:
+                    return _reject_stream(message)
+                return _reject_unary(message)
         return await continuation(handler_call_details)

@@ -18,6 +18,7 @@ from repokit.core.tracing.manager import TraceManager
 from repokit.errors import RepokitError, invalid_arg, not_found, unsupported
 from repokit.frontends.grpc import GrpcOptions, build_grpc_server
 from repokit.frontends.grpc.options import parse_restricted_protocols
+from repokit.frontends.grpc.restricted import METHOD_CATEGORY, method_restrictions
 from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from repokit.protocol.generated import health_pb2 as health_pb
@@ -262,6 +263,28 @@ async def test_restricted_protocols() -> None:
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     finally:
         await s.stop(None)
+
+
+def test_every_rpc_has_a_restricted_category() -> None:
+    """A method of no category would be open whatever is restricted: each RPC of the v2
+    service and the health service is named, with the category Triton gives it."""
+    for descriptor in (pb.DESCRIPTOR, health_pb.DESCRIPTOR):
+        for service in descriptor.services_by_name.values():
+            for method in service.methods:
+                assert f"/{service.full_name}/{method.name}" in METHOD_CATEGORY, method.name
+    assert METHOD_CATEGORY["/grpc.health.v1.Health/Check"] == "health"
+    assert METHOD_CATEGORY["/inference.GRPCInferenceService/ModelStreamInfer"] == "inference"
+
+
+def test_method_restrictions_hold_only_restricted_methods() -> None:
+    found = method_restrictions(parse_restricted_protocols(["logging,trace:k=v"]))
+    assert found == {
+        "/inference.GRPCInferenceService/LogSettings": ("logging",),
+        "/inference.GRPCInferenceService/TraceSetting": ("trace",),
+    }
+    assert method_restrictions({}) == {}
+    v1_status = method_restrictions(parse_restricted_protocols(["health:a=b", "statistics:c=d"]))
+    assert v1_status["/nvidia.inferenceserver.GRPCService/Status"] == ("health", "statistics")
 
 
 def test_bad_restricted_spec_is_rejected() -> None:
