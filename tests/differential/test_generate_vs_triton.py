@@ -48,7 +48,7 @@ def _ask(endpoints: Endpoints, suffix: str, body: Any) -> tuple[int, str, Any]:
 
 # JSON values of the wrong kind: Triton answers 500 (TritonJson errors are INTERNAL), repokit
 # 400 as for /infer (repokit/protocol/json_codec.py); the messages are the same
-JSON_KIND_ERRORS = {"wrong_type", "parameters_not_object", "nested_wrong_type"}
+JSON_KIND_ERRORS = {"wrong_type", "parameters_not_object", "nested_wrong_type", "bytes_not_string"}
 
 
 @pytest.mark.parametrize(("name", "suffix", "body"), CASES, ids=[c[0] for c in CASES])

@@ -58,6 +58,11 @@ CASES: list[tuple[str, str, Any]] = [
         {"TEXT": "a", "COUNT": 1, "parameters": {"extra": [1]}},
     ),
     ("nested_wrong_type", "text_echo/generate", {"TEXT": "a", "parameters": {"COUNT": "3"}}),
+    # BYTES inputs: every string is read (nested arrays too), then counted against the shape
+    ("bytes_not_string", "text_echo/generate", {"TEXT": ["a", 5], "COUNT": 1}),
+    ("bytes_nested_one", "text_echo/generate", {"TEXT": [["ab"]], "COUNT": 2}),
+    ("bytes_nested_many", "text_echo/generate", {"TEXT": [["a", ["b"]]], "COUNT": 1}),
+    ("bytes_nested_none", "text_echo/generate", {"id": "n", "TEXT": [[]], "COUNT": 1}),
     (
         "nested_repeated_input",
         "text_echo/generate",

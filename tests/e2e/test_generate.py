@@ -114,6 +114,28 @@ EXPECTED: dict[str, tuple[int, str, Any]] = {
         {"error": NESTED + "parameter 'extra' has invalid type. " + PARAMETER_TYPES},
     ),
     "nested_wrong_type": (400, JSON, {"error": NESTED + "Unable to parse 'data': " + NOT_SIGNED}),
+    "bytes_not_string": (
+        400,
+        JSON,
+        {"error": "Unable to parse JSON bytes array: attempt to access JSON non-string as string"},
+    ),
+    "bytes_nested_one": (200, JSON, _echo("abab", [2.0, 1.0])),
+    "bytes_nested_many": (
+        400,
+        JSON,
+        {
+            "error": "[request id: <id_unknown>] unexpected number of string elements 2 for "
+            "inference input 'TEXT' for model 'text_echo', expecting 1"
+        },
+    ),
+    "bytes_nested_none": (
+        400,
+        JSON,
+        {
+            "error": "[request id: n] expected 1 string elements for inference input 'TEXT' "
+            "for model 'text_echo', got 0"
+        },
+    ),
     "nested_repeated_input": (400, JSON, {"error": NESTED + _exists("TEXT", "q")}),
 }
 

@@ -36,6 +36,7 @@ NOT_ONE_RESPONSE = (
 # an error response of the model: Triton 2.51's generate handler gives 400 whatever the code
 RESPONSE_ERROR_STATUS = 400
 _PARAMETERS = "parameters"
+_BYTES_ARRAY = "Unable to parse JSON bytes array"
 
 
 def parse_generate_document(buffer: bytes | memoryview, max_size: int) -> Any:
@@ -103,6 +104,7 @@ def decode_generate_request(
         if not isinstance(request_id, str):
             raise invalid_arg("Unable to parse 'id': attempt to access JSON non-string as string")
         request.id = request_id
+    deferred: list[RepokitError] = []  # errors Triton's core finds once the request is built
     for key in _member_names(document):
         value = document[key]
         if key == _PARAMETERS:
@@ -117,28 +119,81 @@ def decode_generate_request(
                 )
             try:
                 for nested_key in _member_names(value):
-                    _map_key(request, nested_key, value[nested_key], inputs)
+                    _map_key(request, nested_key, value[nested_key], inputs, deferred)
             except RepokitError as exc:
                 message = f"Converting keyword: '{key}': {exc.message}"
                 raise RepokitError(exc.code, message) from None
         else:
-            _map_key(request, key, value, inputs)
+            _map_key(request, key, value, inputs, deferred)
+    if deferred:
+        raise deferred[0]
     return request
 
 
-def _map_key(request: InferRequest, key: str, value: Any, inputs: dict[str, Any]) -> None:
+def _map_key(
+    request: InferRequest,
+    key: str,
+    value: Any,
+    inputs: dict[str, Any],
+    deferred: list[RepokitError],
+) -> None:
     meta = inputs.get(key)
     if meta is None:
         request.parameters[key] = _parameter(key, value)
         return
+    prefix = f"[request id: {request.id or '<id_unknown>'}] "
     if any(spec.name == key for spec in request.inputs):
-        request_id = request.id or "<id_unknown>"
-        raise invalid_arg(f"[request id: {request_id}] input '{key}' already exists in request")
+        raise invalid_arg(f"{prefix}input '{key}' already exists in request")
     datatype = str(meta["datatype"])
     elements = value if isinstance(value, list) else [value]
+    strings = _string_leaves(elements) if datatype == "BYTES" else None
+    if datatype == "BYTES" and strings is None:
+        # Triton sizes a BYTES input's strings before it looks at the shape
+        raise invalid_arg(f"{_BYTES_ARRAY}: attempt to access JSON non-string as string")
     shape = _fill_shape(key, [int(d) for d in meta["shape"]], len(elements))
+    if strings is not None and len(strings) != math.prod(shape):
+        # nested arrays: Triton reads every string and its core counts them
+        deferred.append(_string_count_error(prefix, key, request.model_name, strings, shape))
+        elements = strings[: math.prod(shape)] + [""] * (math.prod(shape) - len(strings))
+    elif strings is not None:
+        elements = strings
     data = array_from_json(datatype, shape, elements, input_name=key)
     request.inputs.append(InputSpec(key, datatype, shape, data))
+
+
+def _string_leaves(elements: list[Any]) -> list[str] | None:
+    """Every leaf of a (possibly nested) JSON array in order, or None if one is no string."""
+    found: list[str] = []
+    pending: list[Any] = [iter(elements)]
+    while pending:
+        item = next(pending[-1], _END)
+        if item is _END:
+            pending.pop()
+        elif isinstance(item, list):
+            pending.append(iter(item))
+        elif isinstance(item, str):
+            found.append(item)
+        else:
+            return None
+    return found
+
+
+_END = object()
+
+
+def _string_count_error(
+    prefix: str, key: str, model: str, strings: list[str], shape: tuple[int, ...]
+) -> RepokitError:
+    expected = math.prod(shape)
+    where = f"inference input '{key}' for model '{model}'"
+    if len(strings) > expected:
+        return invalid_arg(
+            f"{prefix}unexpected number of string elements {expected + 1} for {where}, "
+            f"expecting {expected}"
+        )
+    return invalid_arg(
+        f"{prefix}expected {expected} string elements for {where}, got {len(strings)}"
+    )
 
 
 def _parameter(key: str, value: Any) -> ParamValue:
