@@ -589,6 +589,9 @@ def run_all(
     os.environ["PYTHONPATH"] = shim_path(workdir)
     qa_copy = workdir / "qa"
     shutil.copytree(qa_source, qa_copy, symlinks=True)
+    for other in qa_source.parent.iterdir():  # QA_PATHS outside qa/ (docs/...), beside it
+        if other.is_dir() and other.name != "qa":
+            shutil.copytree(other, workdir / other.name, symlinks=True)
     target = Target(kind=kind, workdir=workdir, launcher=args.launcher)
     outcomes: list[Outcome] = []
     for scenario in selected:

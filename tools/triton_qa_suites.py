@@ -21,12 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.triton_examples import STAND_INS, stand_in_config
+
 QA_PATHS = (
     "qa/L0_backend_python",
     "qa/python_models",
     "qa/L0_model_config",
     "qa/common",
     "qa/L0_http",
+    "qa/L0_grpc",
+    "docs/examples/model_repository/simple/config.pbtxt",  # the restricted tests' model
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -919,6 +923,77 @@ def http_generate() -> list[Scenario]:
     ]
 
 
+# --- L0_http / L0_grpc: restricted APIs and protocols --------------------------------------
+def _simple(qa: Path, repo: Path) -> None:
+    """The example repository's ``simple`` (INT32 INPUT0/INPUT1 [16], OUTPUT0 = sum, OUTPUT1 =
+    difference; Triton's is a TensorFlow graphdef) as tools/triton_examples.py serves it: the
+    same config on a python model. The restricted tests use no other model of ``models``."""
+    stand_in = STAND_INS["simple"]
+    assert stand_in.source is not None
+    config = qa.parent / "docs/examples/model_repository/simple/config.pbtxt"
+    (repo / "simple" / "1").mkdir(parents=True, exist_ok=True)
+    (repo / "simple" / "config.pbtxt").write_text(stand_in_config(config.read_text(), stand_in))
+    (repo / "simple" / "1" / "model.py").write_text(stand_in.source.lstrip())
+
+
+def restricted() -> list[Scenario]:
+    """The restricted-API parts of L0_http/test.sh and L0_grpc/test.sh: two flag sets each
+    that must stop the server with a message in its log (test.sh greps it exactly once), then
+    a server with the test's restrictions and its unittest class."""
+    found: list[Scenario] = []
+    for suite, flag, word in (
+        ("L0_http", "--http-restricted-api", "api"),
+        ("L0_grpc", "--grpc-restricted-protocol", "protocol"),
+    ):
+        refused = (
+            (
+                "repeated",
+                "model-repository,health:k1=v1",
+                f"{word} 'health' can not be specified in multiple config groups",
+            ),
+            ("unknown", "model-reposit,health:k1=v1", f"unknown restricted {word} 'model-reposit'"),
+        )
+        for case, first, message in refused:
+            found.append(
+                Scenario(
+                    f"{suite}/restricted_{word}_{case}",
+                    suite,
+                    _simple,
+                    flags=[f"{flag}={first}", f"{flag}=metadata,health:k2=v2"],
+                    expect_start=False,
+                    log_checks=[LogCheck("expected_message", re.escape(message), exactly=1)],
+                    verbose=False,
+                )
+            )
+    found.append(
+        Scenario(
+            "L0_http/restricted_api",
+            "L0_http",
+            _simple,
+            [PytestRun("http_restricted_api_test.py::RestrictedAPITest")],
+            flags=[
+                "--http-restricted-api=model-repository:admin-key=admin-value",
+                "--http-restricted-api=inference,metadata:infer-key=infer-value",
+            ],
+            verbose=False,
+        )
+    )
+    found.append(
+        Scenario(
+            "L0_grpc/restricted_protocol",
+            "L0_grpc",
+            _simple,
+            [PytestRun("python_unit_test.py::RestrictedProtocolTest")],
+            flags=[
+                "--grpc-restricted-protocol=model-repository:admin-key=admin-value",
+                "--grpc-restricted-protocol=inference,health:infer-key=infer-value",
+            ],
+            verbose=False,
+        )
+    )
+    return found
+
+
 def scenarios() -> list[Scenario]:
     return [
         *top_level(),
@@ -934,4 +1009,5 @@ def scenarios() -> list[Scenario]:
         *autofill_failures(),
         *http_frontend(),
         *http_generate(),
+        *restricted(),
     ]
