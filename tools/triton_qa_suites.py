@@ -21,7 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.triton_examples import STAND_INS, stand_in_config
+from tools.triton_examples import (
+    GRPC_REPOSITORY,
+    HTTP_REPOSITORY,
+    STAND_INS,
+    StandIn,
+    build_repository,
+    stand_in_config,
+)
 
 QA_PATHS = (
     "qa/L0_backend_python",
@@ -30,7 +37,7 @@ QA_PATHS = (
     "qa/common",
     "qa/L0_http",
     "qa/L0_grpc",
-    "docs/examples/model_repository/simple/config.pbtxt",  # the restricted tests' model
+    "docs/examples/model_repository",  # the configs of L0_http's and L0_grpc's models
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -237,12 +244,14 @@ class Scenario:
     keep_existing: bool = False  # add to the repository shipped in repo_dir
     server_log: str = ""  # test.sh's $SERVER_LOG, for tests that open it by name
     verbose: bool = True  # --log-verbose=1, as most test.sh files
+    repokit_flags: list[str] = field(default_factory=list)  # what Triton 2.51 does by default
 
     def flags_for(self, kind: str) -> list[str]:
         common = [*(["--log-verbose=1"] if self.verbose else []), *self.flags]
         if kind == "triton":
             return common
-        return [f for f in common if not f.startswith(("--backend-config", "--backend-dir"))]
+        kept = [f for f in common if not f.startswith(("--backend-config", "--backend-dir"))]
+        return [*kept, *self.repokit_flags]
 
 
 BP = "L0_backend_python"
@@ -994,6 +1003,80 @@ def restricted() -> list[Scenario]:
     return found
 
 
+# --- L0_http / L0_grpc: tritonclient's asyncio clients --------------------------------------
+# inception_graphdef (a TensorFlow graph whose weights are downloaded) is served by a python
+# model with its config that answers zeros: the aio tests only count it in the repository index
+ZEROS = """import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.outputs = [(o["name"], [int(d) for d in o["dims"]]) for o in config["output"]]
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            batch = request.inputs()[0].as_numpy().shape[0]
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor(name, np.zeros([batch, *dims], dtype=np.float32))
+                for name, dims in self.outputs
+            ]))
+        return responses
+"""
+
+
+def _example_repository(models: list[str]) -> Layout:
+    """The ``models`` folder Triton's QA image gives L0_http / L0_grpc (example models, plus
+    the string dyna-sequence copy test.sh makes), as tools/triton_examples.py stands them in;
+    inception_graphdef loads too (its labels file beside its config)."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        build_repository(qa.parent, [m for m in models if m != "inception_graphdef"], repo)
+        if "inception_graphdef" not in models:
+            return
+        source = qa.parent / "docs/examples/model_repository/inception_graphdef"
+        stand_in = StandIn("inception_graphdef", "", ZEROS)
+        folder = repo / "inception_graphdef"
+        (folder / "1").mkdir(parents=True)
+        config = stand_in_config((source / "config.pbtxt").read_text(), stand_in)
+        (folder / "config.pbtxt").write_text(config)
+        shutil.copy(source / "inception_labels.txt", folder / "inception_labels.txt")
+        (folder / "1" / "model.py").write_text(ZEROS)
+
+    return lay
+
+
+# Triton 2.51 serves client shared memory always; repokit when allowed (README, Differences)
+ALLOW_SHM = "--allow-client-shm=true"
+
+
+def asyncio_clients() -> list[Scenario]:
+    """python_http_aio_test.py and python_grpc_aio_test.py: the server test.sh starts on
+    ``models`` (no other flag), the test run once."""
+    return [
+        Scenario(
+            "L0_http/python_http_aio",
+            "L0_http",
+            _example_repository(HTTP_REPOSITORY),
+            [PytestRun("python_http_aio_test.py")],
+            verbose=False,
+            repokit_flags=[ALLOW_SHM],
+        ),
+        Scenario(
+            "L0_grpc/python_grpc_aio",
+            "L0_grpc",
+            _example_repository(GRPC_REPOSITORY),
+            [PytestRun("python_grpc_aio_test.py")],
+            verbose=False,
+            repokit_flags=[ALLOW_SHM],
+        ),
+    ]
+
+
 def scenarios() -> list[Scenario]:
     return [
         *top_level(),
@@ -1009,5 +1092,6 @@ def scenarios() -> list[Scenario]:
         *autofill_failures(),
         *http_frontend(),
         *http_generate(),
+        *asyncio_clients(),
         *restricted(),
     ]

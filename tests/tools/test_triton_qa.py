@@ -150,3 +150,57 @@ def test_compare_prints_the_table_of_two_saved_runs(
     assert lines[2].split() == ["b", "PASS", "FAIL", "<<"]
     assert lines[-1] == "# 2 tests: triton passes 2, repokit passes 1, both 1"
     assert triton_qa.main(["--compare", str(tmp_path / "r.json"), str(tmp_path / "t.json")]) == 2
+
+
+def test_repokit_only_flags_go_to_repokit_alone() -> None:
+    scenario = suites.Scenario(
+        "x", "cwd", None, verbose=False, repokit_flags=["--allow-client-shm=true"]
+    )
+    assert scenario.flags_for("triton") == []
+    assert scenario.flags_for("repokit") == ["--allow-client-shm=true"]
+
+
+def test_the_aio_tests_repository_has_the_qa_images_models(tmp_path: Path) -> None:
+    """L0_http's ``models`` (Triton's QA image copies six example models, test.sh adds
+    simple_string_dyna_sequence): python stand-ins with the example configs, inception_graphdef
+    one that loads (its labels beside it). The configs here are small made-up ones."""
+    examples = tmp_path / "docs/examples/model_repository"
+    io = 'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
+    io += 'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
+    for name in ("simple", "simple_identity", "simple_sequence", "simple_string"):
+        (examples / name).mkdir(parents=True)
+        (examples / name / "config.pbtxt").write_text(f'name: "{name}"\nplatform: "x"\n{io}')
+    (examples / "simple_dyna_sequence").mkdir()
+    (examples / "simple_dyna_sequence" / "config.pbtxt").write_text(
+        'name: "simple_dyna_sequence"\nplatform: "x"\n' + io + "sequence_batching { control_input"
+        ' [ { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 }'
+        " ] } ] }\n"
+    )
+    (examples / "inception_graphdef").mkdir()
+    (examples / "inception_graphdef" / "config.pbtxt").write_text(
+        'name: "inception_graphdef"\nplatform: "tensorflow_graphdef"\nmax_batch_size: 128\n'
+        'input [ { name: "input" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+        'output [ { name: "out" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "l.txt" } ]\n'
+    )
+    (examples / "inception_graphdef" / "inception_labels.txt").write_text("a\nb\n")
+    scenario = next(s for s in suites.scenarios() if s.label == "L0_http/python_http_aio")
+    assert scenario.layout is not None
+    repo = tmp_path / "qa" / "L0_http" / "models"
+    repo.mkdir(parents=True)
+    scenario.layout(tmp_path / "qa", repo)
+    assert sorted(p.name for p in repo.iterdir()) == [
+        "inception_graphdef",
+        "simple",
+        "simple_dyna_sequence",
+        "simple_identity",
+        "simple_sequence",
+        "simple_string",
+        "simple_string_dyna_sequence",
+    ]
+    for folder in repo.iterdir():
+        assert 'backend: "python"' in (folder / "config.pbtxt").read_text(), folder.name
+        assert (folder / "1" / "model.py").is_file(), folder.name
+    assert (repo / "inception_graphdef" / "inception_labels.txt").read_text() == "a\nb\n"
+    assert "TYPE_STRING" in (repo / "simple_string_dyna_sequence" / "config.pbtxt").read_text()
+    assert scenario.flags_for("repokit") == ["--allow-client-shm=true"]
+    assert scenario.flags_for("triton") == []

@@ -17,7 +17,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from repokit.core.service import InferenceService
-from repokit.errors import Code, RepokitError, unsupported
+from repokit.errors import Code, RepokitError, invalid_arg, unsupported
 from repokit.frontends.grpc import messages
 from repokit.frontends.grpc.codec import parse_infer_request
 from repokit.frontends.grpc.infer_codec import GrpcInferCall, GrpcInferCodec
@@ -265,9 +265,10 @@ class InferenceServicer:
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> pb.CudaSharedMemoryRegisterResponse:
+        # INVALID_ARGUMENT, as Triton 2.51 built without GPU support (and repokit's HTTP: 400)
         await abort_with(
             context,
-            unsupported(
+            invalid_arg(
                 f"failed to register CUDA shared memory region: '{request.name}', "
                 "GPUs not supported"
             ),
