@@ -7,6 +7,11 @@ rename the same numpy arrays, never copy them). Each step calls the injected
 composing models keep their own schedulers and statistics, and an ensemble step may itself be
 an ensemble. ``version`` is the step's ``model_version`` (-1 = latest READY).
 
+An optional ensemble input the request leaves out, and a step output the composing model did
+not produce, are absent tensors (Triton's placeholders, core ``ensemble_scheduler.cc``): they
+count as present for the steps that wait for them, which then run without that input (it is
+optional there too), and an ensemble output that is absent is left out of the response.
+
 The request's parameters, id, correlation id and sequence flags are passed to every step. A
 failing step fails the request with the step's code and message prefixed by
 ``in ensemble '<name>', ``; the result holds the requested ensemble outputs (all when none were
@@ -69,6 +74,7 @@ class EnsembleScheduler(Scheduler):
         self._infer = infer
         self._steps = ensemble_steps(config)
         self._outputs = tuple(o.name for o in config.output)
+        self._optional = tuple(i.name for i in config.input if i.optional)
         self._max_inflight = int(config.ensemble_scheduling.max_inflight_requests)
         self._limits: dict[int, asyncio.Semaphore] = {}
         self._running = False
@@ -103,7 +109,10 @@ class EnsembleScheduler(Scheduler):
             self._pending -= 1
 
     async def _run(self, request: BackendRequest, submitted_ns: int) -> ScheduledResult:
-        tensors: dict[str, InferTensor] = dict(request.inputs)
+        # None: an absent tensor (an optional input not given, an output a step did not make)
+        tensors: dict[str, InferTensor | None] = dict(request.inputs)
+        for name in self._optional:
+            tensors.setdefault(name, None)
         waiting = list(self._steps)
         running: dict[asyncio.Task[ScheduledResult], EnsembleStep] = {}
         totals = _TimingSum()
@@ -144,17 +153,19 @@ class EnsembleScheduler(Scheduler):
                 error=internal(f"in ensemble '{self._name}', no step produced output(s) {missing}")
             )
         else:
-            result = BackendResult(outputs=[tensors[name] for name in wanted])
+            found = [tensors[name] for name in wanted]
+            result = BackendResult(outputs=[t for t in found if t is not None])
         return ScheduledResult(result, max(queue_ns, 0), totals.timing())
 
     def _take(
         self,
         step: EnsembleStep,
         scheduled: ScheduledResult,
-        tensors: dict[str, InferTensor],
+        tensors: dict[str, InferTensor | None],
         totals: _TimingSum,
     ) -> BackendResult | None:
-        """Route a finished step's outputs into ``tensors``; its error result, if it failed."""
+        """Route a finished step's outputs into ``tensors`` (the ones it did not produce as
+        absent); its error result, if it failed."""
         totals.add(scheduled.timing)
         result = scheduled.result
         if result.error is not None:
@@ -166,18 +177,25 @@ class EnsembleScheduler(Scheduler):
                 tensors[target] = InferTensor(
                     target, out.datatype, out.shape, out.data, out.parameters
                 )
+        for target in routes.values():
+            tensors.setdefault(target, None)
         return None
 
     async def _call(
-        self, step: EnsembleStep, request: BackendRequest, tensors: dict[str, InferTensor]
+        self,
+        step: EnsembleStep,
+        request: BackendRequest,
+        tensors: dict[str, InferTensor | None],
     ) -> ScheduledResult:
-        step_request = BackendRequest(
-            inputs={
-                model_input: InferTensor(
-                    model_input, tensors[t].datatype, tensors[t].shape, tensors[t].data
+        inputs = {}
+        for model_input, name in step.input_map:
+            given = tensors[name]
+            if given is not None:  # an absent tensor: the (optional) input is left out
+                inputs[model_input] = InferTensor(
+                    model_input, given.datatype, given.shape, given.data
                 )
-                for model_input, t in step.input_map
-            },
+        step_request = BackendRequest(
+            inputs=inputs,
             requested_outputs=tuple(name for name, _ in step.output_map),
             parameters=dict(request.parameters),
             request_id=request.request_id,

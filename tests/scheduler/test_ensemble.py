@@ -218,3 +218,60 @@ async def test_a_failing_step_still_reports_the_steps_that_ran() -> None:
     scheduled = await sched.submit(ens_request(), 1)
     assert scheduled.result.error is not None
     assert scheduled.timing.compute_infer_ns in (10 + 10_000, 10 + 20_000)
+
+
+# an identity over two optional inputs that answers only those it was given, as Triton's qa
+# L0_optional_input's identity_2_float32; then a step that doubles OUTPUT1 if it came
+OPTIONAL = """
+name: "opt" platform: "ensemble" max_batch_size: 4
+input [ { name: "A" data_type: TYPE_FP32 dims: [ 2 ] optional: true },
+        { name: "B" data_type: TYPE_FP32 dims: [ 2 ] optional: true } ]
+output [ { name: "OA" data_type: TYPE_FP32 dims: [ 2 ] }, { name: "OB" data_type: TYPE_FP32 dims: [ 2 ] },
+         { name: "OB2" data_type: TYPE_FP32 dims: [ 2 ] } ]
+ensemble_scheduling { step [
+  { model_name: "identity2" model_version: -1
+    input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+    output_map { key: "OUTPUT0" value: "OA" } output_map { key: "OUTPUT1" value: "OB" } },
+  { model_name: "double_optional" model_version: -1
+    input_map { key: "X" value: "OB" } output_map { key: "Y" value: "OB2" } }
+] }
+"""  # noqa: E501
+
+
+class OptionalModels(Models):
+    async def run(self, model: str, version: int, req: BackendRequest) -> BackendResult:
+        self.calls.append((model, version, req))
+        if model == "identity2":
+            given = {"INPUT0": "OUTPUT0", "INPUT1": "OUTPUT1"}
+            return BackendResult(
+                outputs=[tensor(out, req.inputs[name].data) for name, out in given.items()
+                         if name in req.inputs]
+            )  # fmt: skip
+        if "X" not in req.inputs:
+            return BackendResult(outputs=[])
+        return BackendResult(outputs=[tensor("Y", req.inputs["X"].data * 2)])
+
+
+@pytest.mark.parametrize(
+    ("given", "answered"),
+    [
+        (("A", "B"), ["OA", "OB", "OB2"]),
+        (("A",), ["OA"]),
+        (("B",), ["OB", "OB2"]),
+        ((), []),
+    ],
+)
+async def test_absent_optional_inputs_and_outputs_are_left_out(
+    given: tuple[str, ...], answered: list[str]
+) -> None:
+    models = OptionalModels()
+    sched = EnsembleScheduler(config(OPTIONAL), models.infer)
+    await sched.start()
+    data = np.array([[1, 2]], dtype=np.float32)
+    req = BackendRequest(inputs={n: tensor(n, data) for n in given}, requested_outputs=())
+    res = (await sched.submit(req, 1)).result
+    assert res.error is None
+    assert [t.name for t in res.outputs] == answered
+    first, second = models.calls[0][2], models.calls[1][2]  # both steps ran
+    assert sorted(first.inputs) == sorted({"A": "INPUT0", "B": "INPUT1"}[n] for n in given)
+    assert list(second.inputs) == (["X"] if "B" in given else [])
