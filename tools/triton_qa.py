@@ -320,9 +320,15 @@ def junit_outcomes(xml_path: Path, prefix: str, suffix: str) -> list[Outcome]:
 UNITTEST_RUNNER = """
 import importlib, json, sys, unittest
 target, out = sys.argv[1], sys.argv[2]
-sys.argv = [target]
+sys.argv = [target.partition("::")[0]]
 sys.path.insert(0, ".")
-suite = unittest.defaultTestLoader.loadTestsFromModule(importlib.import_module(target[:-3]))
+file, _, name = target.partition("::")
+module = importlib.import_module(file[:-3])
+loader = unittest.defaultTestLoader
+if name:
+    suite = loader.loadTestsFromName(name.replace("::", "."), module)
+else:
+    suite = loader.loadTestsFromModule(module)
 rows = []
 class Result(unittest.TextTestResult):
     def addSuccess(self, test):
@@ -421,7 +427,7 @@ def run_unittest(
             )
         except subprocess.TimeoutExpired:
             return [Outcome(f"{label}/{run.target}{run.suffix()}", "ERROR", "client timed out")]
-    outcomes = unittest_outcomes(out, f"{label}/{run.target}", run.suffix())
+    outcomes = unittest_outcomes(out, f"{label}/{run.target.split('::')[0]}", run.suffix())
     if not outcomes:
         return [
             Outcome(f"{label}/{run.target}{run.suffix()}", "ERROR", f"no results (see {log_path})")

@@ -38,6 +38,9 @@ QA_PATHS = (
     "qa/L0_http",
     "qa/L0_grpc",
     "docs/examples/model_repository",  # the configs of L0_http's and L0_grpc's models
+    "qa/L0_input_validation",
+    "qa/L0_parameters",
+    "qa/L0_optional_input",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -63,6 +66,13 @@ NOT_APPLICABLE: dict[str, str] = {
     "L0_http/http_test[onnx] on Triton": "this Triton (from its python package) has no"
     " onnxruntime backend: the onnx models are run by repokit only; L0_http/http_test runs the"
     " same configs on python stand-ins on both",
+    "L0_input_validation InputShapeTest": "its models are torch, TensorFlow and TensorRT models"
+    " (pt_identity, graphdef_object_int32_int32, plan_*), and input_byte_size_test is a C++"
+    " program built with Triton",
+    "L0_nan_inf": "its test uses numpy's np.NINF, which numpy 2 (tritonclient's here) removed",
+    "L0_optional_input test_ensemble_optional_pipeline": "expects Triton's test-only identity"
+    " backend to answer zeros for an optional input left out; the python stand-in answers"
+    " nothing for it (fails on both)",
     "models that import torch": "torch is not installed here (the dlpack_*, pytorch_fp32_fp32,"
     " identity_bf16, bls, bls_async and decoupled_bls models); they are left out of the"
     " repositories when torch cannot be imported, and the tests that use them fail on both",
@@ -189,7 +199,11 @@ class PytestRun:
     runner: str = "pytest"
 
     def suffix(self) -> str:
-        shown = {k: v for k, v in self.env.items() if k in ("MODEL_NAME", "BLS_KIND", "TRIAL")}
+        shown = {
+            k: v
+            for k, v in self.env.items()
+            if k in ("MODEL_NAME", "BLS_KIND", "TRIAL", "TEST_HEADER")
+        }
         return "[" + ",".join(shown.values()) + "]" if shown else ""
 
 
@@ -828,16 +842,40 @@ class TritonPythonModel:
         ]
 
     def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [
-                    pb_utils.Tensor(output, pb_utils.get_input_tensor_by_name(r, name).as_numpy())
-                    for name, output in self.pairs
-                ]
-            )
-            for r in requests
-        ]
+        responses = []
+        for request in requests:
+            outputs = []
+            for name, output in self.pairs:
+                given = pb_utils.get_input_tensor_by_name(request, name)
+                if given is not None:  # an optional input that did not come: no output
+                    outputs.append(pb_utils.Tensor(output, given.as_numpy()))
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
 """
+
+
+def version_folders(*names: str) -> Layout:
+    """``mkdir -p models/NAME/1`` (ensembles and other models without files)."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        for name in names:
+            (repo / name / "1").mkdir(parents=True, exist_ok=True)
+
+    return lay
+
+
+def identity_stand_ins(*names: str) -> Layout:
+    """Models of Triton's test-only ``identity`` backend (not in its python package) as
+    python stand-ins with the same configs."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        for name in names:
+            folder = repo / name
+            sed(folder / "config.pbtxt", r'^backend: "identity"', 'backend: "python"')
+            (folder / "1").mkdir(parents=True, exist_ok=True)
+            (folder / "1" / "model.py").write_text(IDENTITY_STAND_IN)
+
+    return lay
 
 
 def _identity_models(qa: Path, into: Path) -> None:
@@ -1077,6 +1115,86 @@ def asyncio_clients() -> list[Scenario]:
     ]
 
 
+OPTIONAL_INPUT_CASES = (
+    "test_all_inputs",
+    "test_optional_same_input",
+    "test_optional_mix_inputs",
+    "test_optional_mix_inputs_2",
+    "test_ensemble_all_inputs",
+    "test_ensemble_optional_same_input",
+    "test_ensemble_optional_mix_inputs",
+    "test_ensemble_optional_mix_inputs_2",
+    "test_ensemble_optional_pipeline",
+    "test_ensemble_optional_connecting_tensor",
+)
+
+PARAMETER_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("test_params", ()),
+    (
+        "test_headers",
+        ("--grpc-header-forward-pattern=my_header.*", "--http-header-forward-pattern=my_header.*"),
+    ),
+    (
+        "test_header_forward_pattern_case_insensitive",
+        ("--grpc-header-forward-pattern=MY_HEADER.*", "--http-header-forward-pattern=MY_HEADER.*"),
+    ),
+    (
+        "test_grpc_header_forward_pattern_case_sensitive",
+        ("--grpc-header-forward-pattern=(?-i)MY_HEADER.*",),
+    ),
+)
+
+
+def core_suites() -> list[Scenario]:
+    """Suites of Triton's qa outside the python backend's folder whose models are python
+    models (or Triton's test-only identity backend, stood in for by python models)."""
+    found = [
+        Scenario(
+            "L0_input_validation/InputValTest",
+            "L0_input_validation",
+            None,
+            [PytestRun("input_validation_test.py::InputValTest")],
+            verbose=False,
+        ),
+    ]
+    for case, flags in PARAMETER_RUNS:
+        found.append(
+            Scenario(
+                f"L0_parameters/{case}",
+                "L0_parameters",
+                layouts(version_folders("identity", "ensemble"), identity_stand_ins("identity")),
+                [PytestRun("parameters_test.py", env={"TEST_HEADER": case})],
+                flags=["--exit-timeout-secs=120", *flags],
+                repo_dir="model_repository",
+                keep_existing=True,
+                verbose=False,
+            )
+        )
+    for case in OPTIONAL_INPUT_CASES:  # test.sh restarts the server per case (fresh statistics)
+        found.append(
+            Scenario(
+                f"L0_optional_input/{case}",
+                "L0_optional_input",
+                layouts(
+                    version_folders(
+                        "identity_2_float32",
+                        "ensemble_identity_2_float32",
+                        "pipeline_identity_2_float32",
+                        "optional_connecting_tensor",
+                    ),
+                    identity_stand_ins("identity_2_float32"),
+                ),
+                [
+                    PytestRun(
+                        f"optional_input_test.py::OptionalInputTest::{case}", runner="unittest"
+                    )
+                ],
+                keep_existing=True,
+            )
+        )
+    return found
+
+
 def scenarios() -> list[Scenario]:
     return [
         *top_level(),
@@ -1094,4 +1212,5 @@ def scenarios() -> list[Scenario]:
         *http_generate(),
         *asyncio_clients(),
         *restricted(),
+        *core_suites(),
     ]

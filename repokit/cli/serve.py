@@ -96,6 +96,18 @@ def serve(
             " triton-grpc-protocol-<key>: <value> (else UNAVAILABLE).",
         ),
     ] = None,
+    http_header_forward_pattern: Annotated[
+        str,
+        typer.Option(
+            metavar="REGEX", help="Headers whose name matches go to the model as parameters."
+        ),
+    ] = "",
+    grpc_header_forward_pattern: Annotated[
+        str,
+        typer.Option(
+            metavar="REGEX", help="Metadata whose name matches go to the model as parameters."
+        ),
+    ] = "",
     reuse_grpc_port: Annotated[str, typer.Option(metavar="BOOL")] = "false",
     grpc_use_ssl: Annotated[str, typer.Option(metavar="BOOL")] = "false",
     grpc_use_ssl_mutual: Annotated[str, typer.Option(metavar="BOOL")] = "false",
@@ -219,9 +231,7 @@ def serve(
     # tritonserver flags without effect here (each given one is logged once; serve_flags.py)
     model_namespacing: _Inert = None,
     enable_peer_access: _Inert = None,
-    http_header_forward_pattern: _Inert = None,
     http_thread_count: _Inert = None,
-    grpc_header_forward_pattern: _Inert = None,
     grpc_infer_allocation_pool_size: _Inert = None,
     allow_sagemaker: _Inert = None,
     sagemaker_port: _Inert = None,
@@ -262,6 +272,7 @@ def serve(
     from repokit.core.settings import LogSettings, ServerSettings
     from repokit.core.tracing.options import parse_trace_flags
     from repokit.frontends.grpc.options import parse_restricted_protocols
+    from repokit.frontends.header_forwarding import forwarding
     from repokit.frontends.restricted_apis import parse_restricted_apis
     from repokit.frontends.runner import ServeSettings
     from repokit.paths import default_sample_repository
@@ -283,6 +294,8 @@ def serve(
     try:
         parse_restricted_apis(http_restricted_api or [])
         parse_restricted_protocols(grpc_restricted_protocol or [])
+        forwarding(http_header_forward_pattern, "http-header-forward-pattern")
+        forwarding(grpc_header_forward_pattern, "grpc-header-forward-pattern")
         if response_cache_byte_size is not None and not cache_config:
             try:
                 int(response_cache_byte_size.strip())
@@ -357,6 +370,8 @@ def serve(
         allow_metrics=parse_bool(allow_metrics, "--allow-metrics"),
         http_restricted_api=list(http_restricted_api or []),
         grpc_restricted_protocol=list(grpc_restricted_protocol or []),
+        http_header_forward_pattern=http_header_forward_pattern,
+        grpc_header_forward_pattern=grpc_header_forward_pattern,
         access_log=False,  # requests are logged at --log-verbose 1 (repokit.core.service)
         reuse_http_port=parse_bool(reuse_http_port, "--reuse-http-port"),
         reuse_grpc_port=parse_bool(reuse_grpc_port, "--reuse-grpc-port"),

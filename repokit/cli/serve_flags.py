@@ -18,9 +18,7 @@ INERT_FLAGS: dict[str, str] = {
     "--model-namespacing": "model names are global on this server",
     "--enable-peer-access": "no GPUs are used",
     "--reuse-http-port": "",  # honoured: SO_REUSEPORT on the HTTP socket (not inert)
-    "--http-header-forward-pattern": "headers are not forwarded as request parameters",
     "--http-thread-count": "HTTP requests are served on the server's event loop",
-    "--grpc-header-forward-pattern": "headers are not forwarded as request parameters",
     "--grpc-infer-allocation-pool-size": "gRPC messages are not pooled",
     "--allow-sagemaker": "there is no SageMaker endpoint",
     "--sagemaker-port": "there is no SageMaker endpoint",

@@ -49,6 +49,9 @@ class ServeSettings:
     allow_metrics: bool = True
     http_restricted_api: list[str] = field(default_factory=list)
     grpc_restricted_protocol: list[str] = field(default_factory=list)
+    # --http-header-forward-pattern / --grpc-header-forward-pattern ("" = forward nothing)
+    http_header_forward_pattern: str = ""
+    grpc_header_forward_pattern: str = ""
     access_log: bool = False
     reuse_http_port: bool = False  # SO_REUSEPORT on the HTTP socket (--reuse-http-port)
     # repokit.frontends.http.connection_limits (defaults there; 0 connections = from the

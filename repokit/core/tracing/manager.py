@@ -171,7 +171,7 @@ class TraceManager:
         setting = self._models.get(model, self._global)
         context = None
         if traceparent and setting.mode == OTEL_MODE and setting.level and self.otel is not None:
-            context = self.otel.extract(traceparent)
+            context = self.otel.extract(traceparent.strip())
         if not setting.sample(force=context is not None):
             return None
         trace = Trace(setting, self.new_id(), self, otel_context=context)

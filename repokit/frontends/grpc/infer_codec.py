@@ -32,6 +32,8 @@ class GrpcInferCall(NamedTuple):
     raw: bytes
     message: pb.ModelInferRequest
     raw_contents: list[memoryview] | None
+    # metadata forwarded as parameters (--grpc-header-forward-pattern; None: none)
+    forwarded: dict[str, str] | None = None
 
 
 class GrpcInferCodec:
@@ -48,11 +50,15 @@ class GrpcInferCodec:
         )
 
     def lane_bytes(self, raw: GrpcInferCall) -> bytes | None:
-        return raw.raw if raw.raw_contents is None else None  # large ones are not for the lane
+        if raw.raw_contents is None and not raw.forwarded:  # large ones are not for the lane
+            return raw.raw
+        return None
 
     def decode(self, raw: GrpcInferCall, model: str, version: str) -> DecodedRequest:
         decoded = decode_infer_request(raw.message, raw.raw_contents)
         decoded.request.model_version = version
+        if raw.forwarded:
+            decoded.request.parameters.update(raw.forwarded)
         return decoded
 
     def request(self, decoded: DecodedRequest) -> InferRequest:

@@ -49,6 +49,7 @@ class GrpcOptions:
     transport: str = DEFAULT_TRANSPORT
     # category -> (metadata key incl. the triton-grpc-protocol- prefix, expected value)
     restricted: dict[str, tuple[str, str]] = field(default_factory=dict)
+    header_forward_pattern: str = ""  # --grpc-header-forward-pattern
 
     def compression_level(self) -> int:
         level = COMPRESSION_LEVELS.get(self.infer_response_compression_level)
@@ -119,6 +120,7 @@ class GrpcSettings(Protocol):
     grpc_max_connection_age_grace: int
     grpc_infer_response_compression_level: str
     grpc_restricted_protocol: list[str]
+    grpc_header_forward_pattern: str
     grpc_transport: str
 
 
@@ -146,4 +148,5 @@ def grpc_options_from_settings(settings: GrpcSettings) -> GrpcOptions:
         infer_response_compression_level=settings.grpc_infer_response_compression_level,
         restricted=parse_restricted_protocols(tuple(settings.grpc_restricted_protocol)),
         transport=settings.grpc_transport,
+        header_forward_pattern=settings.grpc_header_forward_pattern,
     )

@@ -30,6 +30,7 @@ from repokit.frontends.grpc.servicer import (
     guarded,
 )
 from repokit.frontends.grpc.stream import serialize_stream_response
+from repokit.frontends.header_forwarding import forwarding
 from repokit.frontends.heap import HeapTrimmer
 from repokit.frontends.v1.grpc_service import add_v1_servicer
 from repokit.protocol.generated import grpc_service_pb2_grpc as pb_grpc
@@ -126,12 +127,15 @@ def _add_inference_service(servicer: InferenceServicer, server: Any, native: boo
     )
 
 
-def _add_services(service: InferenceService, server: Any, *, native: bool) -> None:
+def _add_services(
+    service: InferenceService, server: Any, options: GrpcOptions, *, native: bool
+) -> None:
     # grpc.aio's threads keep the memory of large messages (repokit.frontends.heap); the
     # native transport receives a message into one buffer on the loop's thread, reused or
     # unmapped once freed
     trimmer = None if native else HeapTrimmer()
-    _add_inference_service(InferenceServicer(service, trimmer), server, native)
+    forward = forwarding(options.header_forward_pattern, "grpc-header-forward-pattern")
+    _add_inference_service(InferenceServicer(service, trimmer, forward), server, native)
     add_service(server, health_grpc.add_HealthServicer_to_server, HealthServicer(service))
     add_v1_servicer(service, server)  # v1 hook: nvidia.inferenceserver.GRPCService
 
@@ -176,7 +180,7 @@ def _build_native(
         max_connection_age_grace=options.max_connection_age_grace_ms / 1000,
         tls=tls,
     )
-    _add_services(service, server, native=True)
+    _add_services(service, server, options, native=True)
     return GrpcServer(server, server.port, options.address)
 
 
@@ -188,7 +192,7 @@ def build_grpc_server(service: InferenceService, options: GrpcOptions) -> GrpcSe
     if options.transport != "grpcio":
         raise ValueError(f"unknown gRPC transport '{options.transport}': native or grpcio")
     server = grpc.aio.server(options=options.channel_options(), interceptors=interceptors)
-    _add_services(service, server, native=False)
+    _add_services(service, server, options, native=False)
     target = f"{options.address}:{options.port}"
     credentials = _credentials(options)
     try:

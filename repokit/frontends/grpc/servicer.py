@@ -28,6 +28,7 @@ from repokit.frontends.grpc.stream import (
     StreamSession,
     stream_calls,
 )
+from repokit.frontends.header_forwarding import HeaderForwarding
 from repokit.frontends.heap import HeapTrimmer
 from repokit.frontends.status import grpc_status_name
 from repokit.protocol.generated import grpc_service_pb2 as pb
@@ -67,11 +68,18 @@ async def guarded(context: Context, call: Callable[[], Awaitable[T]]) -> T:
 class InferenceServicer:
     """``inference.GRPCInferenceService`` over one InferenceService."""
 
-    def __init__(self, service: InferenceService, trimmer: HeapTrimmer | None = None) -> None:
+    def __init__(
+        self,
+        service: InferenceService,
+        trimmer: HeapTrimmer | None = None,
+        forward: HeaderForwarding | None = None,
+    ) -> None:
         """``trimmer``: gives the memory of large requests back after them (grpc.aio's; None:
-        no trimming, see :mod:`repokit.frontends.heap`)."""
+        no trimming, see :mod:`repokit.frontends.heap`); ``forward``: the metadata to pass to
+        models as parameters (``--grpc-header-forward-pattern``)."""
         self._service = service
         self._trimmer = trimmer
+        self._forward = forward
         self._codec = GrpcInferCodec()
 
     # --- health & metadata -------------------------------------------------------------
@@ -153,7 +161,11 @@ class InferenceServicer:
         except DecodeError:
             return _failed(context, grpc.StatusCode.INTERNAL, UNPARSABLE_REQUEST)
         service = self._service
-        call = GrpcInferCall(raw, request, raw_contents)
+        forward = self._forward
+        forwarded = None
+        if forward is not None:
+            forwarded = forward.parameters(context.invocation_metadata() or ())
+        call = GrpcInferCall(raw, request, raw_contents, forwarded)
         tracing = service.tracing
         trace = None
         if tracing.enabled:  # every request is counted by the sampling (rate, count)
@@ -183,7 +195,10 @@ class InferenceServicer:
             for key, value in context.invocation_metadata() or ()
         )
         calls = stream_calls(request_iterator)
-        session = StreamSession(self._service, calls, grpc_error, self._codec)
+        forwarded = None
+        if self._forward is not None:  # the stream's headers go with each of its requests
+            forwarded = self._forward.parameters(context.invocation_metadata() or ())
+        session = StreamSession(self._service, calls, grpc_error, self._codec, forwarded)
         async for response in session.responses():
             yield response
         if session.failure is not None:

@@ -147,11 +147,15 @@ class StreamSession:
         requests: AsyncIterator[GrpcInferCall | Unparsable],
         grpc_error: bool = False,
         codec: GrpcInferCodec | None = None,
+        forwarded: dict[str, str] | None = None,
     ) -> None:
+        """``forwarded``: the stream's headers that each request passes to the model as
+        parameters (``--grpc-header-forward-pattern``)."""
         self._service = service
         self._requests = requests
         self._grpc_error = grpc_error
         self._codec = codec or GrpcInferCodec()
+        self._forwarded = forwarded
         self.failure: RepokitError | None = None  # set when the stream ends with a status
 
     async def responses(self) -> AsyncIterator[StreamResponse]:
@@ -228,13 +232,18 @@ class StreamSession:
         msg = call.message
         version = parse_model_version(msg.model_version)
         decoupled = service.is_decoupled(msg.model_name, version)
+        forwarded = self._forwarded
         if not decoupled and not self._grpc_error:
             issued[0] = True
+            if forwarded:
+                call = call._replace(forwarded=forwarded)
             body = await service.infer_encoded(self._codec, msg.model_name, version, call)
             yield stream_response(message_bytes(body), True)
             return
         decoded = decode_infer_request(msg, call.raw_contents)
         decoded.request.model_version = version
+        if forwarded:
+            decoded.request.parameters.update(forwarded)
         if self._grpc_error:  # a request the core refuses is answered in-band all the same
             await service.check_admission(decoded.request)
         issued[0] = True

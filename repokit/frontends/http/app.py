@@ -19,6 +19,7 @@ from typing import NamedTuple, Protocol
 
 from repokit.core.service import InferenceService
 from repokit.errors import RepokitError
+from repokit.frontends.header_forwarding import forwarding
 from repokit.frontends.http import endpoints
 from repokit.frontends.http.connection_limits import ConnectionLimits, LimitSettings
 from repokit.frontends.http.messages import HttpRequest, HttpResponse
@@ -45,6 +46,9 @@ class HttpSettings(LimitSettings, Protocol):
 
     @property
     def http_restricted_api(self) -> list[str]: ...
+
+    @property
+    def http_header_forward_pattern(self) -> str: ...
 
 
 # a handler returns its response, or None when it already sent one (request.respond)
@@ -75,7 +79,12 @@ class HttpFrontend:
         self.restrictions = parse_restricted_apis(settings.http_restricted_api)
         self._endpoint_restrictions = endpoint_restrictions(self.restrictions)
         self.limits = ConnectionLimits.from_settings(settings)
-        ops = endpoints.Endpoints(service, self.max_input_size, self.allow_client_shm)
+        ops = endpoints.Endpoints(
+            service,
+            self.max_input_size,
+            self.allow_client_shm,
+            forwarding(settings.http_header_forward_pattern, "http-header-forward-pattern"),
+        )
         self.endpoints = ops
         self._handlers: dict[Endpoint, tuple[tuple[str, ...], Handler]] = {
             Endpoint.SERVER_METADATA: (("GET",), ops.server_metadata),

@@ -16,6 +16,8 @@ def decompress_body(
 ) -> bytes | memoryview:
     """The decompressed body; UNSUPPORTED for other encodings, INVALID_ARG for bad data or a
     decompressed size above ``max_size``."""
+    if encoding is not None:
+        encoding = encoding.strip()
     if encoding is None or encoding in ("", "identity"):
         return body
     if encoding == "gzip":
@@ -46,7 +48,7 @@ def choose_response_encoding(accept_encoding: str | None) -> str:
         return "identity"
     best, best_q = "identity", 0.0
     for item in accept_encoding.split(","):
-        body = item.lstrip(" ")
+        body = item.strip()
         name, sep, weight = body.partition(";q=")
         if not name:
             continue

@@ -17,6 +17,7 @@ from repokit.core.service import InferenceService
 from repokit.core.tracing.setting import SETTING_KEYS as TRACE_SETTING_KEYS
 from repokit.core.tracing.trace import Trace
 from repokit.errors import Code, RepokitError, invalid_arg
+from repokit.frontends.header_forwarding import HeaderForwarding
 from repokit.frontends.http.compression import choose_response_encoding, compress, decompress_body
 from repokit.frontends.http.generate import (
     NOT_ONE_RESPONSE,
@@ -56,9 +57,14 @@ def _compressed(encoded: EncodedResponse, encoding: str) -> HttpResponse:
 
 class Endpoints:
     def __init__(
-        self, service: InferenceService, max_input_size: int, allow_client_shm: bool
+        self,
+        service: InferenceService,
+        max_input_size: int,
+        allow_client_shm: bool,
+        forward: HeaderForwarding | None = None,
     ) -> None:
         self.service = service
+        self.forward = forward  # --http-header-forward-pattern
         self.max_input_size = max_input_size
         self.allow_client_shm = allow_client_shm
         self.codec = HttpInferCodec(max_input_size)
@@ -122,7 +128,10 @@ class Endpoints:
                     response.headers["Accept-Encoding"] = "gzip, deflate"
                     return response
                 raise
-        encoded = await self.run_infer(route.model, version, body, get(headers, _HEADER_LENGTH))
+        forwarded = None if self.forward is None else self.forward.parameters(headers.items())
+        encoded = await self.run_infer(
+            route.model, version, body, get(headers, _HEADER_LENGTH), None, forwarded
+        )
         accept = get(headers, "accept-encoding")
         if accept:
             chosen = choose_response_encoding(accept)
@@ -156,10 +165,12 @@ class Endpoints:
         body: bytes | memoryview,
         header_length_value: str | None,
         trace: Trace | None = None,
+        forwarded: dict[str, str] | None = None,
     ) -> Awaitable[EncodedResponse]:
         """Run an (uncompressed) infer body and encode the response (one call into the core).
-        A traced request records HTTP_RECV_END once decoded, and takes no wire lane."""
-        raw = HttpInferBody(body, header_length_value)
+        A traced request records HTTP_RECV_END once decoded, and takes no wire lane.
+        ``forwarded``: headers to add to the request's parameters (``self.forward``)."""
+        raw = HttpInferBody(body, header_length_value, forwarded)
         return self.service.infer_encoded(self.codec, model, version, raw, trace)
 
     async def _infer_traced(
@@ -174,7 +185,10 @@ class Endpoints:
         encoding = headers.get("content-encoding")
         if encoding is not None:
             body = decompress_body(body, encoding, self.max_input_size)
-        encoded = await self.run_infer(model, version, body, headers.get(_HEADER_LENGTH), trace)
+        forwarded = None if self.forward is None else self.forward.parameters(headers.items())
+        encoded = await self.run_infer(
+            model, version, body, headers.get(_HEADER_LENGTH), trace, forwarded
+        )
         trace.stamp("HTTP_SEND_START")
         out_headers = {"content-length": str(encoded.size)}
         if encoded.header_length is not None:
@@ -199,7 +213,7 @@ class Endpoints:
         every inference; errors before the model runs are plain JSON errors."""
         version = parse_model_version(route.version) if route.version else ""
         metadata = self.service.model_metadata(route.model, version)
-        if request.headers.get("content-encoding", "identity").lower() != "identity":
+        if request.headers.get("content-encoding", "identity").strip().lower() != "identity":
             raise invalid_arg("Unsupported content-encoding, only 'identity' is supported.")
         document = parse_generate_document(request.body, self.max_input_size)
         infer_request = decode_generate_request(route.model, version, document, metadata)

@@ -32,6 +32,8 @@ class HttpInferBody(NamedTuple):
 
     body: bytes | memoryview  # a large body: a read-only view of the buffer it was read into
     header_length: str | None
+    # headers forwarded as parameters (--http-header-forward-pattern; None: none)
+    forwarded: dict[str, str] | None = None
 
 
 class HttpInferCodec:
@@ -44,14 +46,17 @@ class HttpInferCodec:
 
     def lane_bytes(self, raw: HttpInferBody) -> bytes | None:
         body = raw.body
-        if raw.header_length is None and len(body) <= self.lane_limit:
+        if raw.header_length is None and len(body) <= self.lane_limit and not raw.forwarded:
             return body if type(body) is bytes else bytes(body)
         return None
 
     def decode(self, raw: HttpInferBody, model: str, version: str) -> DecodedInfer:
         body = raw.body
         header_length = parse_header_length(raw.header_length, len(body))
-        return decode_infer_request(model, version, body, header_length, self.lane_limit)
+        decoded = decode_infer_request(model, version, body, header_length, self.lane_limit)
+        if raw.forwarded:
+            decoded.request.parameters.update(raw.forwarded)
+        return decoded
 
     def request(self, decoded: DecodedInfer) -> InferRequest:
         return decoded.request

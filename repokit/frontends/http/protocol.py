@@ -355,7 +355,10 @@ class HttpConnection(asyncio.BufferedProtocol):
         key = name.lower().decode("latin-1")
         headers = self._headers
         if key not in headers:  # the first of repeated headers counts
-            headers[key] = value.decode("utf-8", "surrogateescape").strip()
+            # as llhttp gives it: without leading whitespace, with any trailing whitespace (as
+            # tritonserver keeps it: a forwarded header reaches the model as it was sent);
+            # the values this server parses are stripped where they are read
+            headers[key] = value.decode("utf-8", "surrogateescape")
 
     def on_headers_complete(self) -> None:
         self._head_since = 0.0
@@ -369,7 +372,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         if connection is None:
             self._keep_alive = version == "1.1"
         else:
-            self._keep_alive = connection.lower() == "keep-alive"
+            self._keep_alive = connection.strip().lower() == "keep-alive"
         pieces = self._url
         url = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if not url.isascii():
@@ -401,7 +404,7 @@ class HttpConnection(asyncio.BufferedProtocol):
                 raise Refused(413, "Request body exceeds the size limit")
             expect = get(headers, "expect")
             if expect is not None:
-                if expect.lower() != "100-continue":
+                if expect.strip().lower() != "100-continue":
                     raise Refused(417, f"Unknown Expect: {expect}")
                 self._continue_pending = True
                 self._send_continue()

@@ -51,16 +51,18 @@ def request_form(lane: str, raw: Any) -> Any:
     if lane == GRPC_LANE:
         call: GrpcInferCall = raw
         data: Any = call.raw
-        return data if isinstance(data, bytes) else bytes(data)
-    return raw  # HttpInferBody: bytes and a header value
+        data = data if isinstance(data, bytes) else bytes(data)
+        return (data, call.forwarded) if call.forwarded else data
+    return raw  # HttpInferBody: bytes, a header value and any forwarded headers
 
 
 def request_of(lane: str, form: Any) -> Any:
     """The raw request of :func:`request_form`'s ``form`` (raises DecodeError as the
     servicer's parse did: it parsed these bytes once already)."""
     if lane == GRPC_LANE:
-        message, contents = parse_infer_request(form)
-        return GrpcInferCall(form, message, contents)
+        data, forwarded = form if isinstance(form, tuple) else (form, None)
+        message, contents = parse_infer_request(data)
+        return GrpcInferCall(data, message, contents, forwarded)
     body: HttpInferBody = form
     return body
 

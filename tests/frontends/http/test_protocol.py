@@ -14,6 +14,7 @@ import json
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -673,3 +674,19 @@ async def test_a_body_that_cannot_be_held_is_refused_413_and_the_connection_clos
     assert b"connection: close" in answers[0][0]
     assert json.loads(answers[0][1]) == {"error": "Request body exceeds the size limit"}
     assert calls == []
+
+
+def test_header_values_are_read_without_their_trailing_whitespace(conn: Connection) -> None:
+    """Values keep trailing whitespace (a forwarded header reaches the model as sent), but
+    the ones the server reads are stripped: a gzip body and a close are still understood."""
+    body = gzip.compress(ADD_SUB_BODY)
+    head = (
+        f"POST {INFER} HTTP/1.1\r\nHost: t\r\nContent-Encoding: gzip \t\r\n"
+        f"Accept-Encoding: deflate \r\nConnection: close \r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    conn.send(head.encode() + body)
+    answer = conn.read()
+    assert answer.status == 200
+    assert answer.header("content-encoding") == "deflate"
+    assert json.loads(zlib.decompress(answer.body))["outputs"][0]["name"] == "OUTPUT0"
+    assert conn.closed_by_server()
