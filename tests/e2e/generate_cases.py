@@ -51,6 +51,12 @@ CASES: list[tuple[str, str, Any]] = [
         b'{"TEXT": "a", "parameters": {"COUNT": 1}, "parameters": {"COUNT": 2}}',
     ),
     ("stream_repeated_input", "token_stream/generate_stream", b'{"N": 1, "N": 2}'),
+    # a response JSON cannot carry is an error in its place; non-finite floats as bare tokens
+    ("typed_half", "typed_stream/generate", {"KINDS": ["half"]}),
+    ("typed_infinite", "typed_stream/generate", {"KINDS": ["infinite"]}),
+    ("stream_typed_half_first", "typed_stream/generate_stream", {"KINDS": ["half", "ok"]}),
+    ("stream_typed_half_middle", "typed_stream/generate_stream", {"KINDS": ["ok", "half", "ok"]}),
+    ("stream_typed_infinite", "typed_stream/generate_stream", {"KINDS": ["infinite"]}),
     # an error inside "parameters" names it
     (
         "nested_bad_parameter",

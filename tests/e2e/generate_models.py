@@ -7,7 +7,10 @@ only, so real Triton 2.51 serves them unchanged (tests/differential/test_generat
   parameters, so the responses carry none);
 - ``token_stream`` (decoupled): N (INT32 [1]) -> N responses TOKEN (INT32 [1]) = 0..N-1, then
   the final flag; N < 0 sends one error response;
-- ``batched_add`` (non-decoupled, max_batch_size 4): X (FP32 [-1]) -> Y = X + 1.
+- ``batched_add`` (non-decoupled, max_batch_size 4): X (FP32 [-1]) -> Y = X + 1;
+- ``typed_stream`` (decoupled): KINDS (BYTES [-1]) -> one response per element, with an output
+  JSON cannot carry as it is: ``half`` (FP16), ``infinite`` / ``nan`` (FP64 non-finite),
+  ``raw`` (BYTES not UTF-8), ``ok`` (BYTES "ok").
 """
 
 from __future__ import annotations
@@ -103,10 +106,47 @@ class TritonPythonModel:
         return responses
 """
 
+_TYPED_CONFIG = """backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "KINDS" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "HALF" data_type: TYPE_FP16 dims: [ -1 ] },
+         { name: "DOUBLE" data_type: TYPE_FP64 dims: [ -1 ] },
+         { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+_TYPED_CODE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+OUTPUTS = {
+    "half": ("HALF", np.array([1.5], dtype=np.float16)),
+    "infinite": ("DOUBLE", np.array([np.inf, -np.inf, 0.25], dtype=np.float64)),
+    "nan": ("DOUBLE", np.array([np.nan], dtype=np.float64)),
+    "raw": ("TEXT", np.array([b"\\xff\\xfe"], dtype=np.object_)),
+    "ok": ("TEXT", np.array([b"ok"], dtype=np.object_)),
+}
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        for request in requests:
+            sender = request.get_response_sender()
+            kinds = pb_utils.get_input_tensor_by_name(request, "KINDS").as_numpy()
+            for kind in kinds:
+                name, value = OUTPUTS[kind.decode()]
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor(name, value)]))
+            sender.send(flags=final)
+        return None
+"""
+
 MODELS = {
     "text_echo": (_ECHO_CONFIG, _ECHO_CODE),
     "token_stream": (_STREAM_CONFIG, _STREAM_CODE),
     "batched_add": (_ADD_CONFIG, _ADD_CODE),
+    "typed_stream": (_TYPED_CONFIG, _TYPED_CODE),
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,6 +54,12 @@ def _exists(name: str, request_id: str = "<id_unknown>") -> str:
 
 
 NESTED = "Converting keyword: 'parameters': "
+HALF = "sending FP16 data via JSON is not supported. Please use the binary data format for output"
+
+
+def _typed(name: str, value: Any) -> dict[str, Any]:
+    return {name: value, "model_name": "typed_stream", "model_version": "1"}
+
 
 EXPECTED: dict[str, tuple[int, str, Any]] = {
     "echo": (200, JSON, _echo("abababx", [3.0, 1.5], id="7")),
@@ -136,6 +143,15 @@ EXPECTED: dict[str, tuple[int, str, Any]] = {
             "for model 'text_echo', got 0"
         },
     ),
+    "typed_half": (400, JSON, {"error": HALF}),
+    "typed_infinite": (200, JSON, _typed("DOUBLE", [math.inf, -math.inf, 0.25])),
+    "stream_typed_half_first": (400, SSE, [{"error": HALF}, _typed("TEXT", "ok")]),
+    "stream_typed_half_middle": (
+        200,
+        SSE,
+        [_typed("TEXT", "ok"), {"error": HALF}, _typed("TEXT", "ok")],
+    ),
+    "stream_typed_infinite": (200, SSE, [_typed("DOUBLE", [math.inf, -math.inf, 0.25])]),
     "nested_repeated_input": (400, JSON, {"error": NESTED + _exists("TEXT", "q")}),
 }
 
@@ -201,3 +217,31 @@ def test_generate_not_advertised_as_an_extension(server: ServerThread) -> None:
     host, port = _address(server)
     _, _, body = post_get(host, port, "/v2")
     assert "generate" not in json.loads(body)["extensions"]
+
+
+def test_non_finite_floats_are_bare_tokens(server: ServerThread) -> None:
+    """NaN and Infinity as Triton writes them (rapidjson's flags), in both endpoints."""
+    host, port = _address(server)
+    _, _, body = post(host, port, "typed_stream/generate", {"KINDS": ["nan"]})
+    assert body == b'{"DOUBLE":NaN,"model_name":"typed_stream","model_version":"1"}'
+    _, _, body = post(host, port, "typed_stream/generate_stream", {"KINDS": ["infinite", "nan"]})
+    assert body == (
+        b'data: {"DOUBLE":[Infinity,-Infinity,0.25],"model_name":"typed_stream",'
+        b'"model_version":"1"}\n\n'
+        b'data: {"DOUBLE":NaN,"model_name":"typed_stream","model_version":"1"}\n\n'
+    )
+
+
+def test_bytes_that_are_not_utf8_are_an_error_that_says_why(server: ServerThread) -> None:
+    """Triton 2.51 writes the raw bytes into its JSON (which is then not UTF-8); repokit says
+    the output cannot be sent as JSON, in the stream as an error event in that response's
+    place."""
+    host, port = _address(server)
+    message = (
+        "output 'TEXT' holds bytes that are not valid UTF-8 and cannot be sent as JSON; the "
+        "generate extension has no binary form (/infer has: parameter binary_data: true)"
+    )
+    found = answer(*post(host, port, "typed_stream/generate", {"KINDS": ["raw"]}))
+    assert found == (400, JSON, {"error": message})
+    found = answer(*post(host, port, "typed_stream/generate_stream", {"KINDS": ["ok", "raw"]}))
+    assert found == (200, SSE, [_typed("TEXT", "ok"), {"error": message}])

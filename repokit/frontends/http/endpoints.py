@@ -374,14 +374,17 @@ async def _send_events(
     request: HttpRequest, answers: AsyncGenerator[InferResponse | RepokitError, None]
 ) -> None:
     """Server-Sent Events, one per answer; the status is set by the first one (or 200 when
-    the model sent only the final flag); the stream ends after the last."""
+    the model sent only the final flag); the stream ends after the last. A response that
+    cannot be written as JSON (an FP16 output) is an error event in its place, as in Triton."""
     first = await anext(answers, None)
     _no_delay(request)
-    response = await request.respond(status=_status_of(first), content_type=SSE_CONTENT_TYPE)
+    event, failed = _event(first) if first is not None else (b"", False)
+    status = RESPONSE_ERROR_STATUS if failed else 200
+    response = await request.respond(status=status, content_type=SSE_CONTENT_TYPE)
     if first is not None:
-        await response.send(_event(first))
+        await response.send(event)
     async for answer in answers:
-        await response.send(_event(answer))
+        await response.send(_event(answer)[0])
     await response.eof()
 
 
@@ -395,10 +398,14 @@ def _no_delay(request: HttpRequest) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def _event(answer: InferResponse | RepokitError) -> bytes:
-    if isinstance(answer, RepokitError):
-        return sse_event({"error": answer.message})
-    return sse_event(encode_generate_response(answer))
+def _event(answer: InferResponse | RepokitError) -> tuple[bytes, bool]:
+    """The event of one answer and whether it is an error."""
+    if not isinstance(answer, RepokitError):
+        try:
+            return sse_event(encode_generate_response(answer)), False
+        except RepokitError as exc:
+            answer = exc
+    return sse_event({"error": answer.message}), True
 
 
 def _load_parameters(params: dict[str, Any]) -> tuple[str | None, dict[str, bytes] | None]:

@@ -233,14 +233,37 @@ def encode_generate_response(response: InferResponse) -> dict[str, Any]:
     for tensor in response.outputs:
         if tensor.name in fields:
             continue
-        values = array_to_json(tensor.datatype, tensor.data, output_name=tensor.name)
+        try:
+            values = array_to_json(tensor.datatype, tensor.data, output_name=tensor.name)
+        except RepokitError:
+            if tensor.datatype != "BYTES":
+                raise
+            raise invalid_arg(  # /infer's message would advise binary_data, which is not here
+                f"output '{tensor.name}' holds bytes that are not valid UTF-8 and cannot be "
+                "sent as JSON; the generate extension has no binary form (/infer has: "
+                "parameter binary_data: true)"
+            ) from None
         fields[tensor.name] = values[0] if len(values) == 1 else values
     return {name: fields[name] for name in sorted(fields)}
 
 
 def json_body(payload: dict[str, Any]) -> bytes:
-    return orjson.dumps(payload)
+    """The JSON text; NaN and Infinity as Triton's bare tokens (orjson would write null)."""
+    text = orjson.dumps(payload)
+    if b"null" in text and any(_non_finite(value) for value in payload.values()):
+        return json.dumps(
+            payload, separators=(",", ":"), allow_nan=True, ensure_ascii=False
+        ).encode()
+    return text
+
+
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, list):
+        return any(isinstance(v, float) and not math.isfinite(v) for v in value)
+    return False
 
 
 def sse_event(payload: dict[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+    return b"data: " + json_body(payload) + b"\n\n"
