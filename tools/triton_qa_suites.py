@@ -41,6 +41,7 @@ QA_PATHS = (
     "qa/L0_input_validation",
     "qa/L0_parameters",
     "qa/L0_optional_input",
+    "qa/L0_warmup",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -176,6 +177,16 @@ def tree(relative: str) -> Layout:
 
     def lay(qa: Path, repo: Path) -> None:
         shutil.copytree(qa / relative, repo, dirs_exist_ok=True)
+
+    return lay
+
+
+def copied(relative: str) -> Layout:
+    """``cp -r qa/RELATIVE models/.`` (one model folder shipped with the test)."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        source = qa / relative
+        shutil.copytree(source, repo / source.name)
 
     return lay
 
@@ -1195,6 +1206,38 @@ def core_suites() -> list[Scenario]:
     return found
 
 
+def warmup() -> list[Scenario]:
+    """L0_warmup's python models: a warmup sample that fails stops the load (and the server),
+    a decoupled model's sample runs."""
+    flags = ["--exit-timeout-secs=120"]
+    return [
+        Scenario(
+            "L0_warmup/failing_infer",
+            "L0_warmup",
+            copied("L0_warmup/failing_infer"),
+            flags=flags,
+            expect_start=False,
+            log_checks=[
+                LogCheck(
+                    "warmup_error",
+                    re.escape("failed to run warmup sample 'zero sample': An Error Occurred;"),
+                )
+            ],
+        ),
+        Scenario(
+            "L0_warmup/decoupled",
+            "L0_warmup",
+            copied("L0_warmup/decoupled"),
+            flags=flags,
+            report_ready=True,
+            log_checks=[
+                LogCheck("warmup_ran", re.escape("is running warmup sample 'decoupled sample'")),
+                LogCheck("no_warmup_error", "failed to run warmup", exactly=0),
+            ],
+        ),
+    ]
+
+
 def scenarios() -> list[Scenario]:
     return [
         *top_level(),
@@ -1213,4 +1256,5 @@ def scenarios() -> list[Scenario]:
         *asyncio_clients(),
         *restricted(),
         *core_suites(),
+        *warmup(),
     ]

@@ -108,6 +108,15 @@ class ModelContext:
     execute_timeout_s: float = 0.0
 
 
+def instance_names(context: ModelContext) -> list[str]:
+    """``<group name>_<i>`` for every instance, as Triton names them (``add_sub_0_0`` ...)."""
+    names: list[str] = []
+    for index, group in enumerate(context.config.instance_group):
+        group_name = group.name or f"{context.name}_{index}"
+        names.extend(f"{group_name}_{i}" for i in range(max(0, group.count)))
+    return names or [f"{context.name}_0_0"]
+
+
 @dataclass(frozen=True)
 class Timing:
     """Per-execution durations in nanoseconds, for the statistics extension."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from repokit.backends.base import Backend, BackendRequest
+from repokit.backends.base import Backend, BackendRequest, instance_names
 from repokit.backends.registry import backend_name
 from repokit.core.statistics import ModelStats
 from repokit.protocol.generated import model_config_pb2 as mc
@@ -95,6 +95,16 @@ async def warm_up(backend: Backend) -> None:
     samples = build_warmup_samples(context.config, context.model_dir)
     if not samples:
         return
+    names = instance_names(context)
     await asyncio.gather(
-        *(run_warmup(backend, instance, samples) for instance in range(backend.instance_count))
+        *(
+            run_warmup(
+                backend,
+                instance,
+                samples,
+                context.name,
+                names[instance] if instance < len(names) else str(instance),
+            )
+            for instance in range(backend.instance_count)
+        )
     )

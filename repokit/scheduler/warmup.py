@@ -18,6 +18,7 @@ The core builds the samples once per model version (``build_warmup_samples``) an
 
 from __future__ import annotations
 
+import logging
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,8 @@ from repokit.errors import Code, ConfigError, RepokitError
 from repokit.protocol import datatypes
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferTensor
+
+_log = logging.getLogger(__name__)
 
 WARMUP_FOLDER = "warmup"
 
@@ -135,10 +138,26 @@ def _sample_data(
     return np.frombuffer(content, dtype=np_dtype, count=count).reshape(shape)
 
 
-async def run_warmup(backend: Backend, instance: int, samples: list[WarmupSample]) -> None:
-    """Execute every sample on one instance; the first failing sample fails the load."""
+async def run_warmup(
+    backend: Backend,
+    instance: int,
+    samples: list[WarmupSample],
+    model: str = "",
+    instance_name: str = "",
+) -> None:
+    """Execute every sample on one instance; the first failing sample fails the load. Each run
+    is logged at verbose level 1 as Triton logs it (``model '<m>' instance <name> is running
+    warmup sample '<sample>' for iteration <n>``)."""
     for sample in samples:
-        for _ in range(sample.count):
+        for iteration in range(1, sample.count + 1):
+            if _log.isEnabledFor(logging.DEBUG):  # --log-verbose 1
+                _log.debug(
+                    "model '%s' instance %s is running warmup sample '%s' for iteration %d",
+                    model,
+                    instance_name or instance,
+                    sample.name,
+                    iteration,
+                )
             try:
                 results, _timing = await backend.execute(instance, list(sample.requests))
                 errors = [r.error.message for r in results if r.error is not None]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import struct
 from pathlib import Path
 
@@ -116,3 +117,16 @@ async def test_run_warmup_executes_count_times_and_reports_failures(tmp_path: Pa
     assert err.value.message == (
         "failed to run warmup sample 'zero sample': An Error Occurred; An Error Occurred;"
     )
+
+
+async def test_each_run_is_logged_at_verbose_level_as_triton_logs_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = '{ name: "zero sample" batch_size: 1 count: 2 inputs { key: "INPUT0" value { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } }'  # noqa: E501
+    samples = build_warmup_samples(config(warmup(body)), tmp_path)
+    with caplog.at_level(logging.DEBUG, logger="repokit.scheduler.warmup"):
+        await run_warmup(RecordingBackend(instances=1), 0, samples, "w", "w_0_0")
+    assert [r.getMessage() for r in caplog.records] == [
+        "model 'w' instance w_0_0 is running warmup sample 'zero sample' for iteration 1",
+        "model 'w' instance w_0_0 is running warmup sample 'zero sample' for iteration 2",
+    ]

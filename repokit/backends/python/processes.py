@@ -57,7 +57,12 @@ from pathlib import Path
 from typing import Any
 
 import repokit
-from repokit.backends.base import Backend, BackendResult, ModelContext, instance_count
+from repokit.backends.base import (
+    Backend,
+    BackendResult,
+    instance_count,
+    instance_names,
+)
 from repokit.backends.python import ipc, segments
 from repokit.backends.python.channel import Channel
 from repokit.backends.python.instance_queue import InstanceQueues, Queued
@@ -111,15 +116,6 @@ class Instance:
 
     def alive(self) -> bool:
         return not self.dead and self.process.poll() is None
-
-
-def instance_names(context: ModelContext) -> list[str]:
-    """``<group name>_<i>`` for every instance, as Triton names them (``add_sub_0_0`` ...)."""
-    names: list[str] = []
-    for index, group in enumerate(context.config.instance_group):
-        group_name = group.name or f"{context.name}_{index}"
-        names.extend(f"{group_name}_{i}" for i in range(max(0, group.count)))
-    return names or [f"{context.name}_0_0"]
 
 
 class InstanceProcesses:
