@@ -651,8 +651,10 @@ def compare_saved(triton_json: Path, repokit_json: Path) -> int:
 
 
 def select(all_scenarios: list[Scenario], patterns: list[str]) -> list[Scenario]:
+    """The scenarios whose label contains a pattern; without patterns every scenario but the
+    heavy ones (those run only when a pattern names them)."""
     if not patterns:
-        return all_scenarios
+        return [s for s in all_scenarios if not s.heavy]
     return [s for s in all_scenarios if any(p in s.label for p in patterns)]
 
 

@@ -42,6 +42,7 @@ QA_PATHS = (
     "qa/L0_parameters",
     "qa/L0_optional_input",
     "qa/L0_warmup",
+    "qa/L0_large_payload",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -269,6 +270,7 @@ class Scenario:
     keep_existing: bool = False  # add to the repository shipped in repo_dir
     server_log: str = ""  # test.sh's $SERVER_LOG, for tests that open it by name
     verbose: bool = True  # --log-verbose=1, as most test.sh files
+    heavy: bool = False  # run only when -k names it (gigabytes of memory, minutes)
     repokit_flags: list[str] = field(default_factory=list)  # what Triton 2.51 does by default
 
     def flags_for(self, kind: str) -> list[str]:
@@ -1238,6 +1240,42 @@ def warmup() -> list[Scenario]:
     ]
 
 
+def _large_payload_python(qa: Path, repo: Path) -> None:
+    name = "python_nobatch_zero_1_float32"
+    model("identity_fp32", name)(qa, repo)
+    config = repo / name / "config.pbtxt"
+    sed(config, r"max_batch_size: 64", "max_batch_size: 0")
+    sed(config, r'name: "identity_fp32"', f'name: "{name}"')
+
+
+def _large_payload_onnx(qa: Path, repo: Path) -> None:
+    generated = repo.parent / "qa_identity_model_repository"
+    shutil.rmtree(generated, ignore_errors=True)
+    _identity_models(qa, generated)
+    shutil.copytree(generated / "onnx_nobatch_zero_1_float32", repo / "onnx_nobatch_zero_1_float32")
+
+
+def large_payload() -> list[Scenario]:
+    """L0_large_payload for the python and onnx identity models: 1.9 GiB over HTTP and gRPC
+    answered, 3 GiB over HTTP refused, then a small request still served. Heavy (about
+    10 GiB of memory between client and server, minutes): run it on purpose with
+    ``-k L0_large_payload``."""
+    return [
+        Scenario(
+            f"L0_large_payload/{target}",
+            "L0_large_payload",
+            layout,
+            [
+                PytestRun(
+                    f"large_payload_test.py::LargePayLoadTest::test_{target}", runner="unittest"
+                )
+            ],
+            heavy=True,
+        )
+        for target, layout in (("python", _large_payload_python), ("onnx", _large_payload_onnx))
+    ]
+
+
 def scenarios() -> list[Scenario]:
     return [
         *top_level(),
@@ -1257,4 +1295,5 @@ def scenarios() -> list[Scenario]:
         *restricted(),
         *core_suites(),
         *warmup(),
+        *large_payload(),
     ]

@@ -204,3 +204,11 @@ def test_the_aio_tests_repository_has_the_qa_images_models(tmp_path: Path) -> No
     assert "TYPE_STRING" in (repo / "simple_string_dyna_sequence" / "config.pbtxt").read_text()
     assert scenario.flags_for("repokit") == ["--allow-client-shm=true"]
     assert scenario.flags_for("triton") == []
+
+
+def test_heavy_scenarios_run_only_when_named() -> None:
+    light = suites.Scenario("L0_x/light", "L0_x", None)
+    heavy = suites.Scenario("L0_x/heavy", "L0_x", None, heavy=True)
+    assert triton_qa.select([light, heavy], []) == [light]
+    assert triton_qa.select([light, heavy], ["L0_x"]) == [light, heavy]
+    assert any(s.heavy for s in suites.scenarios())  # L0_large_payload
