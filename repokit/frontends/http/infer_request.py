@@ -144,14 +144,30 @@ def parse_json_document(buffer: bytes | memoryview, max_size: int) -> Any:
     except orjson.JSONDecodeError as exc:
         # orjson rejects NaN/Infinity, which Triton's rapidjson flags accept: retry once with
         # the standard library (error path only), then report orjson's position. The standard
-        # library also takes lone surrogates ("\\ud800"), which orjson and Triton refuse.
+        # library also takes lone surrogates ("\\ud800"), which orjson and Triton refuse, and
+        # numbers past the double range (1e400) as infinity, which both refuse too.
         try:
-            document = json.loads(bytes(buffer))
+            document = json.loads(bytes(buffer), parse_float=_finite_float)
             if not _valid_unicode(document):
                 raise ValueError("lone surrogate")
             return document
+        except _TooBigForDouble as too_big:
+            raise invalid_arg(f"failed to parse the request JSON buffer: {too_big}") from None
         except (ValueError, RecursionError):
             raise invalid_arg(f"failed to parse the request JSON buffer: {exc}") from None
+
+
+class _TooBigForDouble(ValueError):
+    pass
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a double; one too big for a double is refused (rapidjson's
+    "Number too big to be stored in double"), the NaN and Infinity tokens are not numbers."""
+    value = float(text)
+    if math.isinf(value):
+        raise _TooBigForDouble(f"number {text} is too big to be stored in double")
+    return value
 
 
 def _valid_unicode(document: Any) -> bool:

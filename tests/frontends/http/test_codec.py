@@ -166,6 +166,26 @@ def test_json_document_accepts_nan_and_reports_parse_errors() -> None:
     )
 
 
+def test_json_numbers_past_the_double_range_are_refused() -> None:
+    """Triton's rapidjson refuses 1e400 ("Number too big to be stored in double"); it must not
+    reach a model as infinity, NaN and Infinity tokens beside it or not."""
+    for text, number in (
+        (b'{"a": 1e400}', "1e400"),
+        (b'{"a": -1e400, "b": NaN}', "-1e400"),
+        (b"[Infinity, 2e308]", "2e308"),
+    ):
+        err = _error(parse_json_document, text, MAX)
+        assert err.code is Code.INVALID_ARG
+        assert err.message == (
+            f"failed to parse the request JSON buffer: number {number} is too big to be stored "
+            "in double"
+        )
+    assert parse_json_document(b'{"a": 1e308, "b": Infinity}', MAX) == {
+        "a": 1e308,
+        "b": float("inf"),
+    }
+
+
 # --- request decoding ------------------------------------------------------------------------
 
 
