@@ -43,6 +43,7 @@ QA_PATHS = (
     "qa/L0_optional_input",
     "qa/L0_warmup",
     "qa/L0_large_payload",
+    "qa/L0_shared_memory",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -1276,6 +1277,72 @@ def large_payload() -> list[Scenario]:
     ]
 
 
+SHARED_MEMORY_CASES = (
+    "test_invalid_create_shm",
+    "test_valid_create_set_register",
+    "test_unregister_before_register",
+    "test_unregister_after_register",
+    "test_reregister_after_register",
+    "test_unregister_after_inference",
+    "test_register_after_inference",
+    "test_too_big_shm",
+    "test_mixed_raw_shm",
+    "test_unregisterall",
+    "test_infer_offset_out_of_bound",
+    "test_infer_byte_size_out_of_bound",
+    "test_register_out_of_bound",
+    "test_python_client_leak",
+)
+
+
+def _delayed_simple(qa: Path, repo: Path) -> None:
+    """test.sh's python_models/simple: python_models/execute_delayed_model under that name."""
+    model("execute_delayed_model", "simple")(qa, repo)
+
+
+def shared_memory() -> list[Scenario]:
+    """L0_shared_memory (system shared memory; test.sh restarts the server per case and client
+    kind): the ``simple`` model of its ``models`` folder (Triton's example, stood in for as in
+    the restricted tests), then unregistering a region while a delayed python model runs."""
+    found: list[Scenario] = []
+    for case in SHARED_MEMORY_CASES:
+        for kind in ("http", "grpc"):
+            found.append(
+                Scenario(
+                    f"L0_shared_memory/{case}[{kind}]",
+                    "L0_shared_memory",
+                    _simple,
+                    [
+                        PytestRun(
+                            f"shared_memory_test.py::SharedMemoryTest::{case}",
+                            env={"CLIENT_TYPE": kind},
+                            runner="unittest",
+                        )
+                    ],
+                    repokit_flags=[ALLOW_SHM],
+                )
+            )
+    for kind in ("http", "grpc"):
+        found.append(
+            Scenario(
+                f"L0_shared_memory/unregister_during_inference[{kind}]",
+                "L0_shared_memory",
+                _delayed_simple,
+                [
+                    PytestRun(
+                        "shared_memory_test.py::TestSharedMemoryUnregister::"
+                        f"test_unregister_shm_during_inference_{kind}",
+                        env={"CLIENT_TYPE": kind},
+                        runner="unittest",
+                    )
+                ],
+                repo_dir="python_models",
+                repokit_flags=[ALLOW_SHM],
+            )
+        )
+    return found
+
+
 def scenarios() -> list[Scenario]:
     return [
         *top_level(),
@@ -1296,4 +1363,5 @@ def scenarios() -> list[Scenario]:
         *core_suites(),
         *warmup(),
         *large_payload(),
+        *shared_memory(),
     ]

@@ -134,6 +134,8 @@ class ModelIO:
 class PreparedRequest:
     backend_request: BackendRequest
     batch_size: int  # 0 when the model does not batch
+    # the shared-memory regions the request reads or writes: held while it runs
+    shm_regions: tuple[str, ...] = ()
 
 
 def _raw_input(io: ModelIO, request: InferRequest, prefix: str) -> None:
@@ -350,7 +352,12 @@ def prepare(io: ModelIO, request: InferRequest, read_shm: ShmReader) -> Prepared
         with_batch = shape if batch_size == 0 or info.is_shape_tensor else (batch_size, *shape)
         array = _input_array(info, input_id, data, with_batch, model, prefix)
         tensors[name] = InferTensor(name, info.datatype, with_batch, array, dict(spec.parameters))
-    return prepared(io, request, tensors, batch_size)
+    checked = prepared(io, request, tensors, batch_size)
+    regions = [spec.shm.region for spec in request.inputs if spec.shm is not None]
+    regions += [o.shm.region for o in request.outputs if o.shm is not None]
+    if regions:
+        checked.shm_regions = tuple(regions)
+    return checked
 
 
 def prepared(

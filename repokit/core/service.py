@@ -282,11 +282,28 @@ class InferenceService:
                 )
         return loaded, prepare(loaded.io, request, self.shared_memory.read)
 
-    async def run_admitted(
+    def run_admitted(
+        self, loaded: LoadedVersion, request: InferRequest, prepared: PreparedRequest
+    ) -> Awaitable[InferResponse]:
+        """Run an admitted request; a caller that goes away cancels it (the model sees
+        ``is_cancelled()``). The shared-memory regions it uses cannot be unregistered until it
+        is answered."""
+        if prepared.shm_regions:
+            return self._run_holding(loaded, request, prepared)
+        return self._run_admitted(loaded, request, prepared)
+
+    async def _run_holding(
         self, loaded: LoadedVersion, request: InferRequest, prepared: PreparedRequest
     ) -> InferResponse:
-        """Run an admitted request; a caller that goes away cancels it (the model sees
-        ``is_cancelled()``)."""
+        held = self.shared_memory.hold(prepared.shm_regions)
+        try:
+            return await self._run_admitted(loaded, request, prepared)
+        finally:
+            self.shared_memory.release(held)
+
+    async def _run_admitted(
+        self, loaded: LoadedVersion, request: InferRequest, prepared: PreparedRequest
+    ) -> InferResponse:
         backend_request = prepared.backend_request
         control = backend_request.control = RequestControl()
         batch = prepared.batch_size
@@ -447,6 +464,7 @@ class InferenceService:
         """The responses of a decoupled model as it sends them; the last one has ``final``
         set, unless the model ended with an empty final flag (see repokit.core.decoupled)."""
         loaded, prepared = self.admit(request)
+        held = self.shared_memory.hold(prepared.shm_regions) if prepared.shm_regions else []
         self._inflight += 1
         try:
             async for response in stream_responses(
@@ -460,6 +478,8 @@ class InferenceService:
                 yield response
         finally:
             self._inflight -= 1
+            if held:
+                self.shared_memory.release(held)
 
     async def check_admission(self, request: InferRequest) -> None:
         """Raise what :meth:`admit` raises for ``request`` (a frontend that answers a refusal

@@ -39,6 +39,7 @@ class _Region:
     offset: int
     byte_size: int
     fd: int
+    users: int = 0  # requests in flight that read or write it (it cannot be unregistered)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -98,13 +99,49 @@ class SystemSharedMemory:
         self._regions[name] = _Region(name, key, offset, byte_size, fd)
 
     def unregister(self, name: str = "") -> None:
-        """Unregister one region (unknown names are fine, as Triton) or all when name is ""."""
+        """Unregister one region (unknown names are fine, as Triton) or all when name is "".
+        A region a request in flight uses stays, as in Triton (INTERNAL "Cannot unregister
+        shared memory region '<name>', it is currently in use."; unregistering all removes
+        the others and names those in use, in name order)."""
         self._check_enabled()
-        names = list(self._regions) if not name else [name]
-        for region_name in names:
-            region = self._regions.pop(region_name, None)
+        if name:
+            region = self._regions.get(name)
             if region is not None:
+                if region.users:
+                    raise internal(
+                        f"Cannot unregister shared memory region '{name}', it is currently in use."
+                    )
+                del self._regions[name]
                 region.close()
+            return
+        in_use = []
+        for region_name in sorted(self._regions):
+            region = self._regions[region_name]
+            if region.users:
+                in_use.append(region_name)
+                continue
+            del self._regions[region_name]
+            region.close()
+        if in_use:
+            raise internal(
+                "Failed to unregister the following system shared memory regions: "
+                + "".join(f"{n} ," for n in in_use)
+            )
+
+    def hold(self, names: tuple[str, ...]) -> list[_Region]:
+        """Mark the named regions as used by a request in flight (until :meth:`release`)."""
+        held = []
+        for name in names:
+            region = self._regions.get(name)
+            if region is not None:
+                region.users += 1
+                held.append(region)
+        return held
+
+    @staticmethod
+    def release(held: list[_Region]) -> None:
+        for region in held:
+            region.users -= 1
 
     def status(self, name: str = "") -> list[dict[str, Any]]:
         self._check_enabled()
@@ -124,7 +161,10 @@ class SystemSharedMemory:
         region = self._regions.get(ref.region)
         if region is None:
             raise not_found(f"Unable to find shared memory region: '{ref.region}'")
-        if ref.offset < 0 or ref.byte_size < 0 or ref.offset + ref.byte_size > region.byte_size:
+        # Triton's two checks and messages (server shared_memory_manager.cc GetMemoryInfo)
+        if ref.offset < 0 or ref.offset > max(region.byte_size - 1, 0):
+            raise invalid_arg(f"Invalid offset for shared memory region: '{ref.region}'")
+        if ref.byte_size < 0 or ref.offset + ref.byte_size > region.byte_size:
             raise invalid_arg(
                 f"Invalid offset + byte size for shared memory region: '{ref.region}'"
             )

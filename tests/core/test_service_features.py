@@ -304,6 +304,16 @@ async def test_shared_memory_errors(
             Code.INVALID_ARG,
             "Invalid offset + byte size for shared memory region: 'r1'",
         ),
+        (  # an offset past the region's end (Triton's own message for it)
+            InferRequest("add_sub", inputs=spec_in("r1", 256, 64)),
+            Code.INVALID_ARG,
+            "Invalid offset for shared memory region: 'r1'",
+        ),
+        (
+            InferRequest("add_sub", inputs=spec_in("r1", -1, 64)),
+            Code.INVALID_ARG,
+            "Invalid offset for shared memory region: 'r1'",
+        ),
         (
             InferRequest("add_sub", inputs=spec_in("r1", 0, 60)),
             Code.INVALID_ARG,

@@ -135,3 +135,30 @@ def test_symlink_swapped_in_after_registration_is_not_followed(tmp_path: Path) -
     shm.write(SharedMemoryRef("r", 0, 64), "OUT", b"w" * 64)
     assert secret.read_bytes() == b"S" * 64
     shm.close()
+
+
+def test_regions_in_use_cannot_be_unregistered(tmp_path: Path) -> None:
+    """As Triton: a region a request in flight reads or writes stays registered until the
+    request is answered; unregistering all removes the others and names those in use."""
+    (tmp_path / "x").write_bytes(bytes(256))
+    shm = SystemSharedMemory(True, root=str(tmp_path))
+    for name in ("c", "a", "b"):
+        shm.register(name, "/x", 0, 64)
+    held = shm.hold(("b", "c", "nope"))
+    with pytest.raises(RepokitError) as error:
+        shm.unregister("b")
+    assert (error.value.code, error.value.message) == (
+        Code.INTERNAL,
+        "Cannot unregister shared memory region 'b', it is currently in use.",
+    )
+    with pytest.raises(RepokitError) as error:
+        shm.unregister()
+    assert (error.value.code, error.value.message) == (
+        Code.INTERNAL,
+        "Failed to unregister the following system shared memory regions: b ,c ,",
+    )
+    assert [r["name"] for r in shm.status()] == ["c", "b"]  # "a" went
+    shm.release(held)
+    shm.unregister("b")
+    shm.unregister()
+    assert shm.status() == []
