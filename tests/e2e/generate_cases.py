@@ -57,6 +57,12 @@ CASES: list[tuple[str, str, Any]] = [
     ("stream_typed_half_first", "typed_stream/generate_stream", {"KINDS": ["half", "ok"]}),
     ("stream_typed_half_middle", "typed_stream/generate_stream", {"KINDS": ["ok", "half", "ok"]}),
     ("stream_typed_infinite", "typed_stream/generate_stream", {"KINDS": ["infinite"]}),
+    # the parameters a python model reads, as text
+    (
+        "parameters_text",
+        "parameters_text/generate",
+        {"X": 1, "g": '\u00e9"/\u0001', "d": 0.5, "n": -5, "b": False},
+    ),
     # an error inside "parameters" names it
     (
         "nested_bad_parameter",

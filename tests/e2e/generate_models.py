@@ -10,7 +10,9 @@ only, so real Triton 2.51 serves them unchanged (tests/differential/test_generat
 - ``batched_add`` (non-decoupled, max_batch_size 4): X (FP32 [-1]) -> Y = X + 1;
 - ``typed_stream`` (decoupled): KINDS (BYTES [-1]) -> one response per element, with an output
   JSON cannot carry as it is: ``half`` (FP16), ``infinite`` / ``nan`` (FP64 non-finite),
-  ``raw`` (BYTES not UTF-8), ``ok`` (BYTES "ok").
+  ``raw`` (BYTES not UTF-8), ``ok`` (BYTES "ok");
+- ``parameters_text`` (non-decoupled): X (INT32 [1]) -> P, the text of the request's
+  ``parameters()``.
 """
 
 from __future__ import annotations
@@ -142,11 +144,33 @@ class TritonPythonModel:
         return None
 """
 
+_PARAMETERS_CONFIG = """backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "P" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+_PARAMETERS_CODE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor(
+                "P", np.array([request.parameters().encode()], dtype=np.object_))])
+            for request in requests
+        ]
+"""
+
 MODELS = {
     "text_echo": (_ECHO_CONFIG, _ECHO_CODE),
     "token_stream": (_STREAM_CONFIG, _STREAM_CODE),
     "batched_add": (_ADD_CONFIG, _ADD_CODE),
     "typed_stream": (_TYPED_CONFIG, _TYPED_CODE),
+    "parameters_text": (_PARAMETERS_CONFIG, _PARAMETERS_CODE),
 }
 
 

@@ -152,6 +152,15 @@ EXPECTED: dict[str, tuple[int, str, Any]] = {
         [_typed("TEXT", "ok"), {"error": HALF}, _typed("TEXT", "ok")],
     ),
     "stream_typed_infinite": (200, SSE, [_typed("DOUBLE", [math.inf, -math.inf, 0.25])]),
+    "parameters_text": (
+        200,
+        JSON,
+        {
+            "P": '{"g":"\u00e9\\"/\\u0001","d":0.5,"n":-5,"b":false}',
+            "model_name": "parameters_text",
+            "model_version": "1",
+        },
+    ),
     "nested_repeated_input": (400, JSON, {"error": NESTED + _exists("TEXT", "q")}),
 }
 

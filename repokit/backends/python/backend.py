@@ -330,10 +330,16 @@ class PythonBackend(Backend):
             request.request_id,
             request.correlation_id,
             request.flags,
-            json.dumps(request.parameters) if request.parameters else "{}",
+            _parameters_json(request.parameters) if request.parameters else "{}",
             key,
         )
 
     # --- unload --------------------------------------------------------------------------
     async def unload(self) -> None:
         await self._processes.stop_all()
+
+
+def _parameters_json(parameters: dict[str, Any]) -> str:
+    """``request.parameters()`` as Triton's python backend gives it: compact JSON, text as
+    UTF-8 (``{"g":"é","n":-5}``), not json.dumps' spaced ASCII."""
+    return json.dumps(parameters, separators=(",", ":"), ensure_ascii=False)
