@@ -44,6 +44,8 @@ QA_PATHS = (
     "qa/L0_warmup",
     "qa/L0_large_payload",
     "qa/L0_shared_memory",
+    "qa/L0_batcher",
+    "qa/custom_models/custom_zero_1_float32",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -76,6 +78,11 @@ NOT_APPLICABLE: dict[str, str] = {
     "L0_optional_input test_ensemble_optional_pipeline": "expects Triton's test-only identity"
     " backend to answer zeros for an optional input left out; the python stand-in answers"
     " nothing for it (fails on both)",
+    "L0_batcher max_queue_delay_only, preserve_ordering, queue_timeout": "their model is"
+    " Triton's test-only identity backend with its execute_delay_ms (and instance-wise delay)"
+    " parameters, checked through traces and timings",
+    "L0_batcher plan, libtorch, graphdef, savedmodel": "TensorRT, torch and TensorFlow models;"
+    " the onnx scenarios run on repokit only (this Triton has no onnxruntime backend)",
     "models that import torch": "torch is not installed here (the dlpack_*, pytorch_fp32_fp32,"
     " identity_bf16, bls, bls_async and decoupled_bls models); they are left out of the"
     " repositories when torch cannot be imported, and the tests that use them fail on both",
@@ -1364,4 +1371,182 @@ def scenarios() -> list[Scenario]:
         *warmup(),
         *large_payload(),
         *shared_memory(),
+        *batcher(),
     ]
+
+
+# --- L0_batcher ----------------------------------------------------------------------------
+BATCHER_NO_DELAY = (
+    "test_static_batch_preferred",
+    "test_static_batch_lt_any_preferred",
+    "test_static_batch_not_preferred",
+    "test_static_batch_gt_max_preferred",
+    "test_multi_batch_not_preferred",
+    "test_multi_batch_gt_max_preferred",
+    "test_multi_batch_sum_gt_max_preferred",
+    "test_multi_same_output0",
+    "test_multi_same_output1",
+    "test_multi_different_outputs",
+    "test_multi_different_output_order",
+)
+# test.sh's TRITONSERVER_DELAY_SCHEDULER per test: the batcher waits for that many requests
+BATCHER_DELAYED = (
+    ("test_multi_batch_delayed_sum_gt_max_preferred", 2),
+    ("test_multi_batch_use_biggest_preferred", 6),
+    ("test_multi_batch_use_best_preferred", 3),
+    ("test_multi_batch_delayed_use_max_batch", 3),
+)
+BATCHER_DIFFERENT_SHAPE = (
+    "test_multi_batch_not_preferred_different_shape",
+    "test_multi_batch_preferred_different_shape",
+    "test_multi_batch_different_shape_allow_ragged",
+    "test_multi_batch_different_shape",
+)
+BATCHER_PREFERRED_ONLY = (
+    ("test_preferred_batch_only_aligned", 4),
+    ("test_preferred_batch_only_unaligned", 5),
+    ("test_preferred_batch_only_use_biggest_preferred", 7),
+    ("test_preferred_batch_only_use_no_preferred_size", 3),
+)
+BATCHING_TEN_SECONDS = (
+    "dynamic_batching { preferred_batch_size: [ 2, 6 ], max_queue_delay_microseconds: 10000000 }"
+)
+
+
+def _qa_models(qa: Path, into: Path, *, variable: bool) -> None:
+    """Triton's qa/common/gen_qa_models.py --onnx (its DATADIR's qa_model_repository, or
+    qa_variable_model_repository with ``variable``)."""
+    subprocess.run(
+        [
+            sys.executable,
+            "gen_qa_models.py",
+            "--onnx",
+            *(["--variable"] if variable else []),
+            "--models_dir",
+            str(into),
+        ],
+        cwd=qa / "common",
+        check=True,
+        capture_output=True,
+    )
+
+
+def _batcher_models(backend: str, *, variable: bool, batching: str) -> Layout:
+    """test.sh's models / var_models / preferred_batch_only_models for one backend: the onnx
+    ``*_float32_float32_float32`` model (python: its config with ``backend: "python"`` and
+    python_models/add_sub as the model), max_batch_size 8, version 1 only, ``batching``
+    appended; var_models also get -1 for 16 in every config, the ragged ``custom`` identity
+    model (a python stand-in, on the CPU) and, for onnx, the ragged onnx identity model."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        kind = "qa_variable_model_repository" if variable else "qa_model_repository"
+        generated = repo.parent / kind
+        shutil.rmtree(generated, ignore_errors=True)
+        _qa_models(qa, generated, variable=variable)
+        source = generated / "onnx_float32_float32_float32"
+        name = f"{backend}_float32_float32_float32"
+        target = repo / name
+        if backend == "python":
+            (target / "1").mkdir(parents=True)
+            text = re.sub(
+                r"platform:.*", 'backend: "python"', (source / "config.pbtxt").read_text()
+            )
+            (target / "config.pbtxt").write_text(text.replace("onnx", "python"))
+            shutil.copy(source / "output0_labels.txt", target)
+            shutil.copy(qa / "python_models" / "add_sub" / "model.py", target / "1" / "model.py")
+        else:
+            shutil.copytree(source, target)
+        config = target / "config.pbtxt"
+        sed(config, r"^max_batch_size:.*", "max_batch_size: 8")
+        sed(config, r"^version_policy:.*", "version_policy: { specific { versions: [1] }}")
+        append(config, batching)
+        if not variable:
+            return
+        sed(config, "16", "-1")
+        custom = repo / "custom_zero_1_float32"
+        shutil.copytree(qa / "custom_models" / "custom_zero_1_float32", custom)
+        config = custom / "config.pbtxt"
+        append(config, "instance_group [ { kind: KIND_CPU count: 1 }]")  # test.sh: KIND_GPU
+        sed(config, r"^max_batch_size:.*", "max_batch_size: 8")
+        sed(config, r"dims:.*\[.*\]", "dims: [ -1 ]")
+        sed(config, r'name:.*"INPUT0"', 'name: "INPUT0"\nallow_ragged_batch: true')
+        append(config, BATCHING_TEN_SECONDS)
+        identity_stand_ins("custom_zero_1_float32")(qa, repo)
+        if backend != "onnx":
+            return
+        identities = repo.parent / "qa_identity_model_repository"
+        shutil.rmtree(identities, ignore_errors=True)
+        _identity_models(qa, identities)
+        ragged = repo / "onnx_zero_1_float32"
+        shutil.copytree(identities / "onnx_nobatch_zero_1_float32", ragged)
+        config = ragged / "config.pbtxt"
+        sed(config, "nobatch_", "")
+        sed(config, r"^max_batch_size:.*", "max_batch_size: 8")
+        sed(config, r'name: "INPUT0"', 'name: "INPUT0"\nallow_ragged_batch: true')
+        append(
+            config,
+            'batch_output [{target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE'
+            ' source_input: "INPUT0" }]',
+            BATCHING_TEN_SECONDS,
+        )
+
+    return lay
+
+
+def _batcher_run(
+    backend: str, test: str, kind: str, repo_dir: str, layout: Layout, delay: int = 0
+) -> Scenario:
+    env = {"BACKENDS": backend, "BATCHER_TYPE": kind}
+    if delay:
+        env["TRITONSERVER_DELAY_SCHEDULER"] = str(delay)
+    tag = "" if backend == "python" else f",{backend}"
+    return Scenario(
+        f"L0_batcher/{test}[{kind}{tag}]",
+        "L0_batcher",
+        layout,
+        [PytestRun(f"batcher_test.py::BatcherTest::{test}", runner="unittest")],
+        repo_dir=repo_dir,
+        env=env,
+        verbose=False,
+    )
+
+
+def batcher() -> list[Scenario]:
+    """L0_batcher's dynamic-batcher tests for the python backend (and onnx, which this Triton
+    cannot load: repokit only), one server per test and model type as test.sh runs them, with
+    its TRITONSERVER_DELAY_SCHEDULER (the batcher waits until that many requests are queued)."""
+    found: list[Scenario] = []
+    for backend in ("python", "onnx"):
+        fixed = _batcher_models(backend, variable=False, batching=BATCHING_TEN_SECONDS)
+        variable = _batcher_models(backend, variable=True, batching=BATCHING_TEN_SECONDS)
+        for kind, repo_dir, layout in (
+            ("FIXED", "models", fixed),
+            ("VARIABLE", "var_models", variable),
+        ):
+            found += [_batcher_run(backend, t, kind, repo_dir, layout) for t in BATCHER_NO_DELAY]
+            found += [
+                _batcher_run(backend, t, kind, repo_dir, layout, delay)
+                for t, delay in BATCHER_DELAYED
+            ]
+        found += [
+            _batcher_run(backend, t, "VARIABLE", "var_models", variable)
+            for t in BATCHER_DIFFERENT_SHAPE
+        ]
+        found.append(
+            _batcher_run(
+                backend,
+                "test_multi_batch_delayed_preferred_different_shape",
+                "VARIABLE",
+                "var_models",
+                variable,
+                4,
+            )
+        )
+        preferred_only = _batcher_models(
+            backend, variable=False, batching="dynamic_batching { preferred_batch_size: [ 4, 6 ] }"
+        )
+        found += [
+            _batcher_run(backend, t, "FIXED", "preferred_batch_only_models", preferred_only, d)
+            for t, d in BATCHER_PREFERRED_ONLY
+        ]
+    return found

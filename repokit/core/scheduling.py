@@ -41,7 +41,7 @@ from repokit.core.statistics import ModelStats
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.base import ScheduledResult, Scheduler
 from repokit.scheduler.default import DefaultScheduler
-from repokit.scheduler.dynamic_driver import DynamicBatchScheduler
+from repokit.scheduler.dynamic_driver import DynamicBatchScheduler, delay_scheduler_count
 from repokit.scheduler.ensemble import EnsembleScheduler
 from repokit.scheduler.sequence_batch import SequenceBatchScheduler
 from repokit.scheduler.warmup import build_warmup_samples, run_warmup
@@ -73,7 +73,11 @@ def config_scheduler_factory(backend: Backend, stats: ModelStats) -> Scheduler:
     kind = scheduler_kind(config)
     if kind == "dynamic":
         return DynamicBatchScheduler(
-            backend, config, merge_batches=merge, on_execution=stats.record_execution
+            backend,
+            config,
+            merge_batches=merge,
+            on_execution=stats.record_execution,
+            hold_until_queued=delay_scheduler_count(),
         )
     if kind == "sequence":
         sequence = SequenceBatchScheduler(

@@ -22,6 +22,12 @@ A worker whose instance comes free tells the planner (``BatchPlanner.instance_fr
 requests it just answered and how long their batch ran, so that requests still pending can wait
 for those clients instead of leaving without them (the grace, see ``dynamic_batch``).
 
+**Triton's test hook.** ``TRITONSERVER_DELAY_SCHEDULER=N`` in the server's environment (Triton
+core's ``DynamicBatchScheduler::BatcherThread`` reads it; its qa tests such as L0_batcher use it
+to queue requests before batching starts) holds every worker back until ``N`` requests are
+queued, once per scheduler; after that the batcher runs as usual. Unset (or not a positive
+number) it costs nothing: the workers never look at it again.
+
 ``merge_batches=True`` (backends that take one tensor per input, e.g. onnxruntime): the batch is
 concatenated into one BackendRequest, executed, and the outputs split back into views.
 ``merge_batches=False`` (the python backend, which receives the list of requests as Triton's
@@ -31,7 +37,10 @@ does): the requests are passed as a list.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing
@@ -57,6 +66,17 @@ from repokit.scheduler.runtime import (
     with_request_id,
 )
 
+log = logging.getLogger(__name__)
+
+DELAY_SCHEDULER_ENV = "TRITONSERVER_DELAY_SCHEDULER"
+
+
+def delay_scheduler_count(environ: Mapping[str, str] = os.environ) -> int:
+    """``TRITONSERVER_DELAY_SCHEDULER`` as Triton reads it (``atoi``: leading digits, else 0);
+    how many requests must be queued before the batcher starts (0: no hold)."""
+    leading = re.match(r"\s*([+-]?\d+)", environ.get(DELAY_SCHEDULER_ENV, ""))
+    return max(0, int(leading.group(1))) if leading else 0
+
 
 @dataclass(eq=False, slots=True)
 class _Job:
@@ -77,6 +97,7 @@ class DynamicBatchScheduler(Scheduler):
         instances: Sequence[int] | None = None,
         on_execution: BatchHook | None = None,
         settings: DynamicBatchSettings | None = None,
+        hold_until_queued: int = 0,
     ) -> None:
         config = config if config is not None else backend.context.config
         self._backend = backend
@@ -112,6 +133,7 @@ class DynamicBatchScheduler(Scheduler):
         self._stopping = False
         self._held: dict[int, int] = {}  # pipelined workers: batches each instance holds
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._hold_until = hold_until_queued  # TRITONSERVER_DELAY_SCHEDULER (module docstring)
 
     # --- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -182,6 +204,8 @@ class DynamicBatchScheduler(Scheduler):
 
     # --- workers ------------------------------------------------------------------------
     async def _worker(self, instance: int) -> None:
+        if self._hold_until:
+            await self._held_back()
         if not self._early:
             await self._serial_worker(instance)
             return
@@ -215,6 +239,14 @@ class DynamicBatchScheduler(Scheduler):
         finally:
             for task in runs:
                 task.cancel()
+
+    async def _held_back(self) -> None:
+        """Wait until ``hold_until_queued`` requests are queued (or the scheduler stops)."""
+        while self._hold_until and len(self._planner) < self._hold_until and not self._stopping:
+            await self._waker.sleep()
+        if self._hold_until:
+            log.debug("dynamic batcher: %d requests queued, batching starts", len(self._planner))
+        self._hold_until = 0
 
     def _reject(self, rejected: list[QueuedItem[_Job]]) -> None:
         for item in rejected:

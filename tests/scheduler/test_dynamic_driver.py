@@ -10,7 +10,11 @@ import pytest
 from repokit.backends.base import BackendRequest, Timing
 from repokit.errors import Code, RepokitError
 from repokit.scheduler.base import ScheduledResult
-from repokit.scheduler.dynamic_driver import DynamicBatchScheduler
+from repokit.scheduler.dynamic_driver import (
+    DELAY_SCHEDULER_ENV,
+    DynamicBatchScheduler,
+    delay_scheduler_count,
+)
 from repokit.scheduler.runtime import ManualClock
 from tests.scheduler.helpers import RecordingBackend, config, request
 
@@ -217,3 +221,53 @@ async def test_cancelled_request_leaves_the_queue() -> None:
     assert sched.pending_count == 0
     await sched.stop()
     assert backend.batches == []
+
+
+async def test_delay_scheduler_holds_batching_until_that_many_requests_are_queued() -> None:
+    """TRITONSERVER_DELAY_SCHEDULER=N (Triton's test hook): no batch forms before N requests
+    are queued, then the batcher forms them as usual (here the preferred size 6 at once);
+    later requests are not held again."""
+    clock = ManualClock()
+    backend = RecordingBackend()
+    cfg = config(
+        BATCHING
+        + "dynamic_batching { preferred_batch_size: [ 2, 6 ]"
+        + " max_queue_delay_microseconds: 10000000 }"
+    )
+    sched = await started(DynamicBatchScheduler(backend, cfg, clock=clock, hold_until_queued=6))
+    tasks = [asyncio.create_task(run(sched, request(INPUT0=[[i, i]]))) for i in range(5)]
+    await until(lambda: sched.pending_count == 5)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert backend.batches == []  # a batch of 2 (preferred) would have gone without the hold
+    tasks.append(asyncio.create_task(run(sched, request(INPUT0=[[5, 5]]))))
+    await asyncio.gather(*tasks)
+    assert [len(reqs) for _, reqs in backend.batches] == [6]
+    more = [asyncio.create_task(run(sched, request(INPUT0=[[i, i]]))) for i in range(2)]
+    await asyncio.gather(*more)
+    assert [len(reqs) for _, reqs in backend.batches] == [6, 2]
+    await sched.stop()
+
+
+async def test_delay_scheduler_hold_ends_when_the_scheduler_stops() -> None:
+    backend = RecordingBackend()
+    cfg = config(BATCHING + "dynamic_batching { max_queue_delay_microseconds: 1000000000 }")
+    sched = await started(
+        DynamicBatchScheduler(backend, cfg, clock=ManualClock(), hold_until_queued=3)
+    )
+    task = asyncio.create_task(run(sched, request(INPUT0=[[1, 1]])))
+    await until(lambda: sched.pending_count == 1)
+    await sched.stop()
+    assert (await task).result.error is None
+    assert [len(reqs) for _, reqs in backend.batches] == [1]
+
+
+@pytest.mark.parametrize(
+    ("value", "count"),
+    [(None, 0), ("", 0), ("6", 6), (" 3", 3), ("4x", 4), ("abc", 0), ("-2", 0), ("+5", 5)],
+)
+def test_delay_scheduler_count_reads_the_environment_as_triton_does(
+    value: str | None, count: int
+) -> None:
+    environ = {} if value is None else {DELAY_SCHEDULER_ENV: value}
+    assert delay_scheduler_count(environ) == count
