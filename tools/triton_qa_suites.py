@@ -78,9 +78,8 @@ NOT_APPLICABLE: dict[str, str] = {
     "L0_optional_input test_ensemble_optional_pipeline": "expects Triton's test-only identity"
     " backend to answer zeros for an optional input left out; the python stand-in answers"
     " nothing for it (fails on both)",
-    "L0_batcher max_queue_delay_only, preserve_ordering, queue_timeout": "their model is"
-    " Triton's test-only identity backend with its execute_delay_ms (and instance-wise delay)"
-    " parameters, checked through traces and timings",
+    "L0_batcher preserve_ordering": "Triton's test-only identity backend with its"
+    " instance-wise delays (instance_wise_delay_multiplier), checked through trace files",
     "L0_batcher plan, libtorch, graphdef, savedmodel": "TensorRT, torch and TensorFlow models;"
     " the onnx scenarios run on repokit only (this Triton has no onnxruntime backend)",
     "models that import torch": "torch is not installed here (the dlpack_*, pytorch_fp32_fp32,"
@@ -1493,6 +1492,75 @@ def _batcher_models(backend: str, *, variable: bool, batching: str) -> Layout:
     return lay
 
 
+# Triton's test-only identity backend with its execute_delay_ms parameter (it sleeps that long
+# in each execution) as a python model
+DELAYED_IDENTITY_STAND_IN = IDENTITY_STAND_IN.replace(
+    "    def execute(self, requests):\n",
+    "    def execute(self, requests):\n        import time\n\n        time.sleep(self.delay_s)\n",
+).replace(
+    '        config = json.loads(args["model_config"])\n',
+    '        config = json.loads(args["model_config"])\n'
+    '        delay = config.get("parameters", {}).get("execute_delay_ms", {})\n'
+    '        self.delay_s = int(delay.get("string_value", "0")) / 1000\n',
+)
+
+
+def _delayed_identity(folder: Path) -> None:
+    sed(folder / "config.pbtxt", r'^backend: "identity"', 'backend: "python"')
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "1" / "model.py").write_text(DELAYED_IDENTITY_STAND_IN)
+
+
+def _max_queue_delay_only(delay_us: int) -> Layout:
+    """test.sh's custom_models: custom_zero_1_float32 with a 100 ms execution, batches of up
+    to 100, ``max_queue_delay_microseconds: 0`` (its sed for MAX_QUEUE_DELAY_MICROSECONDS
+    matches nothing in that line, so both tests run with 0), on the CPU (test.sh: KIND_GPU)."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        folder = repo / "custom_zero_1_float32"
+        shutil.copytree(qa / "custom_models" / "custom_zero_1_float32", folder)
+        config = folder / "config.pbtxt"
+        sed(config, r"dims:.*\[.*\]", "dims: [ -1 ]")
+        sed(config, r"max_batch_size:.*", "max_batch_size: 100")
+        append(
+            config,
+            "dynamic_batching { max_queue_delay_microseconds: 0}",
+            "instance_group [ { kind: KIND_CPU } ]",
+            "parameters [",
+            '{ key: "execute_delay_ms"; value: { string_value: "100" }}',
+            "]",
+        )
+        sed(
+            config,
+            r"max_queue_delay_microseconds:.*\[.*\]",
+            f"max_queue_delay_microseconds: {delay_us}",
+        )
+        _delayed_identity(folder)
+
+    return lay
+
+
+def _queue_timeout_model(qa: Path, repo: Path) -> None:
+    """test.sh's models/dynamic_batch: one request at a time that runs 8 s, a queue of 8 whose
+    requests are rejected after 1 s."""
+    folder = repo / "dynamic_batch"
+    folder.mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(
+        'backend: "identity"\n'
+        "max_batch_size: 1\n"
+        'input [{ name: "INPUT0" \n data_type: TYPE_FP32 \n dims: [ -1 ] }]\n'
+        'output [{ name: "OUTPUT0" \n data_type: TYPE_FP32 \n dims: [ -1 ] }]\n'
+        "instance_group [{ count: 1 \n kind: KIND_CPU }]\n"
+        "dynamic_batching {\n"
+        "  preferred_batch_size: [ 1 ]\n"
+        "  default_queue_policy { timeout_action: REJECT \n default_timeout_microseconds:"
+        " 1000000 \n max_queue_size: 8 }\n"
+        "}\n"
+        'parameters [{ key: "execute_delay_ms" \n value: { string_value: "8000" } }]\n'
+    )
+    _delayed_identity(folder)
+
+
 def _batcher_run(
     backend: str, test: str, kind: str, repo_dir: str, layout: Layout, delay: int = 0
 ) -> Scenario:
@@ -1549,4 +1617,29 @@ def batcher() -> list[Scenario]:
             _batcher_run(backend, t, "FIXED", "preferred_batch_only_models", preferred_only, d)
             for t, d in BATCHER_PREFERRED_ONLY
         ]
+    for test, delay_us in (
+        ("test_max_queue_delay_only_default", 0),
+        ("test_max_queue_delay_only_non_default", 20000),
+    ):
+        found.append(
+            Scenario(
+                f"L0_batcher/{test}",
+                "L0_batcher",
+                _max_queue_delay_only(delay_us),
+                [PytestRun(f"batcher_test.py::BatcherTest::{test}", runner="unittest")],
+                repo_dir="custom_models",
+                env={"MAX_QUEUE_DELAY_MICROSECONDS": str(delay_us)},
+                verbose=False,
+            )
+        )
+    found.append(
+        Scenario(
+            "L0_batcher/queue_timeout",
+            "L0_batcher",
+            _queue_timeout_model,
+            [PytestRun("queue_timeout_test.py", runner="unittest")],
+            flags=["--log-verbose=2"],
+            verbose=False,
+        )
+    )
     return found
