@@ -41,8 +41,9 @@ from repokit.core.statistics import ModelStats
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.base import ScheduledResult, Scheduler
 from repokit.scheduler.default import DefaultScheduler
-from repokit.scheduler.dynamic_driver import DynamicBatchScheduler, delay_scheduler_count
+from repokit.scheduler.dynamic_driver import DynamicBatchScheduler
 from repokit.scheduler.ensemble import EnsembleScheduler
+from repokit.scheduler.runtime import BACKLOG_DELAY_SCHEDULER_ENV, delay_scheduler_count
 from repokit.scheduler.sequence_batch import SequenceBatchScheduler
 from repokit.scheduler.warmup import build_warmup_samples, run_warmup
 
@@ -81,7 +82,12 @@ def config_scheduler_factory(backend: Backend, stats: ModelStats) -> Scheduler:
         )
     if kind == "sequence":
         sequence = SequenceBatchScheduler(
-            backend, config, merge_batches=merge, on_execution=stats.record_execution
+            backend,
+            config,
+            merge_batches=merge,
+            on_execution=stats.record_execution,
+            hold_until_queued=delay_scheduler_count(),
+            hold_until_backlog=delay_scheduler_count(BACKLOG_DELAY_SCHEDULER_ENV),
         )
         if config.sequence_batching.iterative_sequence:
             backend.on_reschedule = sequence.reschedule

@@ -38,9 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing
@@ -67,15 +65,6 @@ from repokit.scheduler.runtime import (
 )
 
 log = logging.getLogger(__name__)
-
-DELAY_SCHEDULER_ENV = "TRITONSERVER_DELAY_SCHEDULER"
-
-
-def delay_scheduler_count(environ: Mapping[str, str] = os.environ) -> int:
-    """``TRITONSERVER_DELAY_SCHEDULER`` as Triton reads it (``atoi``: leading digits, else 0);
-    how many requests must be queued before the batcher starts (0: no hold)."""
-    leading = re.match(r"\s*([+-]?\d+)", environ.get(DELAY_SCHEDULER_ENV, ""))
-    return max(0, int(leading.group(1))) if leading else 0
 
 
 @dataclass(eq=False, slots=True)

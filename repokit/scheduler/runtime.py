@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing
@@ -24,6 +26,22 @@ BatchHook = Callable[[int, Timing], None]  # (batch size, timing) once per execu
 R = TypeVar("R")
 # waits shorter than this end on a PreciseTimer (the loop's timers have 1 ms steps)
 PRECISE_BELOW_S = 0.002
+
+
+# Triton's test hooks (core's batcher threads read them): hold batching until that many
+# requests are queued (the dynamic batcher; the sequence batcher's slot queues) and, with the
+# first, until that many wait in the sequence batcher's backlog
+DELAY_SCHEDULER_ENV = "TRITONSERVER_DELAY_SCHEDULER"
+BACKLOG_DELAY_SCHEDULER_ENV = "TRITONSERVER_BACKLOG_DELAY_SCHEDULER"
+
+
+def delay_scheduler_count(
+    name: str = DELAY_SCHEDULER_ENV, environ: Mapping[str, str] = os.environ
+) -> int:
+    """A test-hook variable as Triton reads it (``atoi``: leading digits, else 0); 0 for
+    none or a negative number."""
+    leading = re.match(r"\s*([+-]?\d+)", environ.get(name, ""))
+    return max(0, int(leading.group(1))) if leading else 0
 
 
 # the default clock: the C function itself (a wrapper would add a Python call per reading)

@@ -12,6 +12,10 @@ request-time rules), queues it on its sequence, and a worker per instance sends 
 
 Control tensors and implicit state are added to each request before execution; the state
 output of request i becomes the state input of request i+1 and is not returned to the client.
+``TRITONSERVER_DELAY_SCHEDULER=N`` (Triton's test hook, read by ``core.scheduling``) holds every
+worker back until N requests wait in slots and, with ``TRITONSERVER_BACKLOG_DELAY_SCHEDULER=M``,
+M requests in the backlog (Triton's ``SequenceBatchScheduler::DelayScheduler``), once.
+
 A reaper frees the slot of a sequence idle for ``max_sequence_idle_microseconds`` (1 s default),
 and rejects backlogged sequences whose request ``timeout`` passed (UNAVAILABLE ``timeout of the
 corresponding sequence has been expired``, every request of the sequence; the timeout only
@@ -91,6 +95,8 @@ class SequenceBatchScheduler(Scheduler):
         merge_batches: bool = False,
         instances: Sequence[int] | None = None,
         on_execution: BatchHook | None = None,
+        hold_until_queued: int = 0,
+        hold_until_backlog: int = 0,
     ) -> None:
         config = config if config is not None else backend.context.config
         sb = config.sequence_batching
@@ -130,6 +136,9 @@ class SequenceBatchScheduler(Scheduler):
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
         self._stopping = False
+        # Triton's test hooks (TRITONSERVER_DELAY_SCHEDULER, ..._BACKLOG_DELAY_SCHEDULER)
+        self._hold_until = hold_until_queued
+        self._hold_backlog = hold_until_backlog if hold_until_queued else 0
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -208,7 +217,21 @@ class SequenceBatchScheduler(Scheduler):
         return corrid
 
     # --- workers ------------------------------------------------------------------------
+    async def _held_back(self) -> None:
+        """Triton's test hook: no batch until ``hold_until_queued`` requests wait in slots
+        (and ``hold_until_backlog`` in the backlog), once per scheduler."""
+        slots = self.slots
+        while self._hold_until and not self._stopping:
+            if slots.slotted_count >= self._hold_until and (
+                slots.backlog_count >= self._hold_backlog
+            ):
+                break
+            await self._waker.sleep()
+        self._hold_until = 0
+
     async def _worker(self, instance: int) -> None:
+        if self._hold_until:
+            await self._held_back()
         while True:
             now = self._clock()
             if self._oldest:

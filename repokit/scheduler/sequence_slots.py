@@ -241,6 +241,16 @@ class SequenceSlots(Generic[T]):
         return None if seq is None else seq.corrid
 
     @property
+    def slotted_count(self) -> int:
+        """Requests queued on sequences that hold a slot."""
+        return sum(len(s.queue) for o in self._owners.values() for s in o if s is not None)
+
+    @property
+    def backlog_count(self) -> int:
+        """Requests of sequences waiting for a slot."""
+        return sum(len(s.queue) for s in self.backlog)
+
+    @property
     def queued_count(self) -> int:
         slotted = sum(len(s.queue) for o in self._owners.values() for s in o if s is not None)
         return slotted + sum(len(s.queue) for s in self.backlog)

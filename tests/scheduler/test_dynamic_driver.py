@@ -10,12 +10,13 @@ import pytest
 from repokit.backends.base import BackendRequest, Timing
 from repokit.errors import Code, RepokitError
 from repokit.scheduler.base import ScheduledResult
-from repokit.scheduler.dynamic_driver import (
+from repokit.scheduler.dynamic_driver import DynamicBatchScheduler
+from repokit.scheduler.runtime import (
+    BACKLOG_DELAY_SCHEDULER_ENV,
     DELAY_SCHEDULER_ENV,
-    DynamicBatchScheduler,
+    ManualClock,
     delay_scheduler_count,
 )
-from repokit.scheduler.runtime import ManualClock
 from tests.scheduler.helpers import RecordingBackend, config, request
 
 BATCHING = """
@@ -269,5 +270,6 @@ async def test_delay_scheduler_hold_ends_when_the_scheduler_stops() -> None:
 def test_delay_scheduler_count_reads_the_environment_as_triton_does(
     value: str | None, count: int
 ) -> None:
-    environ = {} if value is None else {DELAY_SCHEDULER_ENV: value}
-    assert delay_scheduler_count(environ) == count
+    for name in (DELAY_SCHEDULER_ENV, BACKLOG_DELAY_SCHEDULER_ENV):
+        environ = {} if value is None else {name: value}
+        assert delay_scheduler_count(name, environ) == count

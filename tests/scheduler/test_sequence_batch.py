@@ -411,3 +411,43 @@ async def test_reschedule_is_refused_outside_iterative_sequences_and_executions(
         iterative.reschedule(seq_request(1, 1))
     assert err.value.code is Code.INTERNAL
     await iterative.stop()
+
+
+async def test_delay_scheduler_holds_the_sequence_batcher_until_slots_and_backlog_fill() -> None:
+    """TRITONSERVER_DELAY_SCHEDULER=3 and TRITONSERVER_BACKLOG_DELAY_SCHEDULER=1 (Triton's test
+    hooks): nothing runs until 3 requests wait in slots and 1 in the backlog; then the three
+    slotted sequences go in one batch and the backlogged one after them."""
+    backend = RecordingBackend()
+    sched = SequenceBatchScheduler(
+        backend,
+        config((SEQ % "").replace("max_batch_size: 4", "max_batch_size: 3")),
+        model_dir=Path("."),
+        clock=ManualClock(),
+        hold_until_queued=3,
+        hold_until_backlog=1,
+    )
+    await sched.start()
+    tasks = [
+        asyncio.create_task(sched.submit(seq_request(corrid, corrid, start=True, end=True), 1))
+        for corrid in (1, 2, 3)
+    ]
+    await until(lambda: sched.slots.slotted_count == 3)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert backend.batches == []  # three slots full, but no request in the backlog yet
+    tasks.append(asyncio.create_task(sched.submit(seq_request(4, 4, start=True, end=True), 1)))
+    await asyncio.gather(*tasks)
+    assert [len(reqs) for _, reqs in backend.batches] == [3, 1]
+    await sched.stop()
+
+
+async def test_backlog_delay_alone_does_not_hold_the_sequence_batcher() -> None:
+    """As in Triton, the backlog count is only looked at with TRITONSERVER_DELAY_SCHEDULER."""
+    backend = RecordingBackend()
+    sched = SequenceBatchScheduler(
+        backend, config(SEQ % ""), model_dir=Path("."), clock=ManualClock(), hold_until_backlog=5
+    )
+    await sched.start()
+    await sched.submit(seq_request(1, 1, start=True, end=True), 1)
+    assert len(backend.batches) == 1
+    await sched.stop()
