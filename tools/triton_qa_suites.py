@@ -46,6 +46,7 @@ QA_PATHS = (
     "qa/L0_shared_memory",
     "qa/L0_batcher",
     "qa/custom_models/custom_zero_1_float32",
+    "qa/L0_sequence_batcher",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -82,6 +83,10 @@ NOT_APPLICABLE: dict[str, str] = {
     " instance-wise delays (instance_wise_delay_multiplier), checked through trace files",
     "L0_batcher plan, libtorch, graphdef, savedmodel": "TensorRT, torch and TensorFlow models;"
     " the onnx scenarios run on repokit only (this Triton has no onnxruntime backend)",
+    "L0_sequence_batcher custom, ensembles, implicit state": "the custom_sequence_int32 models"
+    " (ragged, request timeout) are Triton's test-only sequence backend and the ensembles'"
+    " nop models its identity backend; the python scenarios run with ENSEMBLES=0 and"
+    " IMPLICIT_STATE=0 (test.sh's defaults are 1 and 0)",
     "models that import torch": "torch is not installed here (the dlpack_*, pytorch_fp32_fp32,"
     " identity_bf16, bls, bls_async and decoupled_bls models); they are left out of the"
     " repositories when torch cannot be imported, and the tests that use them fail on both",
@@ -1371,6 +1376,7 @@ def scenarios() -> list[Scenario]:
         *large_payload(),
         *shared_memory(),
         *batcher(),
+        *sequence_batcher(),
     ]
 
 
@@ -1639,6 +1645,228 @@ def batcher() -> list[Scenario]:
             _queue_timeout_model,
             [PytestRun("queue_timeout_test.py", runner="unittest")],
             flags=["--log-verbose=2"],
+            verbose=False,
+        )
+    )
+    return found
+
+
+# --- L0_sequence_batcher -------------------------------------------------------------------
+SEQUENCE_NO_DELAY = (
+    "test_simple_sequence",
+    "test_length1_sequence",
+    "test_batch_size",
+    "test_no_sequence_start",
+    "test_no_sequence_start2",
+    "test_no_sequence_end",
+    "test_no_correlation_id",
+)
+# test.sh's (TRITONSERVER_DELAY_SCHEDULER, TRITONSERVER_BACKLOG_DELAY_SCHEDULER) per test
+SEQUENCE_DELAYED = (
+    ("test_backlog_fill", 10, 2),
+    ("test_backlog_fill_no_end", 10, 3),
+    ("test_backlog_same_correlation_id", 12, 2),
+    ("test_backlog_same_correlation_id_no_end", 16, 0),
+    ("test_backlog_sequence_timeout", 4, 0),
+    ("test_half_batch", 8, 0),
+    ("test_skip_batch", 12, 0),
+    ("test_full_batch", 12, 0),
+    ("test_ragged_batch", 12, 0),
+    ("test_backlog", 12, 0),
+)
+SEQUENCE_QUEUE_DELAY = (
+    "test_queue_delay_no_min_util",
+    "test_queue_delay_half_min_util",
+    "test_queue_delay_full_min_util",
+)
+# model trial -> (repository, max_batch_size or None to keep, instance count, nobatch models)
+SEQUENCE_TRIALS = {
+    "0": ("models0", None, 4, True),
+    "1": ("models1", 4, 1, False),
+    "2": ("models2", 2, 2, False),
+    "4": ("models4", 1, 4, False),
+    "v": ("modelsv", 4, 1, False),
+}
+
+
+def _qa_sequence_models(qa: Path, into: Path, *, variable: bool) -> None:
+    """Triton's qa/common/gen_qa_sequence_models.py --onnx [--variable]."""
+    subprocess.run(
+        [
+            sys.executable,
+            "gen_qa_sequence_models.py",
+            "--onnx",
+            *(["--variable"] if variable else []),
+            "--models_dir",
+            str(into),
+        ],
+        cwd=qa / "common",
+        check=True,
+        capture_output=True,
+    )
+
+
+def _python_sequence_model(source: Path, repo: Path, qa: Path) -> Path:
+    """test.sh's generate_python_models: the onnx config with ``backend: "python"`` and onnx
+    renamed python, python_models/sequence_int32/model.py as the model."""
+    target = repo / source.name.replace("onnx", "python")
+    (target / "1").mkdir(parents=True)
+    text = re.sub(r"platform:.*", 'backend: "python"', (source / "config.pbtxt").read_text())
+    (target / "config.pbtxt").write_text(text.replace("onnx", "python"))
+    shutil.copy(qa / "python_models" / "sequence_int32" / "model.py", target / "1" / "model.py")
+    return target / "config.pbtxt"
+
+
+def _instances(config: Path, count: int) -> None:
+    """test.sh's ``kind: KIND_X`` -> ``kind: KIND_X\\ncount: N``; on the CPU (the generated
+    configs ask for KIND_GPU)."""
+    sed(config, r"kind: KIND_GPU", "kind: KIND_CPU")
+    sed(config, r"kind: KIND_CPU", f"kind: KIND_CPU\ncount: {count}")
+
+
+def _sequence_models(trial: str, *, queue_delay: bool = False) -> Layout:
+    """One of test.sh's python repositories (BACKENDS=python, ENSEMBLES=0): the int32 and bool
+    sequence models, or queue_delay_models (Direct with a 3 s queue delay and minimum slot
+    utilization 0, 0.5 and 1)."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        _repository, batch, count, nobatch = SEQUENCE_TRIALS[trial]
+        variable = trial == "v"
+        kind = (
+            "qa_variable_sequence_model_repository" if variable else "qa_sequence_model_repository"
+        )
+        generated = repo.parent / kind
+        shutil.rmtree(generated, ignore_errors=True)
+        _qa_sequence_models(qa, generated, variable=variable)
+        for dtype in ("int32", "bool"):
+            name = f"onnx_{'nobatch_' if nobatch else ''}sequence_{dtype}"
+            config = _python_sequence_model(generated / name, repo, qa)
+            if batch is not None:
+                sed(config, r"^max_batch_size:.*", f"max_batch_size: {batch}")
+            _instances(config, count)
+            if not queue_delay:
+                continue
+            sed(
+                config,
+                r"sequence_batching \{",
+                "sequence_batching {\ndirect {\nmax_queue_delay_microseconds: 3000000\n"
+                "minimum_slot_utilization: 0\n}",
+            )
+            base = config.parent.name
+            for suffix, utilization in (("half", "0.5"), ("full", "1")):
+                copy = repo / f"{base}_{suffix}"
+                shutil.copytree(config.parent, copy)
+                sed(copy / "config.pbtxt", base, f"{base}_{suffix}")
+                sed(
+                    copy / "config.pbtxt",
+                    r"minimum_slot_utilization: 0$",
+                    f"minimum_slot_utilization: {utilization}",
+                )
+
+    return lay
+
+
+def _preserve_ordering_models(qa: Path, repo: Path) -> None:
+    """test.sh's preserve_ordering_models: python_models/sequence_py with and without
+    preserve_ordering, decoupled and not."""
+    source = qa / "python_models" / "sequence_py"
+    for mode in ("decoupled", "nondecoupled"):
+        for preserve in (False, True):
+            name = f"seqpy_{'' if preserve else 'no_'}preserve_ordering_{mode}"
+            (repo / name / "1").mkdir(parents=True)
+            shutil.copy(source / "config.pbtxt", repo / name / "config.pbtxt")
+            shutil.copy(source / "model.py", repo / name / "1" / "model.py")
+            config = repo / name / "config.pbtxt"
+            if preserve:
+                sed(config, r"^preserve_ordering: False", "preserve_ordering: True")
+            if mode == "decoupled":
+                append(config, "", "model_transaction_policy { decoupled: true }")
+
+
+def _sequence_run(
+    test: str,
+    trial: str,
+    layout: Layout,
+    repo_dir: str,
+    delay: int = 0,
+    backlog: int = -1,
+    *,
+    opt_in: bool = False,
+) -> Scenario:
+    env = {
+        "BACKENDS": "python",
+        "ENSEMBLES": "0",
+        "IMPLICIT_STATE": "0",
+        "INITIAL_STATE_FILE": "0",
+        "INITIAL_STATE_ZERO": "0",
+        "USE_SINGLE_BUFFER": "0",
+        "NO_BATCHING": "1" if trial == "0" else "0",
+        "MODEL_INSTANCES": {"0": "4", "v": "1"}.get(trial, trial),
+        "BATCHER_TYPE": "VARIABLE" if trial == "v" else "FIXED",
+    }
+    if delay:
+        env["TRITONSERVER_DELAY_SCHEDULER"] = str(delay)
+    if backlog >= 0:
+        env["TRITONSERVER_BACKLOG_DELAY_SCHEDULER"] = str(backlog)
+    return Scenario(
+        f"L0_sequence_batcher/{test}[{repo_dir}]",
+        "L0_sequence_batcher",
+        layout,
+        [
+            PytestRun(
+                f"sequence_batcher_test.py::SequenceBatcherTest::{test}",
+                runner="unittest",
+                timeout=300.0 if opt_in else 0.0,
+            )
+        ],
+        repo_dir=repo_dir,
+        env=env,
+        verbose=False,
+        heavy=opt_in,
+    )
+
+
+def sequence_batcher() -> list[Scenario]:
+    """L0_sequence_batcher for BACKENDS=python with ENSEMBLES=0: the basic and delayed tests
+    on each model trial's repository (one server per test, test.sh's scheduler delays), the
+    queue-delay tests and the preserve-ordering test on python_models/sequence_py.
+
+    The delayed (backlog) tests run only when ``-k`` names them: they wait until a number of
+    requests of each sequence are queued, and repokit's gRPC stream hands a sequence's next
+    request to the core only once the previous one is answered, so on repokit they wait
+    until the client's timeout (300 s each)."""
+    found: list[Scenario] = []
+    for trial, (repo_dir, *_rest) in SEQUENCE_TRIALS.items():
+        layout = _sequence_models(trial)
+        found += [_sequence_run(test, trial, layout, repo_dir) for test in SEQUENCE_NO_DELAY]
+        found += [
+            _sequence_run(test, trial, layout, repo_dir, delay, backlog, opt_in=True)
+            for test, delay, backlog in SEQUENCE_DELAYED
+        ]
+    queue_delay = _sequence_models("1", queue_delay=True)
+    found += [
+        _sequence_run(test, "1", queue_delay, "queue_delay_models", 2, 0)
+        for test in SEQUENCE_QUEUE_DELAY
+    ]
+    found.append(
+        Scenario(
+            "L0_sequence_batcher/preserve_ordering",
+            "L0_sequence_batcher",
+            _preserve_ordering_models,
+            [
+                PytestRun(
+                    "sequence_batcher_test.py::SequenceBatcherPreserveOrderingTest",
+                    runner="unittest",
+                    env={
+                        "NO_BATCHING": "0",
+                        "MODEL_INSTANCES": "1",
+                        "IMPLICIT_STATE": "0",
+                        "INITIAL_STATE_FILE": "0",
+                        "BATCHER_TYPE": "FIXED",
+                    },
+                )
+            ],
+            repo_dir="preserve_ordering_models",
             verbose=False,
         )
     )
