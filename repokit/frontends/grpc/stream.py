@@ -2,12 +2,16 @@
 
 Each request becomes a task, so independent requests complete concurrently and their responses
 are written in completion order; requests of one sequence (same model and ``sequence_id``) are
-chained so the core sees them in arrival order. Failures go in-band in ``error_message`` with
-the request's id (Triton 2.51 sets no model name or version there), and the stream stays
-open (Triton's ``stream_infer_handler.cc``). A message that is not a valid request
-(:class:`~repokit.frontends.grpc.parsing.Unparsable`) is answered the same way, with no id, and
-the stream goes on (Triton 2.51 ends the stream there, status OK, the rest unanswered). Every
-response carries the ``triton_final_response`` parameter.
+chained so the core sees them in arrival order: a request goes to the core once the one before
+it in its sequence went (for a model that is not decoupled, the moment it is handed over: the
+path to the scheduler's queue does not yield, so it is queued first), not once it is answered,
+so the sequence's requests wait in the sequence batcher's queue together, as Triton's stream
+handler queues them; a decoupled model's request waits until the one before it finished.
+Failures go in-band in ``error_message`` with the request's id (Triton 2.51 sets no model name
+or version there), and the stream stays open (Triton's ``stream_infer_handler.cc``). A
+message that is not a valid request (:class:`~repokit.frontends.grpc.parsing.Unparsable`) is
+answered the same way, with no id, and the stream goes on (Triton 2.51 ends the stream there,
+status OK, the rest unanswered). Every response carries the ``triton_final_response`` parameter.
 
 Decoupled models: ``InferenceService.infer_stream(request)`` yields the responses as the model
 sends them; each is sent with ``triton_final_response`` false, except one the model flagged
@@ -103,15 +107,23 @@ def error_response(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInf
 
 
 def _forget(
-    chains: dict[Hashable, asyncio.Task[None]], key: Hashable
+    chains: dict[Hashable, asyncio.Future[None]], key: Hashable, went: asyncio.Future[None]
 ) -> Callable[[asyncio.Task[None]], None]:
-    """A done-callback dropping a finished task from its sequence chain if still the last."""
+    """A done-callback dropping a finished request from its sequence chain if still the last
+    (and letting the next one go, whatever happened to it)."""
 
-    def forget(task: asyncio.Task[None]) -> None:
-        if chains.get(key) is task:
+    def forget(_task: asyncio.Task[None]) -> None:
+        _release(went)
+        if chains.get(key) is went:
             del chains[key]
 
     return forget
+
+
+def _release(went: asyncio.Future[None] | None) -> None:
+    """The next request of the sequence may go to the core."""
+    if went is not None and not went.done():
+        went.set_result(None)
 
 
 async def stream_calls(
@@ -179,20 +191,24 @@ class StreamSession:
 
     async def _read(self, out: asyncio.Queue[_Item]) -> None:
         tasks: set[asyncio.Task[None]] = set()
-        last_of_sequence: dict[Hashable, asyncio.Task[None]] = {}
+        # per sequence: a future set once its last request went to the core
+        last_of_sequence: dict[Hashable, asyncio.Future[None]] = {}
         try:
             async for call in self._requests:
                 if isinstance(call, Unparsable):
                     await out.put(error_response(pb.ModelInferRequest(), call.message))
                     continue
                 key = _sequence_key(call.message)
-                previous = last_of_sequence.get(key) if key is not None else None
-                task = asyncio.create_task(self._handle(call, previous, out))
+                previous = went = None
+                if key is not None:
+                    previous = last_of_sequence.get(key)
+                    went = asyncio.get_running_loop().create_future()
+                task = asyncio.create_task(self._handle(call, previous, out, went))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-                if key is not None:
-                    last_of_sequence[key] = task
-                    task.add_done_callback(_forget(last_of_sequence, key))
+                if key is not None and went is not None:
+                    last_of_sequence[key] = went
+                    task.add_done_callback(_forget(last_of_sequence, key, went))
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
         except asyncio.CancelledError:
@@ -208,15 +224,16 @@ class StreamSession:
     async def _handle(
         self,
         call: GrpcInferCall,
-        previous: asyncio.Task[None] | None,
+        previous: asyncio.Future[None] | None,
         out: asyncio.Queue[_Item],
+        went: asyncio.Future[None] | None = None,
     ) -> None:
         if previous is not None:
-            await asyncio.gather(previous, return_exceptions=True)
+            await asyncio.shield(previous)
         msg = call.message
         issued = [False]  # the request reached the core (its errors may end the stream)
         try:
-            async for response in self._run(call, issued):
+            async for response in self._run(call, issued, went):
                 await out.put(response)
         except RepokitError as error:
             if self._grpc_error and issued[0]:
@@ -227,7 +244,11 @@ class StreamSession:
             _log.exception("stream request failed")
             await out.put(error_response(msg, f"internal error: {type(exc).__name__}: {exc}"))
 
-    async def _run(self, call: GrpcInferCall, issued: list[bool]) -> AsyncIterator[StreamResponse]:
+    async def _run(
+        self, call: GrpcInferCall, issued: list[bool], went: asyncio.Future[None] | None = None
+    ) -> AsyncIterator[StreamResponse]:
+        """``went``: set when the request is handed to the core, unless decoupled (the next
+        request of its sequence may go then; see the module docstring)."""
         service = self._service
         msg = call.message
         version = parse_model_version(msg.model_version)
@@ -237,6 +258,7 @@ class StreamSession:
             issued[0] = True
             if forwarded:
                 call = call._replace(forwarded=forwarded)
+            _release(went)  # its waiter runs after this task's next yield: once it is queued
             body = await service.infer_encoded(self._codec, msg.model_name, version, call)
             yield stream_response(message_bytes(body), True)
             return
@@ -248,6 +270,7 @@ class StreamSession:
             await service.check_admission(decoded.request)
         issued[0] = True
         if not decoupled:
+            _release(went)
             response = await service.infer(decoded.request)
             yield _final_flagged(response, True)
             return

@@ -217,6 +217,50 @@ async def test_stream_keeps_sequence_order(server: Any) -> None:
         await s.stop(None)
 
 
+class QueueingService(IdentityService):
+    """Answers nothing until ``wanted`` requests reached it (as a sequence batcher held by
+    TRITONSERVER_DELAY_SCHEDULER): their ids in the order they came."""
+
+    def __init__(self, wanted: int) -> None:
+        super().__init__()
+        self.arrived: list[str] = []
+        self.wanted = wanted
+        self.all_there = asyncio.Event()
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        self.arrived.append(request.id)
+        if len(self.arrived) >= self.wanted:
+            self.all_there.set()
+        await self.all_there.wait()
+        return await super().infer(request)
+
+
+async def test_stream_hands_a_sequences_requests_over_without_waiting_for_answers() -> None:
+    """Requests of one sequence reach the core in arrival order, each once the one before it
+    went (not once it was answered), as Triton's stream handler queues them: a batcher that
+    waits for several requests of the sequence gets them."""
+    service = QueueingService(wanted=4)
+    s = await _serve(GrpcOptions(address="127.0.0.1", port=0), service)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            requests = []
+            for i in range(4):
+                msg = _infer_request("echo", [float(i)], id=str(i))
+                msg.parameters["sequence_id"].int64_param = 7
+                requests.append(msg)
+
+            async def replies() -> list[pb.ModelStreamInferResponse]:
+                return [r async for r in stub.ModelStreamInfer(iter(requests))]
+
+            answered = await asyncio.wait_for(replies(), 60)  # a guard: chained, it never ends
+            assert sorted(r.infer_response.id for r in answered) == ["0", "1", "2", "3"]
+            assert all(not r.error_message for r in answered)
+            assert service.arrived == ["0", "1", "2", "3"]
+    finally:
+        await s.stop(None)
+
+
 async def test_decoupled_stream_and_empty_final_response(server: Any) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
