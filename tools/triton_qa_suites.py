@@ -1784,14 +1784,7 @@ def _preserve_ordering_models(qa: Path, repo: Path) -> None:
 
 
 def _sequence_run(
-    test: str,
-    trial: str,
-    layout: Layout,
-    repo_dir: str,
-    delay: int = 0,
-    backlog: int = -1,
-    *,
-    opt_in: bool = False,
+    test: str, trial: str, layout: Layout, repo_dir: str, delay: int = 0, backlog: int = -1
 ) -> Scenario:
     env = {
         "BACKENDS": "python",
@@ -1812,35 +1805,23 @@ def _sequence_run(
         f"L0_sequence_batcher/{test}[{repo_dir}]",
         "L0_sequence_batcher",
         layout,
-        [
-            PytestRun(
-                f"sequence_batcher_test.py::SequenceBatcherTest::{test}",
-                runner="unittest",
-                timeout=300.0 if opt_in else 0.0,
-            )
-        ],
+        [PytestRun(f"sequence_batcher_test.py::SequenceBatcherTest::{test}", runner="unittest")],
         repo_dir=repo_dir,
         env=env,
         verbose=False,
-        heavy=opt_in,
     )
 
 
 def sequence_batcher() -> list[Scenario]:
     """L0_sequence_batcher for BACKENDS=python with ENSEMBLES=0: the basic and delayed tests
     on each model trial's repository (one server per test, test.sh's scheduler delays), the
-    queue-delay tests and the preserve-ordering test on python_models/sequence_py.
-
-    The delayed (backlog) tests run only when ``-k`` names them: they wait until a number of
-    requests of each sequence are queued, and repokit's gRPC stream hands a sequence's next
-    request to the core only once the previous one is answered, so on repokit they wait
-    until the client's timeout (300 s each)."""
+    queue-delay tests and the preserve-ordering test on python_models/sequence_py."""
     found: list[Scenario] = []
     for trial, (repo_dir, *_rest) in SEQUENCE_TRIALS.items():
         layout = _sequence_models(trial)
         found += [_sequence_run(test, trial, layout, repo_dir) for test in SEQUENCE_NO_DELAY]
         found += [
-            _sequence_run(test, trial, layout, repo_dir, delay, backlog, opt_in=True)
+            _sequence_run(test, trial, layout, repo_dir, delay, backlog)
             for test, delay, backlog in SEQUENCE_DELAYED
         ]
     queue_delay = _sequence_models("1", queue_delay=True)
