@@ -515,6 +515,7 @@ def run_scenario(scenario: Scenario, qa: Path, target: Target, workdir: Path) ->
     except (subprocess.CalledProcessError, OSError, ValueError) as exc:
         return [Outcome(f"{label}::server", "ERROR", f"could not start: {exc}")]
     env["SERVER_LOG"] = str(target.log_path)
+    env["SERVER_PID"] = str(target.pid)  # tests that stop the server themselves read it
     if scenario.server_log:
         named = cwd / scenario.server_log
         named.unlink(missing_ok=True)

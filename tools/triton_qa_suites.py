@@ -47,6 +47,7 @@ QA_PATHS = (
     "qa/L0_batcher",
     "qa/custom_models/custom_zero_1_float32",
     "qa/L0_sequence_batcher",
+    "qa/L0_lifecycle",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -1354,6 +1355,75 @@ def shared_memory() -> list[Scenario]:
     return found
 
 
+def _python_model_with(
+    source: str, methods: str, *, versions: tuple[str, ...] = ("1",), config_lines: str = ""
+) -> Layout:
+    """``cp -r python_models/SOURCE models/ && echo '<methods>' >> model.py`` (methods added to
+    the model's class, as L0_lifecycle's test.sh appends them), copied into each version."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        target = repo / source
+        target.mkdir(parents=True)
+        shutil.copy(qa / "python_models" / source / "config.pbtxt", target / "config.pbtxt")
+        if config_lines:
+            append(target / "config.pbtxt", config_lines)
+        text = (qa / "python_models" / source / "model.py").read_text()
+        for version in versions:
+            (target / version).mkdir()
+            (target / version / "model.py").write_text(text + methods)
+
+    return lay
+
+
+SLEEPING_INITIALIZE = (
+    "    def initialize(self, args):\n        import time\n        time.sleep(10)\n"
+)
+LOGGING_INITIALIZE = (
+    "    def initialize(self, args):\n"
+    "        pb_utils.Logger.log_info(f'[PB model] Loading version {args[\"model_version\"]}')\n"
+)
+
+
+def lifecycle_python() -> list[Scenario]:
+    """The parts of L0_lifecycle that use only python models: a server stopped while a model
+    loads, a stop (SIGINT) with a client's connection open, and a reload that loads only the
+    versions that changed."""
+    cwd = "L0_lifecycle"
+    return [
+        Scenario(
+            f"{cwd}/test_shutdown_while_loading",
+            cwd,
+            _python_model_with("identity_fp32", SLEEPING_INITIALIZE),
+            [PytestRun("lifecycle_test.py::LifeCycleTest::test_shutdown_while_loading",
+                       runner="unittest")],
+            flags=["--model-control-mode=explicit", "--log-verbose=2"],
+            verbose=False,
+        ),
+        Scenario(
+            f"{cwd}/test_shutdown_with_live_connection",
+            cwd,
+            _python_model_with("add_sub", ""),
+            [PytestRun("lifecycle_test.py::LifeCycleTest::test_shutdown_with_live_connection",
+                       runner="unittest")],
+            verbose=False,
+        ),
+        Scenario(
+            f"{cwd}/test_load_new_model_version",
+            cwd,
+            _python_model_with(
+                "identity_fp32",
+                LOGGING_INITIALIZE,
+                versions=("1", "2", "3"),
+                config_lines="version_policy: { specific: { versions: [1, 2] } }",
+            ),
+            [PytestRun("lifecycle_test.py::LifeCycleTest::test_load_new_model_version",
+                       runner="unittest")],
+            flags=["--model-control-mode=explicit", "--load-model=*"],
+            verbose=False,
+        ),
+    ]  # fmt: skip
+
+
 def scenarios() -> list[Scenario]:
     return [
         *top_level(),
@@ -1377,6 +1447,7 @@ def scenarios() -> list[Scenario]:
         *shared_memory(),
         *batcher(),
         *sequence_batcher(),
+        *lifecycle_python(),
     ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncGenerator, Awaitable
 from typing import Any, TypeVar
@@ -135,8 +136,8 @@ class InferenceService:
         said = -1
         while True:
             remaining = deadline - time.monotonic()
-            if int(remaining) != said or self._inflight == 0:
-                said = int(remaining)
+            if math.ceil(remaining) != said or self._inflight == 0:
+                said = math.ceil(remaining)
                 busy = sum(1 for v in self.manager.all_ready() if v.inflight > 0)
                 log.info(
                     "Timeout %d: Found %d model versions that have in-flight inferences",

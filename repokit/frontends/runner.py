@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 import gc
 import inspect
+import logging
+import math
 import signal
 import sys
 import time
@@ -31,6 +33,8 @@ from repokit.frontends.http.metrics import create_metrics_server
 from repokit.frontends.http.server import HttpServer, bind_socket
 from repokit.frontends.workers.pool import WorkerPool
 from repokit.malloc_settings import keep_freed_memory
+
+_log = logging.getLogger("repokit.core.service")  # tritonserver logs these steps together
 
 
 @dataclass
@@ -83,6 +87,10 @@ class ServeSettings:
     stop_on_load_failure: bool = False
     # processes doing the HTTP and gRPC work (repokit.frontends.workers): 1 = this one
     workers: int = 1
+    # stopping, as tritonserver: while clients hold HTTP connections open (up to the exit
+    # timeout), requests on them are served before the models stop; off for harnesses that
+    # stop servers with their own clients still connected
+    wait_for_http_connections: bool = True
 
     # the HTTP frontend reads these two from the core settings
     @property
@@ -149,6 +157,8 @@ class ServerHandle:
         deadline = time.monotonic() + timeout
         if self._http is not None:
             self._http.stop_accepting()
+            if self.settings.wait_for_http_connections:
+                await _wait_for_http_connections(self._http, deadline)
         grpc_stop = None
         if self._grpc is not None:
             grpc_stop = asyncio.ensure_future(self._grpc.stop(timeout))
@@ -170,6 +180,20 @@ async def _maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+async def _wait_for_http_connections(server: HttpServer, deadline: float) -> None:
+    """tritonserver's first step when it stops: new HTTP connections are refused, and while
+    clients keep connections open (until the exit timeout) requests on them are served as
+    usual, the log saying once a second how many are left (``Timeout N: Found K HTTP service
+    connections``); the models stop after that, within what is left of the timeout."""
+    while True:
+        remaining = deadline - time.monotonic()
+        count = server.open_connections()
+        if count == 0 or remaining <= 0:
+            return
+        _log.info("Timeout %d: Found %d HTTP service connections", math.ceil(remaining), count)
+        await asyncio.sleep(min(1.0, remaining))  # whole seconds, as tritonserver counts
 
 
 async def _close_connections(servers: list[HttpServer], deadline: float) -> None:

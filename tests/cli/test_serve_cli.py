@@ -86,6 +86,8 @@ def test_serves_http_grpc_metrics_and_exits_0_on_sigterm(served: Served) -> None
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
     grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{served.ports['GRPCInferenceService']}")
     assert grpc.is_server_ready()
+    http.close()  # as tritonserver, the server waits for clients' open HTTP connections
+    grpc.close()
     served.process.send_signal(signal.SIGTERM)
     assert served.process.wait(timeout=30) == 0
 

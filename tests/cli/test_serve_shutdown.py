@@ -56,6 +56,11 @@ def _http_client(address: str, seed: int, out: Outcomes, signalled: threading.Ev
             if status == 200 and json.loads(text)["outputs"][0]["data"] == [2 * v for v in x]:
                 out.answered += 1
                 out.answered_after_signal += signalled.is_set() and not after
+                if signalled.is_set():
+                    # as a client told the server is going (a load balancer draining it):
+                    # the stop waits for open HTTP connections, as tritonserver's does
+                    connection.close()
+                    return
             elif status == 503 and "Server exiting" in text and signalled.is_set():
                 out.refused.append(text)
                 return
@@ -218,3 +223,43 @@ def test_a_signal_stops_the_server_when_nobody_reads_its_output(
             process.kill()
             process.wait()
     assert code == 0
+
+
+def test_open_http_connections_are_served_until_their_clients_close_them(
+    tmp_path: Path,
+) -> None:
+    """As tritonserver 2.51 stops (Triton's qa L0_lifecycle test_shutdown_with_live_connection):
+    new connections are refused at once, a connection a client holds open is still answered,
+    the log counts the open ones once a second, and the models stop once the last closes."""
+    repo = tmp_path / "models"
+    write_model(repo, "double", "y = 2 * x", count=1)
+    server = ServeProcess(str(repo), *PORT_FLAGS)
+    port = server.ports["HTTPService"]
+    body = '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1],"data":[4]}]}'
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("POST", "/v2/models/double/infer", body)
+        assert connection.getresponse().read()
+        server.process.send_signal(signal.SIGINT)
+        assert server.wait_for_line("HTTP service connections", 30), server.text
+        with pytest.raises(OSError):  # the port no longer accepts
+            http.client.HTTPConnection("127.0.0.1", port, timeout=5).request("GET", "/v2")
+        connection.request("POST", "/v2/models/double/infer", body)
+        response = connection.getresponse()
+        assert (response.status, json.loads(response.read())["outputs"][0]["data"]) == (200, [8])
+        assert server.process.poll() is None  # still waiting for the open connection
+        connection.close()
+        code = server.wait(timeout=60)
+    finally:
+        server.kill()
+    log = server.text
+    assert code == 0, log
+    assert log.count("Timeout 30: Found 1 HTTP service connections") == 1, log
+    assert log.count("Timeout 30: ") == 1, log  # the countdown goes on, it does not restart
+    steps = [
+        "Found 1 HTTP service connections",
+        '"Waiting for in-flight requests to complete."',
+        "\"successfully unloaded 'double' version 1\"",
+    ]
+    positions = [log.find(step) for step in steps]
+    assert all(p >= 0 for p in positions) and positions == sorted(positions), log

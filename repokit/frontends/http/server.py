@@ -119,6 +119,10 @@ class HttpServer:
         if self._server is not None:
             self._server.close()
 
+    def open_connections(self) -> int:
+        """The connections a client still holds open."""
+        return sum(1 for c in self.connections if c.transport is not None)
+
     def close_idle(self) -> int:
         """Close the connections with nothing running or arriving; the number still open."""
         for connection in list(self.connections):

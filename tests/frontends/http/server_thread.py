@@ -104,6 +104,9 @@ def serve_settings(repository: Path, **overrides: Any) -> ServeSettings:
             "grpc_address": "127.0.0.1",
             "allow_grpc": False,
             "workers": serve_workers(),
+            # tests stop servers with their clients still connected; the wait itself is
+            # tested on `repokit serve` (tests/cli/test_serve_shutdown.py)
+            "wait_for_http_connections": False,
             **overrides,
         },
     )
