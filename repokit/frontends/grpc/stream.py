@@ -1,12 +1,16 @@
 """ModelStreamInfer: one bidirectional stream, requests handled as they arrive.
 
-Each request becomes a task, so independent requests complete concurrently and their responses
-are written in completion order; requests of one sequence (same model and ``sequence_id``) are
-chained so the core sees them in arrival order: a request goes to the core once the one before
-it in its sequence went (for a model that is not decoupled, the moment it is handed over: the
-path to the scheduler's queue does not yield, so it is queued first), not once it is answered,
-so the sequence's requests wait in the sequence batcher's queue together, as Triton's stream
-handler queues them; a decoupled model's request waits until the one before it finished.
+Each request becomes a task, so independent requests run concurrently; the responses of
+requests for models that are not decoupled are written in the order the requests came (a
+response waits for those of the requests before it), as Triton 2.51's stream handler writes
+them (``EnqueueForResponse`` / ``WriteResponseIfReady``: one response per request, in request
+order), and a decoupled model's responses as they come. Requests of one sequence (same model
+and ``sequence_id``) are chained so the core sees them in arrival order: a request goes to the
+core once the one before it in its sequence went (for a model that is not decoupled, the moment
+it is handed over: the path to the scheduler's queue does not yield, so it is queued first),
+not once it is answered, so the sequence's requests wait in the sequence batcher's queue
+together, as Triton's stream handler queues them; a decoupled model's request waits until the
+one before it finished.
 Failures go in-band in ``error_message`` with the request's id (Triton 2.51 sets no model name
 or version there), and the stream stays open (Triton's ``stream_infer_handler.cc``). A
 message that is not a valid request (:class:`~repokit.frontends.grpc.parsing.Unparsable`) is
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Hashable
 
 from google.protobuf.message import DecodeError
@@ -168,6 +173,8 @@ class StreamSession:
         self._grpc_error = grpc_error
         self._codec = codec or GrpcInferCodec()
         self._forwarded = forwarded
+        # responses of non-decoupled requests not yet written, in request order
+        self._in_order: deque[asyncio.Future[list[_Item]]] = deque()
         self.failure: RepokitError | None = None  # set when the stream ends with a status
 
     async def responses(self) -> AsyncIterator[StreamResponse]:
@@ -203,7 +210,11 @@ class StreamSession:
                 if key is not None:
                     previous = last_of_sequence.get(key)
                     went = asyncio.get_running_loop().create_future()
-                task = asyncio.create_task(self._handle(call, previous, out, went))
+                slot = None
+                if not self._decoupled(call.message):
+                    slot = asyncio.get_running_loop().create_future()
+                    self._in_order.append(slot)
+                task = asyncio.create_task(self._handle(call, previous, out, went, slot))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 if key is not None and went is not None:
@@ -227,22 +238,55 @@ class StreamSession:
         previous: asyncio.Future[None] | None,
         out: asyncio.Queue[_Item],
         went: asyncio.Future[None] | None = None,
+        slot: asyncio.Future[list[_Item]] | None = None,
     ) -> None:
-        if previous is not None:
-            await asyncio.shield(previous)
+        """Run one request; its responses go to ``out`` as they come, or, with ``slot`` (a
+        model that is not decoupled), into it, written once the requests before it were."""
+        items: list[_Item] = []
+        put = items.append if slot is not None else out.put_nowait
+        try:
+            if previous is not None:
+                await asyncio.shield(previous)
+            await self._answer(call, went, put)
+        finally:
+            if slot is not None:
+                slot.set_result(items)
+                self._write_in_order(out)
+
+    def _write_in_order(self, out: asyncio.Queue[_Item]) -> None:
+        """Write the responses whose turn came (every request before them was answered)."""
+        in_order = self._in_order
+        while in_order and in_order[0].done():
+            for item in in_order.popleft().result():
+                out.put_nowait(item)
+
+    def _decoupled(self, msg: pb.ModelInferRequest) -> bool:
+        try:
+            return self._service.is_decoupled(
+                msg.model_name, parse_model_version(msg.model_version)
+            )
+        except RepokitError:  # answered in-band, in order, by _answer
+            return False
+
+    async def _answer(
+        self,
+        call: GrpcInferCall,
+        went: asyncio.Future[None] | None,
+        put: Callable[[_Item], None],
+    ) -> None:
         msg = call.message
         issued = [False]  # the request reached the core (its errors may end the stream)
         try:
             async for response in self._run(call, issued, went):
-                await out.put(response)
+                put(response)
         except RepokitError as error:
             if self._grpc_error and issued[0]:
-                await out.put(StreamFailed(error))
+                put(StreamFailed(error))
             else:
-                await out.put(error_response(msg, error.message))
+                put(error_response(msg, error.message))
         except Exception as exc:  # never let one request kill the stream
             _log.exception("stream request failed")
-            await out.put(error_response(msg, f"internal error: {type(exc).__name__}: {exc}"))
+            put(error_response(msg, f"internal error: {type(exc).__name__}: {exc}"))
 
     async def _run(
         self, call: GrpcInferCall, issued: list[bool], went: asyncio.Future[None] | None = None

@@ -261,6 +261,45 @@ async def test_stream_hands_a_sequences_requests_over_without_waiting_for_answer
         await s.stop(None)
 
 
+class SlowFirstService(IdentityService):
+    """Request ``slow`` is answered only after request ``fast`` was (by the core)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answered: list[str] = []
+        self.fast_done = asyncio.Event()
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if request.id == "slow":
+            await self.fast_done.wait()
+        response = await super().infer(request)
+        self.answered.append(request.id)
+        if request.id == "fast":
+            self.fast_done.set()
+        return response
+
+
+async def test_stream_writes_responses_in_request_order(server: Any) -> None:
+    """As Triton 2.51's stream handler: a non-decoupled request's response waits for those
+    of the requests before it on the stream, even when the core answered it first."""
+    service = SlowFirstService()
+    s = await _serve(GrpcOptions(address="127.0.0.1", port=0), service)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            requests = [
+                _infer_request("echo", [1.0], id="slow"),
+                _infer_request("nope", [1.0], id="unknown"),  # an error keeps its place too
+                _infer_request("echo", [2.0], id="fast"),
+            ]
+            replies = [r async for r in stub.ModelStreamInfer(iter(requests))]
+            assert service.answered == ["fast", "slow"]
+            assert [r.infer_response.id for r in replies] == ["slow", "unknown", "fast"]
+            assert replies[1].error_message.startswith("Request for unknown model")
+    finally:
+        await s.stop(None)
+
+
 async def test_decoupled_stream_and_empty_final_response(server: Any) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
