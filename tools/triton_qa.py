@@ -44,7 +44,7 @@ import time
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -386,6 +386,22 @@ def run_pytest(
         "--timeout=300",
     ]
     command.append(run.target)
+    return _client_outcomes(
+        run, command, cwd, label, workdir, env, lambda prefix: junit_outcomes(xml_path, *prefix)
+    )
+
+
+def _client_outcomes(
+    run: PytestRun,
+    command: list[str],
+    cwd: Path,
+    label: str,
+    workdir: Path,
+    env: dict[str, str],
+    read: Callable[[tuple[str, str]], list[Outcome]],
+) -> list[Outcome]:
+    """Run a test client (its output appended to the scenario's client log) and ``read`` its
+    results with (label prefix, suffix); one ERROR line when it timed out or gave none."""
     log_path = workdir / f"{label.replace('/', '_')}.client.log"
     with log_path.open("ab") as log:
         try:
@@ -400,7 +416,7 @@ def run_pytest(
             )
         except subprocess.TimeoutExpired:
             return [Outcome(f"{label}/{run.target}{run.suffix()}", "ERROR", "client timed out")]
-    outcomes = junit_outcomes(xml_path, f"{label}/{run.target.split('::')[0]}", run.suffix())
+    outcomes = read((f"{label}/{run.target.split('::')[0]}", run.suffix()))
     if not outcomes:
         return [
             Outcome(f"{label}/{run.target}{run.suffix()}", "ERROR", f"no results (see {log_path})")
@@ -413,26 +429,10 @@ def run_unittest(
 ) -> list[Outcome]:
     out = workdir / f"unittest-{abs(hash((label, run.target, tuple(run.env.items()))))}.jsonl"
     out.unlink(missing_ok=True)
-    log_path = workdir / f"{label.replace('/', '_')}.client.log"
-    with log_path.open("ab") as log:
-        try:
-            subprocess.run(
-                [sys.executable, "-c", UNITTEST_RUNNER, run.target, str(out)],
-                cwd=cwd,
-                env={**env, **run.env},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=run.timeout or TIMEOUT_RUN,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return [Outcome(f"{label}/{run.target}{run.suffix()}", "ERROR", "client timed out")]
-    outcomes = unittest_outcomes(out, f"{label}/{run.target.split('::')[0]}", run.suffix())
-    if not outcomes:
-        return [
-            Outcome(f"{label}/{run.target}{run.suffix()}", "ERROR", f"no results (see {log_path})")
-        ]
-    return outcomes
+    command = [sys.executable, "-c", UNITTEST_RUNNER, run.target, str(out)]
+    return _client_outcomes(
+        run, command, cwd, label, workdir, env, lambda prefix: unittest_outcomes(out, *prefix)
+    )
 
 
 def collected(run: PytestRun, cwd: Path, env: dict[str, str]) -> list[str]:
