@@ -15,7 +15,6 @@ import contextlib
 import gc
 import inspect
 import logging
-import math
 import signal
 import sys
 import time
@@ -155,15 +154,20 @@ class ServerHandle:
         self._stopped = True
         timeout = max(0.0, float(self.settings.exit_timeout_secs))
         deadline = time.monotonic() + timeout
+        wait_for_clients = self.settings.wait_for_http_connections
         if self._http is not None:
             self._http.stop_accepting()
-            if self.settings.wait_for_http_connections:
-                await _wait_for_http_connections(self._http, deadline)
+            if wait_for_clients:
+                await self._http.wait_for_clients(deadline)
+        if self._pool is not None:
+            # each worker stops accepting and (wait_for_clients) serves the HTTP connections
+            # its clients hold open; the service stops after that, as in one process
+            await self._pool.begin_stop(deadline, wait_for_clients=wait_for_clients)
         grpc_stop = None
         if self._grpc is not None:
             grpc_stop = asyncio.ensure_future(self._grpc.stop(timeout))
         service_stop = asyncio.ensure_future(self.service.stop(deadline))
-        if self._pool is not None:  # the workers stop accepting and drain meanwhile
+        if self._pool is not None:  # the workers drain meanwhile
             await self._pool.stop(deadline)
         drained = await service_stop
         self.exit_timeout_expired = drained is False
@@ -180,20 +184,6 @@ async def _maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
-
-
-async def _wait_for_http_connections(server: HttpServer, deadline: float) -> None:
-    """tritonserver's first step when it stops: new HTTP connections are refused, and while
-    clients keep connections open (until the exit timeout) requests on them are served as
-    usual, the log saying once a second how many are left (``Timeout N: Found K HTTP service
-    connections``); the models stop after that, within what is left of the timeout."""
-    while True:
-        remaining = deadline - time.monotonic()
-        count = server.open_connections()
-        if count == 0 or remaining <= 0:
-            return
-        _log.info("Timeout %d: Found %d HTTP service connections", math.ceil(remaining), count)
-        await asyncio.sleep(min(1.0, remaining))  # whole seconds, as tritonserver counts
 
 
 async def _close_connections(servers: list[HttpServer], deadline: float) -> None:

@@ -225,16 +225,18 @@ def test_a_signal_stops_the_server_when_nobody_reads_its_output(
     assert code == 0
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 def test_open_http_connections_are_served_until_their_clients_close_them(
-    tmp_path: Path,
+    tmp_path: Path, workers: str
 ) -> None:
     """As tritonserver 2.51 stops (Triton's qa L0_lifecycle test_shutdown_with_live_connection):
     new connections are refused at once, a connection a client holds open is still answered,
     the log counts the open ones once a second, and the models stop once the last closes.
-    One process: with --workers N the workers' connections are not waited for (README)."""
+    With frontend workers, the worker holding the connection waits for it and the models
+    serve it meanwhile."""
     repo = tmp_path / "models"
     write_model(repo, "double", "y = 2 * x", count=1)
-    server = ServeProcess(str(repo), *PORT_FLAGS, "--workers", "1")
+    server = ServeProcess(str(repo), *PORT_FLAGS, "--workers", workers)
     port = server.ports["HTTPService"]
     body = '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1],"data":[4]}]}'
     try:

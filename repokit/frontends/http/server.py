@@ -10,6 +10,8 @@ options stay the caller's choice. TLS: pass an ``ssl.SSLContext``.
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import socket
 import ssl
 import time
@@ -17,6 +19,7 @@ import time
 from repokit.frontends.http.connection_limits import ConnectionLimits, default_max_connections
 from repokit.frontends.http.protocol import RECEIVE_BUFFER_BYTES, Handler, HttpConnection
 
+_log = logging.getLogger("repokit.core.service")  # tritonserver logs the stop's steps together
 LISTEN_BACKLOG = 1024
 # the timeout timer runs at least this often (a timeout is enforced within half its length)
 MIN_CHECK_INTERVAL_S = 0.1
@@ -122,6 +125,19 @@ class HttpServer:
     def open_connections(self) -> int:
         """The connections a client still holds open."""
         return sum(1 for c in self.connections if c.transport is not None)
+
+    async def wait_for_clients(self, deadline: float) -> None:
+        """tritonserver's first step when it stops (call :meth:`stop_accepting` first): while
+        clients keep connections open, until ``deadline`` (time.monotonic()), requests on them
+        are served as usual and the log says once a second how many are left (``Timeout N:
+        Found K HTTP service connections``, N in whole seconds as tritonserver counts)."""
+        while True:
+            remaining = deadline - time.monotonic()
+            count = self.open_connections()
+            if count == 0 or remaining <= 0:
+                return
+            _log.info("Timeout %d: Found %d HTTP service connections", math.ceil(remaining), count)
+            await asyncio.sleep(min(1.0, remaining))
 
     def close_idle(self) -> int:
         """Close the connections with nothing running or arriving; the number still open."""

@@ -30,6 +30,7 @@ from repokit.frontends.workers.messages import (
     Ack,
     Call,
     Cancel,
+    ClientsGone,
     Credit,
     Failure,
     Reply,
@@ -128,6 +129,8 @@ class ServiceHost:
         self._traces: dict[int, Trace] = {}  # traced calls answered, until their TraceEnd
         self.ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.ready.add_done_callback(retrieved)  # nobody may wait for it any more
+        # stopping: the worker's HTTP clients are gone (ClientsGone, or the worker is)
+        self.clients_gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.lost = False
         self._link = Link(data, self._on_message, self._lost)
         self._control = Link(control, self._on_control, self._lost)
@@ -177,6 +180,9 @@ class ServiceHost:
                 future = self._acks.pop(seq)
                 if not future.done():
                     future.set_result(None)
+        elif kind is ClientsGone:
+            if not self.clients_gone.done():
+                self.clients_gone.set_result(None)
         elif kind is WorkerReady and not self.ready.done():
             self.ready.set_result(message.pid)
         elif kind is WorkerFailed and not self.ready.done():
@@ -357,4 +363,6 @@ class ServiceHost:
             trace.finish()
         if not self.ready.done():
             self.ready.set_exception(WorkerStartFailed("a frontend worker exited while starting"))
+        if not self.clients_gone.done():
+            self.clients_gone.set_result(None)
         self._on_lost()

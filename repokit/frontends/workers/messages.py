@@ -6,7 +6,8 @@ buffers out of band) in the python backend's frames (:mod:`repokit.backends.pyth
 Worker to scheduling process: :class:`Call` (an operation of the InferenceService, named by
 ``method``), :class:`Cancel` (the client went away), :class:`Credit` (room for more items of a
 stream), :class:`TraceEnd` (a traced request's last timestamps), :class:`Ack` (a
-:class:`Snapshot` was applied), :class:`WorkerReady` or :class:`WorkerFailed`.
+:class:`Snapshot` was applied), :class:`WorkerReady` or :class:`WorkerFailed`,
+:class:`ClientsGone` (stopping: its HTTP clients' connections are closed).
 
 Scheduling process to worker: :class:`WorkerStart` (the settings, the ports to bind, the first
 snapshot), :class:`Reply` / :class:`Failure` (the end of a call), :class:`StreamItem` /
@@ -139,3 +140,10 @@ class WorkerFailed:
     reason, for the scheduling process to raise as its own."""
 
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientsGone:
+    """A stopping worker no longer serves HTTP connections its clients held open (they closed,
+    or the exit timeout ran out): it drains now, and the scheduling process may stop the
+    service (as one process stops it once its own HTTP connections are gone)."""

@@ -171,9 +171,13 @@ class WorkerPool:
             return
         self.restarted += 1
 
-    async def stop(self, deadline: float) -> None:
-        """SIGTERM every worker (each stops accepting and drains its requests), wait for them
-        until ``deadline`` (time.monotonic()), then kill what is left."""
+    async def begin_stop(self, deadline: float, *, wait_for_clients: bool = False) -> None:
+        """SIGTERM every worker: each stops accepting and drains its requests. With
+        ``wait_for_clients``, first until each worker has served the HTTP connections its
+        clients held open (they closed, or ``deadline``, time.monotonic(), passed), as one
+        process does before the service stops."""
+        if self._stopping:
+            return
         self._stopping = True
         for task in list(self._restarts):
             task.cancel()
@@ -181,6 +185,15 @@ class WorkerPool:
         for worker in workers:
             with contextlib.suppress(ProcessLookupError):
                 worker.process.send_signal(signal.SIGTERM)
+        if wait_for_clients and workers:
+            remaining = max(0.0, deadline - time.monotonic())
+            await asyncio.wait([w.host.clients_gone for w in workers], timeout=remaining)
+
+    async def stop(self, deadline: float) -> None:
+        """:meth:`begin_stop` (unless begun), wait for the workers until ``deadline``
+        (time.monotonic()), then kill what is left."""
+        await self.begin_stop(deadline)
+        workers = list(self._workers.values())
         for worker in workers:
             remaining = max(0.0, deadline - time.monotonic())
             try:

@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Coroutine
 from typing import Any, cast
 
 from repokit.core import server_log
@@ -27,7 +28,12 @@ from repokit.frontends.grpc.server import create_grpc_server
 from repokit.frontends.http.app import create_http_server
 from repokit.frontends.http.server import HttpServer, bind_socket
 from repokit.frontends.workers.client import ServiceClient
-from repokit.frontends.workers.messages import WorkerFailed, WorkerReady, WorkerStart
+from repokit.frontends.workers.messages import (
+    ClientsGone,
+    WorkerFailed,
+    WorkerReady,
+    WorkerStart,
+)
 
 _POLL_S = 0.02
 
@@ -59,7 +65,7 @@ async def serve(data: socket.socket, control: socket.socket) -> int:
                 await grpc_server.start()
         except (OSError, ValueError, RuntimeError) as exc:  # said by the scheduling process
             client.send(WorkerFailed(str(exc)))
-            await _drain(client, http, grpc_server, 0.0)
+            await _drain(client, http, grpc_server, 0.0, wait_for_clients=False)
             return 1
         client.send(WorkerReady(os.getpid()))
         lost = asyncio.ensure_future(client.lost.wait())
@@ -67,7 +73,13 @@ async def serve(data: socket.socket, control: socket.socket) -> int:
         await asyncio.wait([lost, stopped], return_when=asyncio.FIRST_COMPLETED)
         lost.cancel()
         stopped.cancel()
-        await _drain(client, http, grpc_server, float(settings.core.exit_timeout_secs))
+        await _drain(
+            client,
+            http,
+            grpc_server,
+            float(settings.core.exit_timeout_secs),
+            wait_for_clients=settings.wait_for_http_connections,
+        )
     finally:
         client.close()
         server_log.uninstall(handler)
@@ -75,12 +87,22 @@ async def serve(data: socket.socket, control: socket.socket) -> int:
 
 
 async def _drain(
-    client: ServiceClient, http: HttpServer | None, grpc_server: Any, timeout: float
+    client: ServiceClient,
+    http: HttpServer | None,
+    grpc_server: Any,
+    timeout: float,
+    *,
+    wait_for_clients: bool,
 ) -> None:
-    """Stop accepting, wait for the requests in flight (until ``timeout``), close."""
+    """Stop accepting; with ``wait_for_clients`` serve the HTTP connections clients hold open
+    (as one process does, until ``timeout``); wait for the requests in flight; close."""
     deadline = time.monotonic() + max(0.0, timeout)
     if http is not None:
         http.stop_accepting()
+        if wait_for_clients and not client.lost.is_set():
+            await _until_lost(client, http.wait_for_clients(deadline))
+    if not client.lost.is_set():
+        client.send(ClientsGone())  # the scheduling process may stop the service now
     grpc_stop = asyncio.ensure_future(grpc_server.stop(timeout)) if grpc_server else None
     while client.inflight and not client.lost.is_set() and time.monotonic() < deadline:
         await asyncio.sleep(_POLL_S)
@@ -92,6 +114,15 @@ async def _drain(
         await grpc_stop
     if http is not None:
         await http.close()
+
+
+async def _until_lost(client: ServiceClient, step: Coroutine[Any, Any, None]) -> None:
+    """Run ``step`` unless the scheduling process goes meanwhile (nothing is served then)."""
+    task = asyncio.ensure_future(step)
+    lost = asyncio.ensure_future(client.lost.wait())
+    await asyncio.wait([task, lost], return_when=asyncio.FIRST_COMPLETED)
+    for future in (task, lost):
+        future.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:
