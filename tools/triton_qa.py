@@ -489,6 +489,12 @@ def log_check(check: LogCheck, text: str, label: str) -> Outcome:
     return Outcome(f"{label}::{check.name}", "PASS" if ok else "FAIL", detail)
 
 
+def placed(text: str, qa: Path, cwd: Path) -> str:
+    """A scenario's flag or environment value with ``{qa}`` and ``{cwd}`` replaced by the
+    absolute paths of the qa tree and the test's folder (test.sh's `pwd`)."""
+    return text.replace("{qa}", str(qa)).replace("{cwd}", str(cwd))
+
+
 def run_scenario(scenario: Scenario, qa: Path, target: Target, workdir: Path) -> list[Outcome]:
     label = scenario.label
     cwd = qa / scenario.cwd
@@ -498,20 +504,22 @@ def run_scenario(scenario: Scenario, qa: Path, target: Target, workdir: Path) ->
             shutil.rmtree(repository, ignore_errors=True)
         repository.mkdir(parents=True, exist_ok=True)
         scenario.layout(qa, repository)
+    scenario_env = {name: placed(value, qa, cwd) for name, value in scenario.env.items()}
     env = {
         **os.environ,
-        **scenario.env,
+        **scenario_env,
         "TRITONSERVER_IPADDR": "localhost",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     # test.sh exports TRITON_DIR (where qa/ lives; models such as init_args read it)
     env["TRITON_DIR"] = str(qa.parent)
-    target.extra_env = {**scenario.env, "TRITON_DIR": str(qa.parent)}
+    target.extra_env = {**scenario_env, "TRITON_DIR": str(qa.parent)}
     log_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
     env["SERVER_LOG"] = str(workdir / f"{log_name}.log")  # some tests read it; filled below
     outcomes: list[Outcome] = []
     try:
-        target.start(repository, scenario.flags_for(target.kind), log_name)
+        flags = [placed(flag, qa, cwd) for flag in scenario.flags_for(target.kind)]
+        target.start(repository, flags, log_name)
     except (subprocess.CalledProcessError, OSError, ValueError) as exc:
         return [Outcome(f"{label}::server", "ERROR", f"could not start: {exc}")]
     env["SERVER_LOG"] = str(target.log_path)

@@ -48,6 +48,14 @@ QA_PATHS = (
     "qa/custom_models/custom_zero_1_float32",
     "qa/L0_sequence_batcher",
     "qa/L0_lifecycle",
+    # tools/triton_qa_operability.py
+    "qa/L0_response_cache/test.sh",  # that folder also names a binary the git dir lacks
+    "qa/L0_response_cache/ensemble_cache_test.py",
+    "qa/L0_response_cache/models",
+    "qa/L0_metrics",
+    "qa/L0_logging",
+    "qa/L0_model_update",
+    "qa/L0_model_namespacing",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -1448,7 +1456,15 @@ def scenarios() -> list[Scenario]:
         *batcher(),
         *sequence_batcher(),
         *lifecycle_python(),
+        *operability(),
     ]
+
+
+def operability() -> list[Scenario]:
+    from tools import triton_qa_operability  # imports this module
+
+    NOT_APPLICABLE.update(triton_qa_operability.NOT_APPLICABLE)
+    return triton_qa_operability.scenarios()
 
 
 # --- L0_batcher ----------------------------------------------------------------------------

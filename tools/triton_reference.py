@@ -172,7 +172,7 @@ class Installation:
         self, repository: Path, http: int, grpc: int, metrics: int, flags: Sequence[str] = ()
     ) -> list[str]:
         """The tritonserver command line; ``--cache-directory`` is added when the flags configure
-        a cache without naming one."""
+        a cache (``--cache-config``, ``--response-cache-byte-size``) without naming one."""
         command = [
             str(self.binary),
             f"--model-repository={repository}",
@@ -182,7 +182,9 @@ class Installation:
             f"--metrics-port={metrics}",
             *flags,
         ]
-        wants_cache = any(flag.startswith("--cache-config") for flag in flags)
+        wants_cache = any(
+            flag.startswith(("--cache-config", "--response-cache-byte-size")) for flag in flags
+        )
         names_one = any(flag.startswith("--cache-directory") for flag in flags)
         if wants_cache and not names_one:
             command.append(f"--cache-directory={self.cache_directory}")

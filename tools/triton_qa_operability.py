@@ -1,0 +1,515 @@
+"""Triton's qa suites about running a server (response cache, metrics, logging settings, model
+control and namespacing) as scenarios for ``triton_qa.py``.
+
+Each scenario is one server run of the suite's ``test.sh``: its model repository (Triton's
+test-only ``identity`` backend stood in for by python models, as in ``triton_qa_suites``), the
+flags it starts the server with, and the test files it then runs unmodified, or the log lines
+and HTTP answers it checks. ``{cwd}`` in a flag or an environment value is the test's folder
+(test.sh's `pwd`), ``{qa}`` the qa tree. Nothing here is Triton's text: it is read from a git
+dir at run time.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tools.triton_qa_suites import (
+    HttpCall,
+    Layout,
+    LogCheck,
+    PytestRun,
+    Scenario,
+    ScriptRun,
+    Step,
+    _delayed_identity,
+    append,
+    identity_stand_ins,
+    sed,
+)
+
+# (its qa paths are listed in triton_qa_suites.QA_PATHS)
+
+NOT_APPLICABLE: dict[str, str] = {
+    "L0_response_cache unit tests, redis": "response_cache_test is a C++ program built with"
+    " Triton; the redis cache needs a redis server and Triton's redis cache library",
+    "L0_metrics GPU, pinned memory, metrics_api_test": "GPU utilization/energy/peer-access and"
+    " pinned-memory pool metrics need CUDA; metrics_api_test is a C++ program",
+    "L0_response_statistics": "its models are Triton's test-only 'square' backend, which"
+    " reports a response's compute-infer and compute-output times separately from delays set"
+    " in its config (CUSTOM_INFER_DELAY_NS / CUSTOM_OUTPUT_DELAY_NS); a python model cannot"
+    " separate them",
+    "L0_logging simple clients, log_format_test": "the simple_http/grpc_infer_client programs"
+    " are C++ (the log-line counts after them are left out); log_format_test starts its own"
+    " tritonserver from PATH",
+    "L0_server_status": "its repository is qa_model_repository's graphdef and TensorRT models",
+    "L0_query": "Triton's test-only 'query' backend and a C++ unit test",
+}
+
+
+# --- L0_response_cache ---------------------------------------------------------------------
+def _cache_models(qa: Path, repo: Path) -> None:
+    """The test's own ``models`` (identity_cache, decoupled_cache) as python stand-ins."""
+    identity_stand_ins("identity_cache", "decoupled_cache")(qa, repo)
+
+
+def _cache_start(name: str, flags: list[str], *, fails_with: str = "") -> Scenario:
+    explicit = ["--model-control-mode=explicit", "--load-model=identity_cache"]
+    checks = [LogCheck("error_message", f"(?i){fails_with}")] if fails_with else []
+    return Scenario(
+        f"L0_response_cache/{name}",
+        "L0_response_cache",
+        _cache_models,
+        flags=[*flags, *explicit],
+        expect_start=not fails_with,
+        report_ready=not fails_with,
+        log_checks=checks,
+        keep_existing=True,
+        verbose=False,
+    )
+
+
+def response_cache() -> list[Scenario]:
+    """test.sh's server runs: a decoupled model with the cache refused, both cache flags
+    accepted, several cache configurations and both flag styles together refused."""
+    return [
+        Scenario(
+            "L0_response_cache/decoupled_model",
+            "L0_response_cache",
+            _cache_models,
+            flags=[
+                "--cache-config",
+                "local,size=10480",
+                "--model-control-mode=explicit",
+                "--load-model=decoupled_cache",
+            ],
+            expect_start=False,
+            log_checks=[
+                LogCheck(
+                    "error_message",
+                    r"(?i)^(?=.*response cache does not currently support)(?=.*decoupled).*$",
+                )
+            ],
+            keep_existing=True,
+            verbose=False,
+        ),
+        _cache_start("response_cache_byte_size", ["--response-cache-byte-size=8192"]),
+        _cache_start("cache_config", ["--cache-config=local,size=8192"]),
+        _cache_start(
+            "multiple_cache_configs",
+            ["--cache-config=local,size=8192", "--cache-config=redis,key=value"],
+            fails_with="multiple cache configurations",
+        ),
+        _cache_start(
+            "both_flag_styles",
+            ["--response-cache-byte-size=12345", "--cache-config=local,size=67890"],
+            fails_with="incompatible flags",
+        ),
+    ]
+
+
+# --- L0_metrics ----------------------------------------------------------------------------
+def _cpu_metrics_model(qa: Path, repo: Path) -> None:
+    """test.sh's libtorch_float32_float32_float32 (INPUT0/INPUT1 -> OUTPUT0/OUTPUT1, FP32
+    [16], batches of 8) as python_models/add_sub."""
+    folder = repo / "libtorch_float32_float32_float32"
+    (folder / "1").mkdir(parents=True)
+    shutil.copy(qa / "python_models" / "add_sub" / "model.py", folder / "1" / "model.py")
+    tensor = '{{ name: "{}" data_type: TYPE_FP32 dims: [ 16 ] }}'
+    inputs = ", ".join(tensor.format(f"INPUT{i}") for i in (0, 1))
+    outputs = ", ".join(tensor.format(f"OUTPUT{i}") for i in (0, 1))
+    (folder / "config.pbtxt").write_text(
+        f'backend: "python"\nmax_batch_size: 8\ninput [ {inputs} ]\noutput [ {outputs} ]\n'
+        "instance_group [{ kind: KIND_CPU }]\n"
+    )
+
+
+def _unit_test_models(qa: Path, repo: Path) -> None:
+    identity_stand_ins("identity_cache_on", "identity_cache_off")(qa, repo)
+
+
+def _namespacing_repos(qa: Path, repo: Path) -> None:
+    (repo / "addsub_ensemble" / "1").mkdir(parents=True, exist_ok=True)
+    (repo.parent / "subadd_repo" / "subadd_ensemble" / "1").mkdir(parents=True, exist_ok=True)
+
+
+def _queue_size_models(qa: Path, repo: Path) -> None:
+    """test.sh's queue_size_models: identity_delay (2 s per execution) per scheduler."""
+    source = qa / "L0_metrics"
+    default = repo / "default"
+    shutil.copytree(source / "identity_delay", default)
+    sed(default / "config.pbtxt", r"^max_batch_size.*", "max_batch_size: 4")
+    _delayed_identity(default)
+    extra = {
+        "dynamic": "dynamic_batching { max_queue_delay_microseconds: 100000 }",
+        "max_queue_size": "dynamic_batching { max_queue_delay_microseconds: 100000"
+        " default_queue_policy { max_queue_size: 4 } }",
+        "sequence_direct": "sequence_batching { direct { max_queue_delay_microseconds: 100000,"
+        " minimum_slot_utilization: 1.0 } }",
+        "sequence_oldest": "sequence_batching { oldest { max_queue_delay_microseconds: 100000,"
+        " max_candidate_sequences: 4 } }",
+    }
+    for name, line in extra.items():
+        shutil.copytree(default, repo / name)
+        append(repo / name / "config.pbtxt", "", line, "")
+    shutil.copytree(source / "ensemble_delay", repo / "ensemble")
+    (repo / "ensemble" / "1").mkdir(exist_ok=True)
+    shutil.copytree(default, repo / "default_composing")
+    shutil.copytree(repo / "dynamic", repo / "dynamic_composing")
+
+
+def _config_tests(*names: str, env: dict[str, str] | None = None) -> list[Step]:
+    return [
+        PytestRun(
+            f"metrics_config_test.py::MetricsConfigTest::{name}", env=env or {}, runner="unittest"
+        )
+        for name in names
+    ]
+
+
+def _metrics_config(label: str, flags: list[str], tests: list[Step]) -> Scenario:
+    return Scenario(
+        f"L0_metrics/{label}",
+        "L0_metrics",
+        _unit_test_models,
+        tests,
+        flags=["--model-control-mode=explicit", *flags],
+        repo_dir="unit_test_models",
+        keep_existing=True,
+        verbose=False,
+    )
+
+
+SUMMARY = "summary_latencies=true"
+
+
+def metrics() -> list[Scenario]:
+    """L0_metrics' CPU-server parts: CPU/RAM metrics, the --metrics-config counters and
+    summaries (with and without the cache, custom quantiles), the model namespace label and
+    the pending-request (queue size) gauge for each scheduler."""
+    off = "--load-model=identity_cache_off"
+    quantiles = "0.1:0.0.1,0.7:0.01,0.75:0.01"
+    return [
+        Scenario(
+            "L0_metrics/cpu_metrics",
+            "L0_metrics",
+            _cpu_metrics_model,
+            [PytestRun("cpu_metrics_test.py", timeout=600)],
+            flags=["--metrics-interval-ms=1000"],
+        ),
+        _metrics_config(
+            "default",
+            [off],
+            _config_tests(
+                "test_inf_counters_exist",
+                "test_inf_summaries_missing",
+                "test_cache_counters_missing",
+                "test_cache_summaries_missing",
+            ),
+        ),
+        _metrics_config(
+            "summaries",
+            [off, "--metrics-config", SUMMARY],
+            _config_tests(
+                "test_inf_counters_exist",
+                "test_inf_summaries_exist",
+                "test_cache_counters_missing",
+                "test_cache_summaries_missing",
+            ),
+        ),
+        _metrics_config(
+            "summaries_no_counters",
+            [off, "--metrics-config", SUMMARY, "--metrics-config", "counter_latencies=false"],
+            _config_tests(
+                "test_inf_counters_missing",
+                "test_inf_summaries_exist",
+                "test_cache_counters_missing",
+                "test_cache_summaries_missing",
+            ),
+        ),
+        _metrics_config(
+            "cache",
+            [
+                "--cache-config",
+                "local,size=1048576",
+                "--load-model=identity_cache_on",
+                "--metrics-config",
+                SUMMARY,
+                "--metrics-config",
+                "counter_latencies=true",
+            ],
+            _config_tests(
+                "test_inf_counters_exist",
+                "test_inf_summaries_exist_with_cache",
+                "test_cache_counters_exist",
+                "test_cache_summaries_exist",
+            ),
+        ),
+        _metrics_config(
+            "custom_quantiles",
+            [
+                off,
+                "--metrics-config",
+                SUMMARY,
+                "--metrics-config",
+                f"summary_quantiles={quantiles}",
+            ],
+            _config_tests("test_summaries_custom_quantiles", env={"SUMMARY_QUANTILES": quantiles}),
+        ),
+        Scenario(
+            "L0_metrics/namespace_on",
+            "L0_metrics",
+            _namespacing_repos,
+            _config_tests("test_model_namespacing_label_with_namespace_on"),
+            flags=[
+                "--model-repository={cwd}/model_namespacing_repos/subadd_repo",
+                "--model-namespacing=true",
+                "--allow-metrics=true",
+            ],
+            repo_dir="model_namespacing_repos/addsub_repo",
+            keep_existing=True,
+            verbose=False,
+        ),
+        Scenario(
+            "L0_metrics/namespace_off",
+            "L0_metrics",
+            _namespacing_repos,
+            _config_tests("test_model_namespacing_label_with_namespace_off"),
+            flags=["--model-namespacing=false", "--allow-metrics=true"],
+            repo_dir="model_namespacing_repos/addsub_repo",
+            keep_existing=True,
+            verbose=False,
+        ),
+        Scenario(
+            "L0_metrics/queue_size",
+            "L0_metrics",
+            _queue_size_models,
+            [PytestRun("metrics_queue_size_test.py", runner="unittest")],
+            repo_dir="queue_size_models",
+            env={"MAX_BATCH_SIZE": "4", "MAX_QUEUE_DELAY_US": "100000"},
+        ),
+    ]
+
+
+# --- L0_logging ----------------------------------------------------------------------------
+# test.sh's verify_correct_settings (its curl of GET /v2/logging and greps of the answer):
+# argv: log_file, log_info, log_warning, log_error, log_verbose_level, log_format
+VERIFY_SETTINGS = """
+import json, sys, urllib.request
+with urllib.request.urlopen("http://localhost:8000/v2/logging", timeout=30) as answer:
+    settings = json.loads(answer.read())
+keys = ("log_file", "log_info", "log_warning", "log_error", "log_verbose_level", "log_format")
+wanted = dict(zip(keys, sys.argv[1:]))
+wanted["log_verbose_level"] = int(wanted["log_verbose_level"])
+for key in ("log_info", "log_warning", "log_error"):
+    wanted[key] = wanted[key] == "true"
+wrong = {k: (settings.get(k), v) for k, v in wanted.items() if settings.get(k) != v}
+if wrong:
+    sys.exit(f"settings differ (got, wanted): {wrong}")
+"""
+
+
+def _verify(name: str, *values: str) -> ScriptRun:
+    return ScriptRun(name, ("-c", VERIFY_SETTINGS, *values))
+
+
+def _log_models(qa: Path, repo: Path) -> None:
+    """test.sh's log_models/simple (qa_model_repository's onnx_int32_int32_int32, version 1):
+    an add/sub python model with its inputs and outputs."""
+    folder = repo / "simple"
+    (folder / "1").mkdir(parents=True)
+    shutil.copy(qa / "python_models" / "add_sub" / "model.py", folder / "1" / "model.py")
+    config = (qa / "python_models" / "add_sub" / "config.pbtxt").read_text()
+    config = config.replace("TYPE_FP32", "TYPE_INT32")
+    (folder / "config.pbtxt").write_text(config)
+    sed(folder / "config.pbtxt", r"^name:.*", 'name: "simple"')
+
+
+def _logging(label: str, flags: list[str], steps: list[Step]) -> Scenario:
+    return Scenario(
+        f"L0_logging/{label}",
+        "L0_logging",
+        _log_models,
+        list(steps),
+        flags=flags,
+        repo_dir="log_models",
+        verbose=False,
+    )
+
+
+def _post(name: str, body: str, expect: int = 200) -> HttpCall:
+    return HttpCall(name, "POST", "/v2/logging", body, expect)
+
+
+def logging() -> list[Scenario]:
+    """L0_logging: the settings GET /v2/logging reports for each log flag, the updates it
+    accepts or refuses, and its logging_endpoint_test."""
+    log_file = "--log-file={cwd}/log_file.log"
+    cwd_file = "{cwd}/log_file.log"
+    refusals: list[Step] = []
+    for param in ("log_info", "log_warning", "log_error"):
+        refusals += [
+            _post(f"{param}_integer", f'{{"{param}":1}}', 400),
+            _post(f"{param}_upper_case", f'{{"{param}":False}}', 400),
+            _post(f"{param}_string", f'{{"{param}":"false"}}', 400),
+            _post(f"{param}_bool", f'{{"{param}":true}}'),
+        ]
+    refusals += [
+        _post("verbose_negative", '{"log_verbose_level":-1}', 400),
+        _post("verbose_string", '{"log_verbose_level":"1"}', 400),
+        _post("verbose_zero", '{"log_verbose_level":0}'),
+    ]
+    return [
+        _logging("default", [], [_verify("settings", "", "true", "true", "true", "0", "default")]),
+        _logging(
+            "log_file",
+            [log_file],
+            [_verify("settings", cwd_file, "true", "true", "true", "0", "default")],
+        ),
+        _logging(
+            "log_file_not_updatable",
+            [log_file, "--log-verbose=1"],
+            [
+                _post("update_log_file", '{"log_file":"other_log.log"}', 400),
+                _verify("settings", cwd_file, "true", "true", "true", "1", "default"),
+            ],
+        ),
+        _logging(
+            "log_info",
+            [log_file, "--log-info=false", "--log-verbose=1"],
+            [
+                _verify("settings", cwd_file, "false", "true", "true", "1", "default"),
+                _post("enable_info", '{"log_info":true}'),
+                _verify("settings_after", cwd_file, "true", "true", "true", "1", "default"),
+            ],
+        ),
+        _logging(
+            "log_warning",
+            ["--log-warning=false"],
+            [_verify("settings", "", "true", "false", "true", "0", "default")],
+        ),
+        _logging(
+            "log_error",
+            ["--log-error=false"],
+            [_verify("settings", "", "true", "true", "false", "0", "default")],
+        ),
+        _logging(
+            "log_verbose",
+            [log_file, "--log-verbose=1"],
+            [
+                _verify("settings", cwd_file, "true", "true", "true", "1", "default"),
+                _post("verbose_off", '{"log_verbose_level":0}'),
+                _verify("settings_after", cwd_file, "true", "true", "true", "0", "default"),
+            ],
+        ),
+        _logging(
+            "log_format",
+            [log_file, "--log-verbose=1", "--log-format=ISO8601"],
+            [
+                _verify("settings", cwd_file, "true", "true", "true", "1", "ISO8601"),
+                _post("format_default", '{"log_format":"default"}'),
+                _verify("settings_after", cwd_file, "true", "true", "true", "1", "default"),
+            ],
+        ),
+        _logging("invalid_updates", ["--log-warn=false"], refusals),
+        _logging(
+            "logging_endpoint_test",
+            [],
+            [PytestRun("logging_endpoint_test.py", runner="unittest")],
+        ),
+    ]
+
+
+# --- L0_model_update -----------------------------------------------------------------------
+def _model_init_del(qa: Path, repo: Path) -> None:
+    """test.sh's setup_models: python_models/model_init_del with model.py in version 1 and
+    util.py beside the config (the test imports it from models/)."""
+    folder = repo / "model_init_del"
+    shutil.copytree(qa / "python_models" / "model_init_del", folder)
+    (folder / "1").mkdir()
+    shutil.move(folder / "model.py", folder / "1" / "model.py")
+
+
+def model_update() -> list[Scenario]:
+    """L0_model_update's instance_update_test, once per --rate-limit mode."""
+    found = []
+    for mode, flags in (
+        ("off", ["--rate-limit=off"]),
+        ("execution_count", ["--rate-limit=execution_count"]),
+        (
+            "execution_count_with_explicit_resource",
+            ["--rate-limit=execution_count", "--rate-limit-resource=R1:10"],
+        ),
+    ):
+        found.append(
+            Scenario(
+                f"L0_model_update/{mode}",
+                "L0_model_update",
+                _model_init_del,
+                [PytestRun("instance_update_test.py", runner="unittest")],
+                flags=["--model-control-mode=explicit", *flags, "--log-verbose=2"],
+                log_checks=[LogCheck("should_not_print", "Should not print this", exactly=0)],
+                env={"RATE_LIMIT_MODE": mode, "MODEL_LOG_DIR": "{cwd}"},
+                server_log=f"instance_update_test.rate_limit_{mode}.server.log",
+                verbose=False,
+            )
+        )
+    return found
+
+
+# --- L0_model_namespacing ------------------------------------------------------------------
+NAMESPACING_TESTS = (
+    "test_duplication",
+    "test_dynamic_resolution",
+    "test_ensemble_duplication",
+    "test_no_duplication",
+)
+
+
+def _namespacing_test_dir(test: str) -> Layout:
+    """``cp -r <test> test_dir`` (each model with a version folder)."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        test_dir = repo.parent
+        shutil.rmtree(test_dir, ignore_errors=True)
+        shutil.copytree(qa / "L0_model_namespacing" / test, test_dir)
+        for model_dir in test_dir.glob("*/*"):
+            (model_dir / "1").mkdir(exist_ok=True)
+
+    return lay
+
+
+def model_namespacing() -> list[Scenario]:
+    """L0_model_namespacing: two repositories with --model-namespacing=true, each test once
+    with polling (every 2 s) and once with explicit model control."""
+    found = []
+    for suite, control in (
+        ("ModelNamespacePoll", ["--model-control-mode=POLL", "--repository-poll-secs=2"]),
+        ("ModelNamespaceExplicit", ["--model-control-mode=EXPLICIT"]),
+    ):
+        for test in NAMESPACING_TESTS:
+            found.append(
+                Scenario(
+                    f"L0_model_namespacing/{suite}.{test}",
+                    "L0_model_namespacing",
+                    _namespacing_test_dir(test),
+                    [PytestRun(f"test.py::{suite}::{test}", runner="unittest")],
+                    flags=[
+                        "--model-namespacing=true",
+                        "--model-repository={cwd}/test_dir/subadd_repo",
+                        *control,
+                    ],
+                    repo_dir="test_dir/addsub_repo",
+                    env={
+                        "TRITON_QA_ROOT_DIR": "{qa}",
+                        "TRITON_QA_PYTHON_MODEL_DIR": "{cwd}",
+                        "NAMESPACE_TESTING_DIRCTORY": "{cwd}/test_dir",
+                    },
+                    verbose=False,
+                )
+            )
+    return found
+
+
+def scenarios() -> list[Scenario]:
+    return [*response_cache(), *metrics(), *logging(), *model_update(), *model_namespacing()]
