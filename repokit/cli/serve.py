@@ -331,7 +331,7 @@ def serve(
         )
         core = ServerSettings(
             repositories=repos,
-            model_control_mode=model_control_mode,  # type: ignore[arg-type]
+            model_control_mode=model_control_mode.lower(),  # type: ignore[arg-type]
             load_models=list(load_model or []),
             strict_readiness=parse_bool(strict_readiness, "--strict-readiness"),
             exit_timeout_secs=exit_timeout_secs,
@@ -351,7 +351,7 @@ def serve(
             metrics=metrics,
             trace=trace,
             response_cache=response_cache,
-            rate_limit=parse_rate_limit(rate_limit),  # type: ignore[arg-type]
+            rate_limit=parse_rate_limit(rate_limit.lower()),  # type: ignore[arg-type]
             rate_limit_resources=parse_resource_flags(rate_limit_resource or []),
         )
     except ValueError as exc:

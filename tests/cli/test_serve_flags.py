@@ -320,3 +320,26 @@ def test_bad_flag_values_exit_2(tmp_path: Path, flags: list[str], message: str) 
     )
     assert result.returncode == 2
     assert message in re.sub(r"\s+", " ", result.stdout + result.stderr)
+
+
+def test_mode_flags_are_case_insensitive(tmp_path: Path) -> None:
+    """tritonserver lowercases --model-control-mode and --rate-limit (L0_model_namespacing
+    starts it with POLL and EXPLICIT)."""
+    repo = _logging_repo(tmp_path)
+    write_model(repo, "other", "y = x", count=1)
+    server = ServeProcess(
+        str(repo),
+        *PORT_FLAGS,
+        "--model-control-mode=EXPLICIT",
+        "--load-model=logs",
+        "--rate-limit=Execution_Count",
+    )
+    try:
+        address = server.url("HTTPService")
+        assert _post(address, "/v2/models/logs/infer", INFER_BODY)[0] == 200
+        status, text = _post(address, "/v2/repository/index", '{"ready": true}')
+    finally:
+        server.kill()
+    assert status == 200 and [m["name"] for m in json.loads(text)] == ["logs"], text
+    assert re.search(r"\| model_control_mode +\| MODE_EXPLICIT +\|", server.text)
+    assert re.search(r"\| rate_limit +\| EXEC_COUNT +\|", server.text)
