@@ -1654,6 +1654,22 @@ def _queue_timeout_model(qa: Path, repo: Path) -> None:
     _delayed_identity(folder)
 
 
+def _unittest_scenario(
+    suite: str, label: str, test: str, layout: Layout, repo_dir: str, env: dict[str, str]
+) -> Scenario:
+    """One test of ``suite`` run as its test.sh runs it: a server of its own on ``repo_dir``,
+    the test file's TestResultCollector class under unittest, test.sh's environment."""
+    return Scenario(
+        f"{suite}/{test.rsplit('::', 1)[-1]}[{label}]",
+        suite,
+        layout,
+        [PytestRun(test, runner="unittest")],
+        repo_dir=repo_dir,
+        env=env,
+        verbose=False,
+    )
+
+
 def _batcher_run(
     backend: str, test: str, kind: str, repo_dir: str, layout: Layout, delay: int = 0
 ) -> Scenario:
@@ -1661,14 +1677,8 @@ def _batcher_run(
     if delay:
         env["TRITONSERVER_DELAY_SCHEDULER"] = str(delay)
     tag = "" if backend == "python" else f",{backend}"
-    return Scenario(
-        f"L0_batcher/{test}[{kind}{tag}]",
-        "L0_batcher",
-        layout,
-        [PytestRun(f"batcher_test.py::BatcherTest::{test}", runner="unittest")],
-        repo_dir=repo_dir,
-        env=env,
-        verbose=False,
+    return _unittest_scenario(
+        "L0_batcher", f"{kind}{tag}", f"batcher_test.py::BatcherTest::{test}", layout, repo_dir, env
     )
 
 
@@ -1888,15 +1898,8 @@ def _sequence_run(
         env["TRITONSERVER_DELAY_SCHEDULER"] = str(delay)
     if backlog >= 0:
         env["TRITONSERVER_BACKLOG_DELAY_SCHEDULER"] = str(backlog)
-    return Scenario(
-        f"L0_sequence_batcher/{test}[{repo_dir}]",
-        "L0_sequence_batcher",
-        layout,
-        [PytestRun(f"sequence_batcher_test.py::SequenceBatcherTest::{test}", runner="unittest")],
-        repo_dir=repo_dir,
-        env=env,
-        verbose=False,
-    )
+    test_path = f"sequence_batcher_test.py::SequenceBatcherTest::{test}"
+    return _unittest_scenario("L0_sequence_batcher", repo_dir, test_path, layout, repo_dir, env)
 
 
 def sequence_batcher() -> list[Scenario]:
