@@ -113,7 +113,8 @@ def process_tree_cpu(pid: int) -> float:
 
 class Rounds:
     """Figures of alternating runs: ``add(workload, server, rate, cpu_us)`` per run, then the
-    medians and the ratio of medians against ``reference``."""
+    medians and the ratio of medians against ``reference``. A run that answered nothing
+    (rate 0: the server failed or died) is shown as ``failed`` and left out of the median."""
 
     def __init__(self, reference: str = "triton") -> None:
         self.reference = reference
@@ -123,7 +124,10 @@ class Rounds:
         self.runs.setdefault((workload, server), []).append((rate, cpu_us))
 
     def median(self, workload: str, server: str) -> tuple[float, float]:
-        runs = self.runs[(workload, server)]
+        """Median rate and CPU per request of the runs that answered (0, 0 if none did)."""
+        runs = [(r, c) for r, c in self.runs[(workload, server)] if r > 0]
+        if not runs:
+            return 0.0, 0.0
         return (statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs))
 
     def render(self, unit: str = "req/s") -> str:
@@ -136,13 +140,14 @@ class Rounds:
             lines.append(workload)
             for server in servers:
                 runs = self.runs[(workload, server)]
-                rates = " ".join(f"{r:,.0f}" for r, _ in runs)
+                rates = " ".join(f"{r:,.0f}" if r > 0 else "failed" for r, _ in runs)
                 rate, cpu = self.median(workload, server)
-                line = f"  {server:<16} {unit} {rates:<30} median {rate:>9,.0f}"
+                median = f"{rate:>9,.0f}" if rate > 0 else f"{'none':>9}"
+                line = f"  {server:<16} {unit} {rates:<30} median {median}"
                 line += f"  cpu {cpu:7.1f} us/req" if cpu > 0 else ""
                 if server != self.reference and (workload, self.reference) in self.runs:
                     ref_rate, ref_cpu = self.median(workload, self.reference)
-                    if ref_rate > 0:  # a reference that failed every round has no ratio
+                    if ref_rate > 0 and rate > 0:  # a server that failed every round has none
                         line += f"  {rate / ref_rate:5.2f}x {self.reference}"
                     if cpu > 0 and ref_cpu > 0:
                         line += f" (cpu {ref_cpu / cpu:4.2f}x)"

@@ -47,6 +47,7 @@ from _common import (
     GRPC_INFER_PATH,
     GRPC_STREAM_PATH,
     ROOT,
+    H2load,
     Rounds,
     copy_models,
     free_port,
@@ -164,6 +165,18 @@ def wait_and_check(port: int, deadline_s: float = 180.0) -> None:
         assert np.array_equal(out, expected), "wrong stream output"
 
 
+def failed_calls(server: str, workload: str, run: H2load, pid: int) -> str:
+    """What to say when some calls of a run failed: a run that answered nothing counts as
+    failed (not as 0 req/s), and a server that died says so."""
+    alive = Path(f"/proc/{pid}").exists()
+    codes = re.search(r"status codes: .*", run.output)
+    return (
+        f"{server}: {run.done - run.succeeded} of {run.done} calls failed on {workload}"
+        f" ({codes.group(0) if codes else 'no status codes'});"
+        f" its process {'still runs' if alive else 'has exited'}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=8, help="seconds per run")
@@ -225,6 +238,8 @@ def main() -> None:
                         )
                         used = process_tree_cpu(pid) - cpu
                         done = run.succeeded * count
+                        if run.succeeded < run.done:
+                            print(failed_calls(name, workload, run, pid), file=sys.stderr)
                         rounds.add(workload, name, run.rate * count, 1e6 * used / max(1, done))
     finally:
         stop_processes([p for p in (bare, h2) if p is not None], signal.SIGINT)
