@@ -56,6 +56,15 @@ QA_PATHS = (
     "qa/L0_logging",
     "qa/L0_model_update",
     "qa/L0_model_namespacing",
+    # tools/triton_qa_requests.py
+    "qa/L0_decoupled",
+    "src/test/models/repeat_int32",
+    "src/test/models/square_int32",
+    "qa/L0_string_io",
+    "qa/L0_nullchar_string",
+    "qa/L0_infer_zero",
+    "qa/L0_client_timeout",
+    "qa/L0_simple_ensemble",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -99,6 +108,19 @@ NOT_APPLICABLE: dict[str, str] = {
     "models that import torch": "torch is not installed here (the dlpack_*, pytorch_fp32_fp32,"
     " identity_bf16, bls, bls_async and decoupled_bls models); they are left out of the"
     " repositories when torch cannot be imported, and the tests that use them fail on both",
+    # tools/triton_qa_requests.py
+    "L0_decoupled custom trial": "the repeat/square/identity models of Triton's C++ test"
+    " backends (libtriton_repeat.so ...); the python trial runs the same tests",
+    "L0_decoupled test_one_to_multi_many's TRITONSERVER_DELAY_GRPC_RESPONSE": "test.sh exports"
+    " it after the server started, so neither server reads it; the test runs without it",
+    "L0_json": "a C++ unit test of Triton's JSON parser (triton_json_test)",
+    "L0_backend_output_detail": "a C++ program on Triton's in-process C API",
+    "L0_output_validation": "libtorch models (libtorch_model_store2)",
+    "L0_client_timeout C++ client and non-infer APIs": "../clients/client_timeout_test is a C++"
+    " program, and the non-infer part needs TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC, a hook"
+    " of Triton's test builds",
+    "L0_nullchar_string/L0_string_io TensorFlow models": "graphdef/savedmodel identity models"
+    " (BYTES in, BYTES out): python stand-ins with the same configs",
 }
 
 
@@ -1433,6 +1455,8 @@ def lifecycle_python() -> list[Scenario]:
 
 
 def scenarios() -> list[Scenario]:
+    from tools.triton_qa_requests import scenarios as request_scenarios
+
     return [
         *top_level(),
         *lifecycle(),
@@ -1457,6 +1481,7 @@ def scenarios() -> list[Scenario]:
         *sequence_batcher(),
         *lifecycle_python(),
         *operability(),
+        *request_scenarios(),
     ]
 
 
