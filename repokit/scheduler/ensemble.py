@@ -15,7 +15,12 @@ optional there too), and an ensemble output that is absent is left out of the re
 The request's parameters, id, correlation id and sequence flags are passed to every step. A
 failing step fails the request with the step's code and message prefixed by
 ``in ensemble '<name>', ``; the result holds the requested ensemble outputs (all when none were
-requested). ``max_inflight_requests`` (0 = unlimited) bounds the in-flight calls of each step
+requested). Steps that lead to no requested output do not run (Triton prunes them, core
+``EnsembleContext``): a request for one output runs only that output's steps. A response with
+outputs that a step made carries the request's ``sequence_id``, ``sequence_start`` and
+``sequence_end`` as response parameters, as Triton's ensemble adds them (once here; Triton's
+HTTP JSON repeats them once per such output).
+``max_inflight_requests`` (0 = unlimited) bounds the in-flight calls of each step
 across all requests.
 
 Statistics as Triton 2.51 reports them for an ensemble (measured on an ensemble of two python
@@ -34,7 +39,7 @@ from dataclasses import dataclass, field
 from repokit.backends.base import BackendRequest, BackendResult, Timing
 from repokit.errors import RepokitError, internal, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
-from repokit.protocol.types import InferTensor
+from repokit.protocol.types import InferTensor, ParamValue
 from repokit.scheduler.base import ScheduledResult, Scheduler
 
 # (model name, version or -1, request) -> the composing model's scheduled result
@@ -53,6 +58,17 @@ class EnsembleStep:
     routes: dict[str, str] = field(default_factory=dict)  # model output -> ensemble tensor
 
 
+def sequence_parameters(request: BackendRequest) -> dict[str, ParamValue]:
+    """What Triton 2.51's ensemble adds to a response whose outputs a step made
+    (``EnsembleContext::CheckAndSetEnsembleOutput``): the request's correlation id (0 without
+    one; a string id stays a string) and its sequence start and end flags."""
+    return {
+        "sequence_id": request.correlation_id,
+        "sequence_start": bool(request.flags & 1),
+        "sequence_end": bool(request.flags & 2),
+    }
+
+
 def ensemble_steps(config: mc.ModelConfig) -> tuple[EnsembleStep, ...]:
     return tuple(
         EnsembleStep(
@@ -68,6 +84,23 @@ def ensemble_steps(config: mc.ModelConfig) -> tuple[EnsembleStep, ...]:
     )
 
 
+def needed_steps(
+    steps: tuple[EnsembleStep, ...], wanted: frozenset[str]
+) -> tuple[EnsembleStep, ...]:
+    """The steps whose outputs are wanted or feed a step that is needed, in config order."""
+    tensors = set(wanted)
+    needed: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for step in steps:
+            if step.index not in needed and tensors.intersection(step.routes.values()):
+                needed.add(step.index)
+                tensors.update(step.needs)
+                changed = True
+    return tuple(s for s in steps if s.index in needed)
+
+
 class EnsembleScheduler(Scheduler):
     def __init__(self, config: mc.ModelConfig, infer: InferCallable) -> None:
         self._name = config.name
@@ -77,6 +110,8 @@ class EnsembleScheduler(Scheduler):
         self._optional = tuple(i.name for i in config.input if i.optional)
         self._max_inflight = int(config.ensemble_scheduling.max_inflight_requests)
         self._limits: dict[int, asyncio.Semaphore] = {}
+        # requested outputs -> the steps they need (subsets of the config's outputs: bounded)
+        self._pruned: dict[frozenset[str], tuple[EnsembleStep, ...]] = {}
         self._running = False
         self._pending = 0
 
@@ -113,7 +148,7 @@ class EnsembleScheduler(Scheduler):
         tensors: dict[str, InferTensor | None] = dict(request.inputs)
         for name in self._optional:
             tensors.setdefault(name, None)
-        waiting = list(self._steps)
+        waiting = list(self._steps_for(request.requested_outputs))
         running: dict[asyncio.Task[ScheduledResult], EnsembleStep] = {}
         totals = _TimingSum()
         queue_ns = -1
@@ -154,8 +189,25 @@ class EnsembleScheduler(Scheduler):
             )
         else:
             found = [tensors[name] for name in wanted]
-            result = BackendResult(outputs=[t for t in found if t is not None])
+            outputs = [t for t in found if t is not None]
+            from_steps = any(name not in request.inputs for name in wanted)
+            result = BackendResult(
+                outputs=outputs,
+                parameters=sequence_parameters(request) if outputs and from_steps else {},
+            )
         return ScheduledResult(result, max(queue_ns, 0), totals.timing())
+
+    def _steps_for(self, requested: tuple[str, ...]) -> tuple[EnsembleStep, ...]:
+        """The steps that lead to the requested outputs (all of them when none or all are
+        requested), as Triton prunes an ensemble before running it."""
+        wanted = frozenset(requested)
+        if not wanted or wanted.issuperset(self._outputs):
+            return self._steps
+        found = self._pruned.get(wanted)
+        if found is None:
+            found = needed_steps(self._steps, wanted)
+            self._pruned[wanted] = found
+        return found
 
     def _take(
         self,

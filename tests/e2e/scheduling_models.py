@@ -125,6 +125,29 @@ ensemble_scheduling { step [
 ] }
 """
 
+# two independent steps: SUM from the onnx model, DIFF from the python one
+FAN_ENSEMBLE = """
+name: "fan_ensemble"
+platform: "ensemble"
+max_batch_size: 8
+input [
+  { name: "A" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "B" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+output [
+  { name: "SUM" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "DIFF" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+ensemble_scheduling { step [
+  { model_name: "add_sub_onnx" model_version: -1
+    input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+    output_map { key: "OUTPUT0" value: "SUM" } },
+  { model_name: "add_sub" model_version: -1
+    input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+    output_map { key: "OUTPUT1" value: "DIFF" } }
+] }
+"""
+
 
 def _model(repo: Path, name: str, config: str, code: str) -> None:
     (repo / name / "1").mkdir(parents=True)
@@ -141,6 +164,8 @@ def build_scheduling_repository(repo: Path) -> Path:
     _model(repo, "warm_fail", GATED_IO.format(mbs=8, count=1) + WARMUP, REFUSING_MODEL)
     (repo / "nested_ensemble" / "1").mkdir(parents=True)
     (repo / "nested_ensemble" / "config.pbtxt").write_text(NESTED_ENSEMBLE)
+    (repo / "fan_ensemble" / "1").mkdir(parents=True)
+    (repo / "fan_ensemble" / "config.pbtxt").write_text(FAN_ENSEMBLE)
     # add_sub_onnx with two instances on the onnxruntime thread pool
     shutil.copytree(default_sample_repository() / "add_sub_onnx", repo / "add_sub_onnx2")
     config = repo / "add_sub_onnx2" / "config.pbtxt"

@@ -80,6 +80,10 @@ def test_ensemble_answers_generate(ensemble_server: ServerThread) -> None:
         "id": "e",
         "model_name": "add_sub_ensemble",
         "model_version": "1",
+        # an ensemble's response parameters (Triton's generate writes them as fields)
+        "sequence_id": 0,
+        "sequence_start": False,
+        "sequence_end": False,
     }
 
 

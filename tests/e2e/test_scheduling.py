@@ -454,3 +454,84 @@ def test_ensemble_of_ensembles(connect: Callable[[], Client]) -> None:
     np.testing.assert_allclose(out["FOUR_Y"], 4 * y)
     out = client.infer("nested_ensemble", inputs={"X": x, "Y": y}, outputs=None)
     assert set(out) == {"FOUR_X", "FOUR_Y"}
+
+
+def test_steps_that_lead_to_no_requested_output_do_not_run(
+    connect: Callable[[], Client],
+) -> None:
+    """Triton prunes an ensemble's steps for the requested outputs (qa/L0_simple_ensemble's
+    test_ensemble_add_sub_one_output counts the composing versions' inferences)."""
+    client = connect()
+    before = {m: client.stats(m)["inference_count"] for m in ("add_sub", "add_sub_onnx")}
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    b = np.full((1, 16), 2.0, np.float32)
+    out = client.infer(
+        "fan_ensemble", inputs={"A": a, "B": b}, outputs=[client.module.InferRequestedOutput("SUM")]
+    )
+    assert set(out) == {"SUM"}
+    np.testing.assert_allclose(out["SUM"], a + b)
+    mid = {m: client.stats(m)["inference_count"] for m in before}
+    assert (mid["add_sub_onnx"] - before["add_sub_onnx"], mid["add_sub"] - before["add_sub"]) == (
+        1,
+        0,
+    )
+    out = client.infer(
+        "fan_ensemble",
+        inputs={"A": a, "B": b},
+        outputs=[client.module.InferRequestedOutput("DIFF")],
+    )
+    np.testing.assert_allclose(out["DIFF"], a - b)
+    out = client.infer("fan_ensemble", inputs={"A": a, "B": b}, outputs=None)
+    assert set(out) == {"SUM", "DIFF"}
+    after = {m: client.stats(m)["inference_count"] for m in before}
+    assert (after["add_sub_onnx"] - mid["add_sub_onnx"], after["add_sub"] - mid["add_sub"]) == (
+        1,
+        2,
+    )
+
+
+def _response_parameters(protocol: str, result: Any) -> dict[str, object]:
+    if protocol == "http":
+        return dict(result.get_response().get("parameters", {}))
+    found: dict[str, object] = {}
+    for name, value in result.get_response().parameters.items():
+        found[name] = getattr(value, value.WhichOneof("parameter_choice"))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("sequence", "expected"),
+    [
+        ({}, {"sequence_id": 0, "sequence_start": False, "sequence_end": False}),
+        (
+            {"sequence_id": 42, "sequence_start": True},
+            {"sequence_id": 42, "sequence_start": True, "sequence_end": False},
+        ),
+        (
+            {"sequence_id": "abc", "sequence_end": True},
+            {"sequence_id": "abc", "sequence_start": False, "sequence_end": True},
+        ),
+    ],
+)
+def test_ensemble_responses_carry_the_requests_sequence_parameters(
+    connect: Callable[[], Client], sequence: dict[str, Any], expected: dict[str, object]
+) -> None:
+    """Triton 2.51's ensemble adds sequence_id/start/end to a response whose outputs a step made
+    (qa/L0_simple_ensemble's test_ensemble_sequence_flags reads them), a composing model's
+    response has none."""
+    client = connect()
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+
+    def inputs(*names: str) -> list[Any]:
+        made = []
+        for name in names:
+            item = client.module.InferInput(name, [1, 16], "FP32")
+            item.set_data_from_numpy(a)
+            made.append(item)
+        return made
+
+    result = client.client.infer("add_sub_ensemble", inputs("A", "B"), **sequence)
+    assert _response_parameters(client.protocol, result) == expected
+    np.testing.assert_allclose(result.as_numpy("TWICE_A"), 2 * a)
+    plain = client.client.infer("add_sub", inputs("INPUT0", "INPUT1"), **sequence)
+    assert _response_parameters(client.protocol, plain) == {}

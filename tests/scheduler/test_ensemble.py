@@ -119,11 +119,16 @@ async def test_independent_steps_run_concurrently() -> None:
 
 
 async def test_only_requested_outputs_are_returned() -> None:
-    sched = await started(Models())
+    models = Models()
+    sched = await started(models)
     req = ens_request()
     req.requested_outputs = ("D2",)
     res = (await sched.submit(req, 1)).result
     assert [t.name for t in res.outputs] == ["D2"]
+    # the step that makes only S2 does not run (Triton prunes it)
+    assert [c[0] for c in models.calls] == ["add_sub", "double"]
+    assert models.calls[1][2].inputs["X"].data.tolist() == [[-9, -18]]  # diff, for D2
+    assert res.parameters == {"sequence_id": 0, "sequence_start": False, "sequence_end": False}
 
 
 async def test_a_failing_step_fails_the_request_with_the_ensemble_prefix() -> None:
@@ -174,7 +179,10 @@ async def test_ensembles_of_ensembles() -> None:
     scheduled = await outer.submit(req, 1)
     res = scheduled.result
     assert [t.name for t in res.outputs] == ["R"] and res.outputs[0].data.tolist() == [[6, 6]]
-    assert scheduled.timing == Timing(2001, 20_010, 200_100)  # the inner ensemble's sums
+    # the inner ensemble's sums: add_sub and the double that makes S2 (the outer step requests
+    # only S2, so the inner ensemble prunes the step that makes D2, as Triton does)
+    assert scheduled.timing == Timing(1001, 10_010, 100_100)
+    assert [c[0] for c in models.calls] == ["add_sub", "double"]
     models.fail = "add_sub"
     res = (await outer.submit(req, 1)).result
     assert res.error is not None
