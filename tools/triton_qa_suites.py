@@ -65,6 +65,13 @@ QA_PATHS = (
     "qa/L0_infer_zero",
     "qa/L0_client_timeout",
     "qa/L0_simple_ensemble",
+    # tools/triton_qa_scheduling.py
+    "qa/L0_model_queue",
+    "qa/L0_request_cancellation",
+    "qa/L0_rate_limiter",
+    "qa/custom_models/custom_sequence_int32",
+    "qa/custom_models/custom_dyna_sequence_int32",
+    "qa/L0_dyna_sequence_batcher",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -1454,6 +1461,12 @@ def lifecycle_python() -> list[Scenario]:
     ]  # fmt: skip
 
 
+def _scheduling() -> list[Scenario]:
+    from tools.triton_qa_scheduling import scheduling  # imports this module
+
+    return scheduling()
+
+
 def scenarios() -> list[Scenario]:
     from tools.triton_qa_requests import scenarios as request_scenarios
 
@@ -1482,6 +1495,7 @@ def scenarios() -> list[Scenario]:
         *lifecycle_python(),
         *operability(),
         *request_scenarios(),
+        *_scheduling(),
     ]
 
 
