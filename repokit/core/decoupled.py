@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from repokit.backends.base import BackendResult
 from repokit.backends.server_api import RequestControl
-from repokit.core.dispatch import record_ran, submit
+from repokit.core.dispatch import record_failed, record_ran, submit
 from repokit.core.loaded_model import LoadedVersion
 from repokit.core.outputs import finish_outputs
 from repokit.errors import RepokitError
@@ -82,7 +82,7 @@ async def stream_responses(
                     break
     except RepokitError:
         if not refused:
-            loaded.stats.record_failure(time.perf_counter_ns() - started, "BACKEND")
+            record_failed(loaded, time.perf_counter_ns() - started)
         raise
     finally:
         if not finished:

@@ -11,6 +11,9 @@ same statistics:
   server refusing most of its load looked healthy; counting them is deliberate). Other
   scheduler errors raised at enqueue (a sequence rule) reach the client uncounted, as Triton;
 * a request that ran is counted by the caller (``record_ran``) once its outputs are final;
+  one that ran and failed (``record_failed``) counts with reason BACKEND, an ensemble's twice
+  with reason OTHER (Triton 2.51's ensemble answers the error with reason OTHER and counts the
+  failed request again when its last step ends; L0_model_queue checks that count);
   executions (and batch sizes) are counted by the scheduler's ``on_execution`` hook;
 * a model version with the response cache (``loaded.response_cache``) is looked up here,
   before its scheduler sees the request: a hit comes back at once with the stored outputs and
@@ -188,6 +191,15 @@ def record_ran(
         loaded.stats.record_execution(batch_size, scheduled.timing)
 
 
+def record_failed(loaded: LoadedVersion, elapsed_ns: int) -> None:
+    """Count a request that ran and failed (see the module docstring)."""
+    if loaded.is_ensemble:
+        loaded.stats.record_failure(elapsed_ns, "OTHER")
+        loaded.stats.record_failure(elapsed_ns, "OTHER")
+    else:
+        loaded.stats.record_failure(elapsed_ns, "BACKEND")
+
+
 def composing_request(model_name: str, request: BackendRequest) -> InferRequest:
     """An ensemble step's request as a protocol request, so the composing model applies its
     own request checks (shapes, datatypes, batch size) exactly as for a client request."""
@@ -226,9 +238,8 @@ async def run_composing(loaded: LoadedVersion, request: BackendRequest) -> Sched
             step.stamp("REQUEST_END")
     else:
         scheduled, elapsed = await submit(loaded, prepared.backend_request, prepared.batch_size)
-    result = scheduled.result
-    if result.error is not None:
-        loaded.stats.record_failure(elapsed, "BACKEND")
+    if scheduled.result.error is not None:
+        record_failed(loaded, elapsed)
     else:
         record_ran(loaded, prepared.batch_size, elapsed, scheduled)
     return scheduled

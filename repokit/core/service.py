@@ -17,7 +17,7 @@ from repokit.backends.base import WireRequest
 from repokit.backends.server_api import RequestControl
 from repokit.core.cpu_metrics import CpuMetrics, stop_task
 from repokit.core.decoupled import stream_responses
-from repokit.core.dispatch import record_ran, submit, submit_wire
+from repokit.core.dispatch import record_failed, record_ran, submit, submit_wire
 from repokit.core.infer_codec import InferCodec
 from repokit.core.loaded_model import LoadedVersion
 from repokit.core.log_settings import LogSettingsStore
@@ -529,7 +529,7 @@ class InferenceService:
         """:meth:`_respond` without its log lines (for callers that know nothing is logged)."""
         result = scheduled.result
         if result.error is not None:
-            loaded.stats.record_failure(elapsed, "BACKEND")
+            record_failed(loaded, elapsed)
             raise result.error
         try:
             response = finish_outputs(loaded, request, result, self.shared_memory)

@@ -155,6 +155,20 @@ def _model(repo: Path, name: str, config: str, code: str) -> None:
     (repo / name / "1" / "model.py").write_text(code)
 
 
+# an ensemble whose only step is a model that answers every request with an error
+REFUSING_ENSEMBLE = """
+name: "refusing_ensemble"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [
+  { model_name: "refusing" model_version: -1
+    input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } }
+] }
+"""
+
+
 def build_scheduling_repository(repo: Path) -> Path:
     repo.mkdir(parents=True, exist_ok=True)
     for name in SAMPLE_MODELS:
@@ -162,10 +176,14 @@ def build_scheduling_repository(repo: Path) -> Path:
     for name, (mbs, count, extra) in GATED.items():
         _model(repo, name, GATED_IO.format(mbs=mbs, count=count) + extra, GATED_MODEL)
     _model(repo, "warm_fail", GATED_IO.format(mbs=8, count=1) + WARMUP, REFUSING_MODEL)
-    (repo / "nested_ensemble" / "1").mkdir(parents=True)
-    (repo / "nested_ensemble" / "config.pbtxt").write_text(NESTED_ENSEMBLE)
-    (repo / "fan_ensemble" / "1").mkdir(parents=True)
-    (repo / "fan_ensemble" / "config.pbtxt").write_text(FAN_ENSEMBLE)
+    _model(repo, "refusing", GATED_IO.format(mbs=8, count=1), REFUSING_MODEL)
+    for name, text in (
+        ("nested_ensemble", NESTED_ENSEMBLE),
+        ("fan_ensemble", FAN_ENSEMBLE),
+        ("refusing_ensemble", REFUSING_ENSEMBLE),
+    ):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(text)
     # add_sub_onnx with two instances on the onnxruntime thread pool
     shutil.copytree(default_sample_repository() / "add_sub_onnx", repo / "add_sub_onnx2")
     config = repo / "add_sub_onnx2" / "config.pbtxt"

@@ -445,6 +445,38 @@ def test_python_and_onnx_ensemble(connect: Callable[[], Client]) -> None:
     assert batch[2]["compute_infer"]["ns"] > 0
 
 
+def _failures(server: ServerThread, model: str, reason: str) -> int:
+    assert server.handle is not None and server.handle.metrics_port is not None
+    text = requests.get(f"http://127.0.0.1:{server.handle.metrics_port}/metrics", timeout=10).text
+    found = re.search(
+        rf'nv_inference_request_failure\{{model="{model}",reason="{reason}",version="1"\}} (\d+)',
+        text,
+    )
+    assert found is not None, f"no {reason} failures of {model} in the metrics"
+    return int(found.group(1))
+
+
+def test_failed_ensemble_request_counts_twice_with_reason_other(
+    server: ServerThread, connect: Callable[[], Client], protocol: str
+) -> None:
+    """Triton 2.51 (L0_model_queue test_policy_reject): an ensemble whose step fails counts
+    the request as failed twice, reason OTHER, in the metrics and the statistics; the
+    composing model counts its own failure once (BACKEND)."""
+    client = connect()
+    cases = (("refusing_ensemble", "OTHER"), ("refusing", "BACKEND"))
+    before = {m: (_failures(server, m, r), _count(client.stats(m), "fail")) for m, r in cases}
+    for _ in range(3):
+        with pytest.raises(InferenceServerException, match="zeros are refused"):
+            client.infer("refusing_ensemble", inputs={"IN": np.zeros((1, 4), np.float32)})
+    after = {m: (_failures(server, m, r), _count(client.stats(m), "fail")) for m, r in cases}
+    assert after["refusing_ensemble"] == (
+        before["refusing_ensemble"][0] + 6,
+        before["refusing_ensemble"][1] + 6,
+    )
+    assert after["refusing"] == (before["refusing"][0] + 3, before["refusing"][1] + 3)
+    assert _failures(server, "refusing_ensemble", "BACKEND") == 0
+
+
 def test_ensemble_of_ensembles(connect: Callable[[], Client]) -> None:
     client = connect()
     x = np.arange(16, dtype=np.float32).reshape(1, 16)
