@@ -18,6 +18,7 @@ taken as a prefix of that order.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
@@ -102,27 +103,46 @@ class PrioritySettings:
 
 
 class PriorityQueues(Generic[T]):
-    """Requests waiting for a batch, by priority level, with timeouts applied on demand."""
+    """Requests waiting for a batch, by priority level, with timeouts applied on demand.
+
+    Levels are kept sparse, as Triton's PriorityQueue keeps them: the levels with their own
+    policy always exist, any other level exists while it holds requests (``priority_levels``
+    may be as large as 2**64 - 1)."""
 
     def __init__(self, settings: PrioritySettings) -> None:
         self._settings = settings
-        per_level = dict(settings.level_policies)
-        count = max(1, settings.levels)
-        self._levels: list[_Level[T]] = [
-            _Level(per_level.get(i + 1, settings.default_policy)) for i in range(count)
-        ]
-        self._has_timeouts = any(level.policy.default_timeout_us > 0 for level in self._levels)
+        if settings.levels:
+            self._kept = dict(settings.level_policies)
+            policies = [settings.default_policy, *self._kept.values()]
+        else:
+            self._kept = {0: settings.default_policy}
+            policies = [settings.default_policy]
+        self._levels: dict[int, _Level[T]] = {n: _Level(p) for n, p in sorted(self._kept.items())}
+        self._order: list[int] = sorted(self._levels)  # level numbers in service order
+        self._has_timeouts = any(policy.default_timeout_us > 0 for policy in policies)
         self._size = 0
         self.arrivals = 0  # requests ever queued (the batch-forming grace counts them)
 
     def level_index(self, priority: int) -> int:
-        """Index into the levels for a request priority (Triton's SetPriority rule)."""
+        """The level of a request priority (Triton's SetPriority rule), 0 without levels."""
         levels = self._settings.levels
         if levels == 0:
             return 0
         if priority == 0 or priority > levels:
             priority = self._settings.default_level or 1
-        return priority - 1
+        return priority
+
+    def _level(self, number: int) -> _Level[T]:
+        level = self._levels.get(number)
+        if level is None:
+            level = self._levels[number] = _Level(self._settings.default_policy)
+            insort(self._order, number)
+        return level
+
+    def _forget_if_empty(self, number: int) -> None:
+        if number not in self._kept and not self._levels[number]:
+            del self._levels[number]
+            self._order.remove(number)
 
     def enqueue(
         self,
@@ -135,15 +155,15 @@ class PriorityQueues(Generic[T]):
         key: Hashable = None,
     ) -> QueuedItem[T]:
         """Queue a request; raises UNAVAILABLE at once when its level is full."""
-        index = self.level_index(priority) if self._settings.levels else 0
-        level = self._levels[index]
+        number = self.level_index(priority) if self._settings.levels else 0
+        level = self._levels.get(number) or self._level(number)
         policy = level.policy
         if policy.max_queue_size and len(level) >= policy.max_queue_size:
             raise unavailable(QUEUE_FULL_MESSAGE)
         deadline_ns = 0
         if policy.default_timeout_us:
             deadline_ns = now_ns + policy.timeout_us(timeout_us) * 1000
-        item = QueuedItem(payload, batch_size, now_ns, deadline_ns, index, key)
+        item = QueuedItem(payload, batch_size, now_ns, deadline_ns, number, key)
         level.queue.append(item)
         self._size += 1
         self.arrivals += 1
@@ -154,31 +174,41 @@ class PriorityQueues(Generic[T]):
 
     def __iter__(self) -> Iterator[QueuedItem[T]]:
         """Every queued request in service order."""
-        for level in self._levels:
+        for number in self._order:
+            level = self._levels[number]
             yield from level.queue
             yield from level.delayed
 
     def pop_front(self, count: int) -> list[QueuedItem[T]]:
         """Remove and return the first ``count`` requests in service order."""
         taken: list[QueuedItem[T]] = []
-        for level in self._levels:
+        emptied: list[int] = []
+        for number in self._order:
+            level = self._levels[number]
             for dq in (level.queue, level.delayed):
                 while dq and len(taken) < count:
                     taken.append(dq.popleft())
+            if not level:
+                emptied.append(number)
             if len(taken) >= count:
                 break
+        for number in emptied:
+            self._forget_if_empty(number)
         self._size -= len(taken)
         return taken
 
     def remove(self, item: QueuedItem[T]) -> bool:
         """Remove one request (e.g. cancelled); False when it is no longer queued."""
-        level = self._levels[item.level]
+        level = self._levels.get(item.level)
+        if level is None:
+            return False
         for dq in (level.queue, level.delayed):
             try:
                 dq.remove(item)
             except ValueError:
                 continue
             self._size -= 1
+            self._forget_if_empty(item.level)
             return True
         return False
 
@@ -187,7 +217,8 @@ class PriorityQueues(Generic[T]):
         if not self._has_timeouts or self._size == 0:
             return []
         rejected: list[QueuedItem[T]] = []
-        for level in self._levels:
+        for number in list(self._order):
+            level = self._levels[number]
             if level.policy.default_timeout_us == 0 or not level.queue:
                 continue
             if not any(0 < item.deadline_ns <= now_ns for item in level.queue):
@@ -203,6 +234,7 @@ class PriorityQueues(Generic[T]):
                 else:
                     kept.append(item)
             level.queue = kept
+            self._forget_if_empty(number)
         self._size -= len(rejected)
         return rejected
 
@@ -211,7 +243,10 @@ class PriorityQueues(Generic[T]):
         if not self._has_timeouts:
             return 0
         deadlines = [
-            item.deadline_ns for level in self._levels for item in level.queue if item.deadline_ns
+            item.deadline_ns
+            for level in self._levels.values()
+            for item in level.queue
+            if item.deadline_ns
         ]
         return min(deadlines) if deadlines else 0
 

@@ -91,6 +91,13 @@ GATED: dict[str, tuple[int, int, str]] = {
         "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 60000000 }",
     ),
     "prio": (1, 1, "dynamic_batching { priority_levels: 2 default_priority_level: 2 }"),
+    # Triton's largest: L0_model_queue test_max_priority_levels
+    "prio_max": (
+        1,
+        1,
+        "dynamic_batching { priority_levels: 18446744073709551615 "
+        "default_priority_level: 4294967296 }",
+    ),
     "qfull": (8, 1, "dynamic_batching { default_queue_policy { max_queue_size: 2 } }"),
     "timeouts": (
         1,

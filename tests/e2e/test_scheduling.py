@@ -207,17 +207,22 @@ def test_preferred_size_is_sent_at_once(connect: Callable[[], Client]) -> None:
     assert sizes == [4] * 8
 
 
+@pytest.mark.parametrize(("model", "low_priority"), [("prio", 2), ("prio_max", 0)])
 def test_priority_level_1_runs_before_queued_level_2(
-    server: ServerThread, repo: Path, connect: Callable[[], Client]
+    server: ServerThread, repo: Path, connect: Callable[[], Client], model: str, low_priority: int
 ) -> None:
-    version = loaded(server, "prio")
-    with ThreadPoolExecutor(4) as pool, held(server, repo, "prio", connect()) as blocker:
-        low = [pool.submit(connect().infer, "prio", inputs=row(i), priority=2) for i in range(3)]
+    """prio_max: priority_levels 2**64 - 1, the default level 2**32 (priority 0)."""
+    version = loaded(server, model)
+    with ThreadPoolExecutor(4) as pool, held(server, repo, model, connect()) as blocker:
+        low = [
+            pool.submit(connect().infer, model, inputs=row(i), priority=low_priority)
+            for i in range(3)
+        ]
         until(
             lambda: version.scheduler is not None and version.scheduler.pending_count == 3,
             "3 queued",
         )
-        high = pool.submit(connect().infer, "prio", inputs=row(9), priority=1)
+        high = pool.submit(connect().infer, model, inputs=row(9), priority=1)
         until(
             lambda: version.scheduler is not None and version.scheduler.pending_count == 4,
             "4 queued",

@@ -124,6 +124,28 @@ def test_priorities_lower_level_first_and_fifo_within_a_level() -> None:
     assert order == ["high-1", "high-2", "default-1", "out-of-range", "low"]
 
 
+def test_the_largest_priority_levels_are_served_in_order_and_emptied_levels_forgotten() -> None:
+    """priority_levels up to 2**64 - 1 (L0_model_queue test_max_priority_levels): levels are
+    made when a request needs one, as Triton's PriorityQueue makes them."""
+    top = 2**64 - 1
+    prio = PrioritySettings(
+        levels=top,
+        default_level=2**32,
+        level_policies=((7, QueuePolicy(max_queue_size=1)),),
+    )
+    p = planner(max_batch=1, priority=prio)
+    p.enqueue("default", now_ns=0)  # priority 0 -> level 2**32
+    p.enqueue("lowest", now_ns=0, priority=top)
+    p.enqueue("first", now_ns=0, priority=1)
+    p.enqueue("seventh", now_ns=0, priority=7)
+    with pytest.raises(RepokitError, match="Exceeds maximum queue size"):
+        p.enqueue("full", now_ns=0, priority=7)
+    order = [names(p, 0)[0] for _ in range(4)]
+    assert order == ["first", "seventh", "default", "lowest"]
+    assert len(p.queues) == 0
+    assert sorted(p.queues._levels) == [7]  # the level with its own policy stays
+
+
 def test_queue_full_is_unavailable_at_once_per_level() -> None:
     prio = PrioritySettings(
         levels=2,
