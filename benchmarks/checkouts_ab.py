@@ -11,7 +11,9 @@ wrk and nghttp2-client):
 * HTTP JSON ``add_sub`` (python, [1,16] FP32 twice) at c=8;
 * HTTP JSON ``add_sub_onnx`` (onnxruntime, dynamic batching, 100 us queue delay) at c=8;
 * HTTP JSON ``batcher`` (python, 2 ms per batch, dynamic batching) at c=64;
-* gRPC ModelInfer ``add_sub`` with raw contents at c=8.
+* gRPC ModelInfer ``add_sub`` with raw contents at c=8;
+* gRPC ModelStreamInfer ``add_sub``: streams of 16 such requests sent at once, c=8 (the rate
+  is responses/s).
 
 The rounds alternate the checkouts (each round starts each checkout's server once and runs
 every workload on it); per workload the runs, the medians, the server's CPU per request (its
@@ -43,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 from _common import (
+    GRPC_INFER_PATH,
+    GRPC_STREAM_PATH,
     Rounds,
     Wrk,
     free_ports,
@@ -61,6 +65,8 @@ from repokit.protocol.generated import grpc_service_pb2 as pb
 
 A = np.linspace(0.0, 1.5, 16, dtype=np.float32).reshape(1, 16)
 B = np.linspace(2.0, 3.5, 16, dtype=np.float32).reshape(1, 16)
+STREAM_MESSAGES = 16  # requests per ModelStreamInfer call, sent at once
+GRPC_KEYS = ("grpc", "stream")
 
 
 @contextmanager
@@ -105,8 +111,11 @@ def bodies(work: Path) -> dict[str, Path]:
     message.inputs.add(name="INPUT1", datatype="FP32", shape=[1, 16])
     message.raw_input_contents.extend([A.tobytes(), B.tobytes()])
     raw = message.SerializeToString()
+    frame = b"\x00" + len(raw).to_bytes(4, "big") + raw
     out["grpc"] = work / "add_sub.grpc"
-    out["grpc"].write_bytes(b"\x00" + len(raw).to_bytes(4, "big") + raw)
+    out["grpc"].write_bytes(frame)
+    out["stream"] = work / "add_sub_stream.grpc"
+    out["stream"].write_bytes(frame * STREAM_MESSAGES)
     return out
 
 
@@ -119,7 +128,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         action="append",
-        choices=("add_sub", "add_sub_onnx", "batcher", "grpc"),
+        choices=("add_sub", "add_sub_onnx", "batcher", "grpc", "stream"),
         help="run only this workload (repeatable; all by default)",
     )
     parser.add_argument(
@@ -144,13 +153,14 @@ def main() -> None:
         ("HTTP JSON add_sub_onnx (onnxruntime, dynamic batching), c=8", "add_sub_onnx", 8),
         ("HTTP JSON batcher (python, dynamic batching), c=64", "batcher", 64),
         ("gRPC add_sub raw contents, c=8", "grpc", 8),
+        (f"gRPC ModelStreamInfer add_sub, {STREAM_MESSAGES} per stream, c=8", "stream", 8),
     ]
     if args.only:
         workloads = [w for w in workloads if w[1] in args.only]
     if args.connections:
         workloads = [
             (label.rsplit(", c=", 1)[0] + f", c={args.connections}", key, args.connections)
-            if key != "grpc"
+            if key not in GRPC_KEYS
             else (label, key, conns)
             for label, key, conns in workloads
         ]
@@ -163,13 +173,18 @@ def main() -> None:
         for name, checkout in (("before", args.before), ("after", args.after)):
             with serving(checkout) as (pid, ports):
                 for label, key, conns in workloads:
-                    if key == "grpc":
-                        run_h2load(ports["grpc"], paths[key], conns, "-D", "1")  # warm-up
+                    if key in GRPC_KEYS:
+                        path = GRPC_STREAM_PATH if key == "stream" else GRPC_INFER_PATH
+                        per_call = STREAM_MESSAGES if key == "stream" else 1
+                        grpc_port = ports["grpc"]
+                        run_h2load(grpc_port, paths[key], conns, "-D", "1", path=path)  # warm-up
                         cpu = process_tree_cpu(pid)
-                        h2 = run_h2load(ports["grpc"], paths[key], conns, "-D", str(args.duration))
+                        h2 = run_h2load(
+                            grpc_port, paths[key], conns, "-D", str(args.duration), path=path
+                        )
                         if h2.succeeded != h2.done:
                             raise RuntimeError(f"{name}: {h2.done - h2.succeeded} calls failed")
-                        rate, done = h2.rate, h2.succeeded
+                        rate, done = h2.rate * per_call, h2.succeeded * per_call
                     else:
                         url = f"http://127.0.0.1:{ports['http']}/v2/models/{key}/infer"
                         run_wrk(url, paths[key], conns, 1)  # warm-up
@@ -198,7 +213,7 @@ def simultaneous(
     with serving(before) as (pid_b, ports_b), serving(after) as (pid_a, ports_a):
         servers = {"before": (pid_b, ports_b["http"]), "after": (pid_a, ports_a["http"])}
         for label, key, conns in workloads:
-            if key == "grpc":
+            if key in GRPC_KEYS:
                 continue  # h2load's runs are not paired here
             for index in range(rounds):
                 order = ["before", "after"] if index % 2 == 0 else ["after", "before"]
