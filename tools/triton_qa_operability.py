@@ -11,7 +11,10 @@ dir at run time.
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from tools.triton_qa_suites import (
@@ -23,6 +26,7 @@ from tools.triton_qa_suites import (
     ScriptRun,
     Step,
     _delayed_identity,
+    _qa_models,
     append,
     identity_stand_ins,
     sed,
@@ -69,6 +73,89 @@ def _cache_start(name: str, flags: list[str], *, fails_with: str = "") -> Scenar
     )
 
 
+ENSEMBLE = "simple_graphdef_float32_float32_float32"
+COMPOSING = "graphdef_float32_float32_float32"
+DECOUPLED = "model_transaction_policy { decoupled: True }"
+CACHE_ON = "response_cache { enable: True }"
+
+
+def _ensemble_cache_models(ensemble_lines: str = "", composing_lines: str = "") -> Layout:
+    """test.sh's ensemble repositories: qa_ensemble_model_repository's
+    simple_graphdef_float32_float32_float32 (Triton's gen_qa_models.py --ensemble) and its
+    composing graphdef_float32_float32_float32 (versions 1 and 3) as python_models/add_sub on
+    the config gen_qa_models.py --onnx writes for onnx_float32_float32_float32."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        generated = repo.parent.parent / "ensemble_generated"
+        shutil.rmtree(generated, ignore_errors=True)
+        subprocess.run(
+            [sys.executable, "gen_qa_models.py", "--ensemble", "--models_dir", str(generated)],
+            cwd=qa / "common",
+            check=True,
+            capture_output=True,
+        )
+        shutil.copytree(generated / ENSEMBLE, repo / ENSEMBLE)
+        onnx = repo.parent.parent / "onnx_generated"
+        shutil.rmtree(onnx, ignore_errors=True)
+        _qa_models(qa, onnx, variable=False)
+        source = onnx / "onnx_float32_float32_float32"
+        target = repo / COMPOSING
+        target.mkdir()
+        text = re.sub(r"platform:.*", 'backend: "python"', (source / "config.pbtxt").read_text())
+        (target / "config.pbtxt").write_text(text.replace("onnx", "graphdef"))
+        shutil.copy(source / "output0_labels.txt", target)
+        for version in source.iterdir():
+            if version.is_dir():
+                (target / version.name).mkdir()
+                shutil.copy(
+                    qa / "python_models" / "add_sub" / "model.py",
+                    target / version.name / "model.py",
+                )
+        if ensemble_lines:
+            append(repo / ENSEMBLE / "config.pbtxt", ensemble_lines)
+        if composing_lines:
+            append(target / "config.pbtxt", composing_lines)
+
+    return lay
+
+
+def _ensemble_cache_test(test: str, size: int = 10840) -> Scenario:
+    checks = []
+    if test == "test_ensemble_cache_insertion_failure":
+        checks.append(LogCheck("insert_failed", "(?i)Failed to insert key"))
+    return Scenario(
+        f"L0_response_cache/{test}",
+        "L0_response_cache",
+        _ensemble_cache_models(),
+        [PytestRun(f"ensemble_cache_test.py::EnsembleCacheTest::{test}", runner="unittest")],
+        flags=["--cache-config", f"local,size={size}", "--model-control-mode=explicit"],
+        log_checks=checks,
+        repo_dir="models/ensemble_models",
+        verbose=False,
+    )
+
+
+def _ensemble_decoupled(label: str, layout: Layout) -> Scenario:
+    return Scenario(
+        f"L0_response_cache/{label}",
+        "L0_response_cache",
+        layout,
+        flags=[
+            "--cache-config",
+            "local,size=10480",
+            "--model-control-mode=explicit",
+            f"--load-model={ENSEMBLE}",
+        ],
+        expect_start=False,
+        log_checks=[LogCheck("error_message", DECOUPLED_REFUSAL)],
+        repo_dir=f"models/{label}",
+        verbose=False,
+    )
+
+
+DECOUPLED_REFUSAL = r"(?i)^(?=.*response cache does not currently support)(?=.*decoupled).*$"
+
+
 def response_cache() -> list[Scenario]:
     """test.sh's server runs: a decoupled model with the cache refused, both cache flags
     accepted, several cache configurations and both flag styles together refused."""
@@ -84,12 +171,7 @@ def response_cache() -> list[Scenario]:
                 "--load-model=decoupled_cache",
             ],
             expect_start=False,
-            log_checks=[
-                LogCheck(
-                    "error_message",
-                    r"(?i)^(?=.*response cache does not currently support)(?=.*decoupled).*$",
-                )
-            ],
+            log_checks=[LogCheck("error_message", DECOUPLED_REFUSAL)],
             keep_existing=True,
             verbose=False,
         ),
@@ -105,6 +187,18 @@ def response_cache() -> list[Scenario]:
             ["--response-cache-byte-size=12345", "--cache-config=local,size=67890"],
             fails_with="incompatible flags",
         ),
+        _ensemble_decoupled(
+            "ensemble_cache_decoupled",
+            _ensemble_cache_models(ensemble_lines=f"{CACHE_ON}\n{DECOUPLED}"),
+        ),
+        _ensemble_decoupled(
+            "ensemble_cache_composing_decoupled",
+            _ensemble_cache_models(ensemble_lines=CACHE_ON, composing_lines=DECOUPLED),
+        ),
+        _ensemble_cache_test("test_ensemble_top_level_response_cache"),
+        _ensemble_cache_test("test_ensemble_all_models_cache_enabled"),
+        _ensemble_cache_test("test_ensemble_composing_model_cache_enabled"),
+        _ensemble_cache_test("test_ensemble_cache_insertion_failure", size=200),
     ]
 
 
@@ -295,7 +389,7 @@ def metrics() -> list[Scenario]:
 # test.sh's verify_correct_settings (its curl of GET /v2/logging and greps of the answer):
 # argv: log_file, log_info, log_warning, log_error, log_verbose_level, log_format
 VERIFY_SETTINGS = """
-import json, sys, urllib.request
+import json, os, sys, urllib.request
 with urllib.request.urlopen("http://localhost:8000/v2/logging", timeout=30) as answer:
     settings = json.loads(answer.read())
 keys = ("log_file", "log_info", "log_warning", "log_error", "log_verbose_level", "log_format")
@@ -303,6 +397,7 @@ wanted = dict(zip(keys, sys.argv[1:]))
 wanted["log_verbose_level"] = int(wanted["log_verbose_level"])
 for key in ("log_info", "log_warning", "log_error"):
     wanted[key] = wanted[key] == "true"
+settings["log_file"] = os.path.basename(settings.get("log_file", ""))  # test.sh's cwd
 wrong = {k: (settings.get(k), v) for k, v in wanted.items() if settings.get(k) != v}
 if wrong:
     sys.exit(f"settings differ (got, wanted): {wrong}")
@@ -341,22 +436,38 @@ def _post(name: str, body: str, expect: int = 200) -> HttpCall:
     return HttpCall(name, "POST", "/v2/logging", body, expect)
 
 
+# test.sh's curl of a bad update: any answer but 200 (Triton 2.51 answers 500 for these)
+REFUSED = """
+import sys, urllib.error, urllib.request
+request = urllib.request.Request("http://localhost:8000/v2/logging", data=sys.argv[1].encode())
+try:
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        sys.exit(f"accepted with {answer.status}: {answer.read()[:200]!r}")
+except urllib.error.HTTPError as error:
+    print(error.code, error.read()[:200])
+"""
+
+
+def _refused(name: str, body: str) -> ScriptRun:
+    return ScriptRun(name, ("-c", REFUSED, body))
+
+
 def logging() -> list[Scenario]:
     """L0_logging: the settings GET /v2/logging reports for each log flag, the updates it
     accepts or refuses, and its logging_endpoint_test."""
     log_file = "--log-file={cwd}/log_file.log"
-    cwd_file = "{cwd}/log_file.log"
+    cwd_file = "log_file.log"
     refusals: list[Step] = []
     for param in ("log_info", "log_warning", "log_error"):
         refusals += [
-            _post(f"{param}_integer", f'{{"{param}":1}}', 400),
-            _post(f"{param}_upper_case", f'{{"{param}":False}}', 400),
-            _post(f"{param}_string", f'{{"{param}":"false"}}', 400),
+            _refused(f"{param}_integer", f'{{"{param}":1}}'),
+            _refused(f"{param}_upper_case", f'{{"{param}":False}}'),
+            _refused(f"{param}_string", f'{{"{param}":"false"}}'),
             _post(f"{param}_bool", f'{{"{param}":true}}'),
         ]
     refusals += [
-        _post("verbose_negative", '{"log_verbose_level":-1}', 400),
-        _post("verbose_string", '{"log_verbose_level":"1"}', 400),
+        _refused("verbose_negative", '{"log_verbose_level":-1}'),
+        _refused("verbose_string", '{"log_verbose_level":"1"}'),
         _post("verbose_zero", '{"log_verbose_level":0}'),
     ]
     return [
@@ -370,7 +481,7 @@ def logging() -> list[Scenario]:
             "log_file_not_updatable",
             [log_file, "--log-verbose=1"],
             [
-                _post("update_log_file", '{"log_file":"other_log.log"}', 400),
+                _post("update_log_file", '{"log_file":"other_log.log"}', 501),
                 _verify("settings", cwd_file, "true", "true", "true", "1", "default"),
             ],
         ),
