@@ -1,5 +1,6 @@
 """Latency summaries (``--metrics-config summary_latencies=true``): Triton's
-``nv_inference_request_summary_us`` and ``nv_inference_queue_summary_us`` families.
+``nv_inference_{request,queue,compute_input,compute_infer,compute_output}_summary_us``
+families.
 
 As prometheus-cpp's Summary that Triton uses: ``_count`` and ``_sum`` over every observation,
 quantiles over the observations of a sliding window (``max_age``, 60 s in Triton; the window
@@ -53,6 +54,10 @@ class LatencySummaries:
     clock: Callable[[], float] = time.monotonic
     request: LatencySummary = field(init=False)
     queue: LatencySummary = field(init=False)
+    # the compute phases of the requests a model ran (not those answered from the cache)
+    compute_input: LatencySummary = field(init=False)
+    compute_infer: LatencySummary = field(init=False)
+    compute_output: LatencySummary = field(init=False)
     # nv_cache_{hit,miss}_summary_per_model (rendered for models with the response cache)
     cache_hit: LatencySummary = field(init=False)
     cache_miss: LatencySummary = field(init=False)
@@ -60,12 +65,20 @@ class LatencySummaries:
     def __post_init__(self) -> None:
         self.request = LatencySummary(self.clock)
         self.queue = LatencySummary(self.clock)
+        self.compute_input = LatencySummary(self.clock)
+        self.compute_infer = LatencySummary(self.clock)
+        self.compute_output = LatencySummary(self.clock)
         self.cache_hit = LatencySummary(self.clock)
         self.cache_miss = LatencySummary(self.clock)
 
     def observe(self, request_ns: int, queue_ns: int) -> None:
         self.request.observe(request_ns // 1000)
         self.queue.observe(queue_ns // 1000)
+
+    def observe_compute(self, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        self.compute_input.observe(input_ns // 1000)
+        self.compute_infer.observe(infer_ns // 1000)
+        self.compute_output.observe(output_ns // 1000)
 
 
 def parse_quantiles(text: str) -> tuple[float, ...]:

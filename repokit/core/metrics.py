@@ -170,6 +170,23 @@ _SUMMARIES = (
         "Summary of inference queuing duration in microseconds (includes cached requests)",
         "queue",
     ),
+    (  # Triton 2.51's help texts of the three compute summaries say "Cumulative"
+        "nv_inference_compute_input_summary_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+        "compute_input",
+    ),
+    (
+        "nv_inference_compute_infer_summary_us",
+        "Cumulative compute inference duration in microseconds (does not include cached"
+        " requests)",
+        "compute_infer",
+    ),
+    (
+        "nv_inference_compute_output_summary_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached"
+        " requests)",
+        "compute_output",
+    ),
 )
 
 

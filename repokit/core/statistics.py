@@ -98,6 +98,9 @@ class ModelStats:
         self.last_inference_ms = time.time_ns() // 1_000_000
         if self.summaries is not None:
             self.summaries.observe(request_ns, queue_ns)
+            self.summaries.observe_compute(
+                timing.compute_input_ns, timing.compute_infer_ns, timing.compute_output_ns
+            )
 
     def record_cache_hit(self, request_ns: int, queue_ns: int, hit_ns: int) -> None:
         """A request answered from the response cache (as Triton's UpdateSuccessCacheHit,

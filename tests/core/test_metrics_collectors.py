@@ -98,3 +98,23 @@ def test_render_summaries_as_triton_and_counter_latencies_off() -> None:
     text = render_metrics([MetricSource(empty, 0)], settings=settings)
     assert 'nv_inference_queue_summary_us{model="e",version="1",quantile="0.999"} Nan' in text
     assert "summary_us" not in render_metrics([MetricSource(stats, 0)])  # off by default
+
+
+def test_compute_phase_summaries_as_triton() -> None:
+    """Triton 2.51 also summarises each compute phase of the requests a model ran
+    (L0_metrics' test_inf_summaries_exist); a cache hit adds none."""
+    stats = ModelStats("m", 1, summaries=LatencySummaries(Clock()))
+    timing = Timing(compute_input_ns=3_000, compute_infer_ns=40_000, compute_output_ns=7_000)
+    stats.record_success(1, 2_000_000, 5_000, timing)
+    stats.record_cache_hit(1_000, 1_000, 500)
+    text = render_metrics(
+        [MetricSource(stats, 0)], settings=MetricsSettings(summary_latencies=True)
+    )
+    labels = '{model="m",version="1"}'
+    for phase, us in (("input", 3), ("infer", 40), ("output", 7)):
+        name = f"nv_inference_compute_{phase}_summary_us"
+        assert f"# TYPE {name} summary" in text
+        assert f"{name}_count{labels} 1" in text
+        assert f"{name}_sum{labels} {us}" in text
+        assert f'{name}{{model="m",version="1",quantile="0.5"}} {us}' in text
+    assert f"nv_inference_queue_summary_us_count{labels} 2" in text

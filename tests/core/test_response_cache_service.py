@@ -341,6 +341,7 @@ async def test_metrics_of_the_cache(cache_repository: Path, controls: Controls) 
     assert f"nv_inference_request_summary_us_count{labels}" not in text
     assert 'nv_inference_request_summary_us_count{model="plain",version="1"} 1' in text
     assert f"nv_inference_queue_summary_us_count{labels} 3" in text
+    assert f"nv_inference_compute_infer_summary_us_count{labels} 1" in text  # the miss ran
     order = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
     assert order.index("nv_cache_num_hits_per_model") < order.index(
         "nv_inference_pending_request_count"
