@@ -33,7 +33,10 @@ batch took to execute if longer (without the grace, those arrivals would wait on
 behind the pending batch); it goes at once when it becomes full or reaches a preferred size.
 A grace that runs out of time (the answered clients did not come back: an open-loop load,
 clients that think) turns the grace off for the next 4 free instances, then 8, 16, ... up to
-256, and one that fills in time resets that. ``max_queue_delay_microseconds`` 0 has no grace.
+256, and one that fills in time resets that. ``max_queue_delay_microseconds`` 0 has no grace,
+and neither has a pending batch with a request that has a queue-policy timeout: the grace could
+hold that request past its deadline, to be rejected (or delayed) where Triton sends it once the
+oldest request waited ``max_queue_delay_microseconds`` (L0_model_queue test_priority_with_policy).
 """
 
 from __future__ import annotations
@@ -142,7 +145,7 @@ class BatchPlanner(Generic[T]):
         delay_ns = self.settings.max_queue_delay_ns
         if delay_ns == 0 or self.settings.max_batch_size == 0 or answered <= 0:
             return
-        if not self.queues:
+        if not self.queues or self.queues.closest_deadline():
             return
         if self._grace_skip:
             self._grace_skip -= 1

@@ -12,6 +12,7 @@ from repokit.scheduler.dynamic_batch import (
     DynamicBatchSettings,
 )
 from repokit.scheduler.dynamic_driver import DynamicBatchScheduler
+from repokit.scheduler.queue_policy import PrioritySettings, QueuePolicy
 from repokit.scheduler.runtime import ManualClock
 from tests.scheduler.helpers import RecordingBackend, config, request
 from tests.scheduler.test_dynamic_driver import BATCHING, run, started, until
@@ -90,6 +91,19 @@ def test_no_grace_without_pending_requests_a_queue_delay_or_batching() -> None:
     add(unbatched, 2, 0)
     unbatched.instance_freed(0, answered=4)
     assert len(unbatched.poll(0).batch) == 1
+
+
+def test_no_grace_while_a_pending_request_has_a_queue_timeout() -> None:
+    """The grace would hold a request with a queue-policy timeout past its deadline: the batch
+    goes when its oldest request waited max_queue_delay, as Triton sends it."""
+    policy = QueuePolicy(default_timeout_us=3000)
+    settings = DynamicBatchSettings.create(
+        8, (), 500, priority=PrioritySettings(default_policy=policy)
+    )
+    p: BatchPlanner[str] = BatchPlanner(settings)
+    add(p, 3, 0)  # their deadline: 3000 us
+    p.instance_freed(2000 * US, answered=2, ran_ns=5000 * US)
+    assert [item.payload for item in p.poll(2000 * US).batch] == ["r0", "r1", "r2"]
 
 
 def test_a_grace_that_runs_out_turns_it_off_for_a_while_and_one_that_fills_resets_that() -> None:
