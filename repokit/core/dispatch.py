@@ -10,6 +10,8 @@ same statistics:
   size``: Triton 2.51 counts these nowhere, neither in the statistics nor in the metrics, so a
   server refusing most of its load looked healthy; counting them is deliberate). Other
   scheduler errors raised at enqueue (a sequence rule) reach the client uncounted, as Triton;
+* a request cancelled while it waited in a queue (``CancelledInQueue``), and one a scheduler
+  answered CANCELLED (the other requests of a cancelled sequence), count with reason CANCELED;
 * a request that ran is counted by the caller (``record_ran``) once its outputs are final;
   one that ran and failed (``record_failed``) counts with reason BACKEND, an ensemble's twice
   with reason OTHER (Triton 2.51's ensemble answers the error with reason OTHER and counts the
@@ -37,9 +39,9 @@ from repokit.core.loaded_model import LoadedVersion
 from repokit.core.request_checks import SEQUENCE_END, SEQUENCE_START, prepare
 from repokit.core.response_cache import ModelCache
 from repokit.core.wire_lane import WireLane
-from repokit.errors import RepokitError, internal, unavailable
+from repokit.errors import Code, RepokitError, internal, unavailable
 from repokit.protocol.types import InferRequest, InputSpec, RequestedOutput, SharedMemoryRef
-from repokit.scheduler.base import ScheduledResult, Scheduler
+from repokit.scheduler.base import CancelledInQueue, ScheduledResult, Scheduler
 from repokit.scheduler.queue_policy import QUEUE_FULL_MESSAGE, TIMEOUT_MESSAGE
 
 T = TypeVar("T")
@@ -148,6 +150,11 @@ async def _timed(loaded: LoadedVersion, scheduled: Awaitable[T]) -> tuple[T, int
     except RepokitError as exc:
         if exc.message == TIMEOUT_MESSAGE or exc.message.endswith(QUEUE_FULL_MESSAGE):
             loaded.stats.record_failure(time.perf_counter_ns() - started, "REJECTED")
+        elif exc.code is Code.CANCELLED:
+            loaded.stats.record_failure(time.perf_counter_ns() - started, "CANCELED")
+        raise
+    except CancelledInQueue:
+        loaded.stats.record_failure(time.perf_counter_ns() - started, "CANCELED")
         raise
     finally:
         loaded.end()

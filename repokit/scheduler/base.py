@@ -12,9 +12,19 @@ event loop, never in ``__init__``.
 from __future__ import annotations
 
 import abc
+import asyncio
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from repokit.backends.base import BackendRequest, BackendResult, Timing, WireRequest
+
+
+class CancelledInQueue(asyncio.CancelledError):
+    """Raised by a scheduler's ``submit`` whose caller was cancelled while the request still
+    waited in its queue (it never ran): still a cancellation for asyncio, and the core counts
+    it as a failure with reason CANCELED, as Triton's schedulers answer such a request."""
+
+
+CANCELLED_MESSAGE = "Request was cancelled"
 
 
 class ScheduledResult(NamedTuple):

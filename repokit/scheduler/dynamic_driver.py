@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing
 from repokit.errors import RepokitError, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
-from repokit.scheduler.base import ScheduledResult, Scheduler
+from repokit.scheduler.base import CancelledInQueue, ScheduledResult, Scheduler
 from repokit.scheduler.batch_tensors import (
     BatchingRules,
     batching_key,
@@ -188,7 +188,8 @@ class DynamicBatchScheduler(Scheduler):
         try:
             return await future
         except asyncio.CancelledError:
-            self._planner.queues.remove(item)
+            if self._planner.queues.remove(item):
+                raise CancelledInQueue from None
             raise
 
     # --- workers ------------------------------------------------------------------------

@@ -34,6 +34,12 @@ Iterative sequences (``iterative_sequence: true``, Triton's ``IterativeSequencer
   an execution does not reschedule it;
 * a request that finishes without being rescheduled ends its sequence (the slot is freed; other
   requests queued on that sequence are CANCELLED), as Triton ends it with a null END request.
+
+A request cancelled while it waits (its caller's task is cancelled: the client went away)
+cancels its whole sequence, as Triton 2.51's sequence batcher does: the sequence leaves the
+backlog or frees its slot (a request of it that runs now still finishes), its other queued
+requests are answered CANCELLED and, like the cancelled one, counted as failures with reason
+CANCELED; a later request of that id needs START again.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from repokit.backends.base import Backend, BackendRequest, BackendResult
 from repokit.errors import Code, RepokitError, internal, unavailable, unsupported
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferTensor
-from repokit.scheduler.base import ScheduledResult, Scheduler
+from repokit.scheduler.base import CANCELLED_MESSAGE, CancelledInQueue, ScheduledResult, Scheduler
 from repokit.scheduler.batch_tensors import BatchingRules, merge_requests, split_result
 from repokit.scheduler.default import active_instances
 from repokit.scheduler.dynamic_batch import BatchPlanner, DynamicBatchSettings
@@ -186,7 +192,7 @@ class SequenceBatchScheduler(Scheduler):
         self._controls.check_request(request.correlation_id, batch_size)
         now = self._clock()
         job = _Job(request, asyncio.get_running_loop().create_future(), now)
-        self.slots.enqueue(
+        seq = self.slots.enqueue(
             request.correlation_id,
             job,
             start=bool(request.flags & FLAG_START),
@@ -195,7 +201,16 @@ class SequenceBatchScheduler(Scheduler):
             timeout_ns=max(0, timeout_us) * 1000,
         )
         self._waker.poke()
-        return await job.future
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            left = self.slots.cancel(seq, job)
+            if left is None:
+                raise
+            for entry in left:
+                settle_error(entry.payload, RepokitError(Code.CANCELLED, CANCELLED_MESSAGE))
+            self._waker.poke()  # a backlogged sequence may have got the slot
+            raise CancelledInQueue from None
 
     def reschedule(self, request: BackendRequest) -> None:
         """Run ``request`` (a request the backend is executing now) again in a later batch of

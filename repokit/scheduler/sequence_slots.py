@@ -195,6 +195,25 @@ class SequenceSlots(Generic[T]):
             seq.ended = True
         return expired, next_ns
 
+    # --- cancellation -------------------------------------------------------------------
+    def cancel(self, seq: LiveSequence[T], payload: T) -> list[SeqEntry[T]] | None:
+        """A request of ``seq`` was cancelled: when it still waits in the sequence's queue, the
+        whole sequence is cancelled (Triton 2.51): it leaves the backlog or gives up its slot
+        and its queued requests are returned (the cancelled one among them). None when the
+        request is no longer queued (it runs or ran)."""
+        if not any(entry.payload is payload for entry in seq.queue):
+            return None
+        left = list(seq.queue)
+        seq.queue.clear()
+        if seq.slot is None and seq in self.backlog:
+            self.backlog.remove(seq)
+            if self._live.get(seq.corrid) is seq:
+                del self._live[seq.corrid]
+            seq.ended = True
+        elif not seq.ended:
+            self._release(seq)
+        return left
+
     # --- iterative sequences ------------------------------------------------------------
     def requeue(self, seq: LiveSequence[T], payload: T, now_ns: int) -> bool:
         """Put a rescheduled request back at the end of its sequence's queue (neither START

@@ -106,6 +106,7 @@ GATED: dict[str, tuple[int, int, str]] = {
         "default_timeout_microseconds: 100000 allow_timeout_override: true } }",
     ),
     "one_instance": (8, 1, ""),
+    "gated_sequence": (1, 1, "sequence_batching { max_sequence_idle_microseconds: 60000000 }"),
     "two_instances": (8, 2, ""),
     "warm": (8, 2, WARMUP),
 }

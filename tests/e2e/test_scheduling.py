@@ -423,6 +423,51 @@ def test_idle_sequence_expires(
     )
 
 
+def test_cancelling_a_queued_sequence_request_cancels_the_sequence(
+    server: ServerThread, repo: Path
+) -> None:
+    """Triton 2.51 (L0_request_cancellation scheduler_test): a client cancels one of two
+    requests queued behind its sequence's running request; both are answered CANCELLED and
+    counted as failures with reason CANCELED; the running request still completes."""
+    model = "gated_sequence"
+    gate = repo / model / "gate"
+    gate.unlink(missing_ok=True)
+    version = loaded(server, model)
+    client = server.client("grpc")
+    before = _failures(server, model, "CANCELED")
+
+    def inputs(value: float) -> list[grpcclient.InferInput]:
+        given = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+        given.set_data_from_numpy(np.full((1, 4), value, np.float32))
+        return [given]
+
+    answers: list[dict[str, Any]] = [{}, {}]
+
+    def keep(answer: dict[str, Any]) -> Callable[[Any, Any], None]:
+        return lambda result, error: answer.update(result=result, error=error)
+
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(client.infer, model, inputs(-1), sequence_id=7, sequence_start=True)
+        until(lambda: version.inflight == 1, "the sequence's first request runs")
+        queued = [
+            client.async_infer(model, inputs(i), keep(answers[i]), sequence_id=7) for i in range(2)
+        ]
+        until(
+            lambda: version.scheduler is not None and version.scheduler.pending_count == 2,
+            "2 queued",
+        )
+        queued[0].cancel()
+        until(lambda: "error" in answers[1], "the other queued request is answered")
+        assert answers[1]["error"].status() == "StatusCode.CANCELLED"
+        assert answers[1]["result"] is None
+        until(lambda: _failures(server, model, "CANCELED") == before + 2, "2 CANCELED")
+        gate.touch()
+        assert running.result(timeout=60).as_numpy("OUTPUT0").tolist() == [[-1.0] * 4]
+    with pytest.raises(InferenceServerException, match="START flag"):
+        client.infer(model, inputs(1), sequence_id=7)  # the sequence was cancelled
+    client.close()
+
+
 # --- ensembles -------------------------------------------------------------------------------
 def test_python_and_onnx_ensemble(connect: Callable[[], Client]) -> None:
     client = connect()

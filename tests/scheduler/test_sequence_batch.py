@@ -11,7 +11,7 @@ import pytest
 from repokit.backends.base import BackendRequest, BackendResult, Timing
 from repokit.errors import Code, ConfigError, RepokitError
 from repokit.protocol.types import InferTensor
-from repokit.scheduler.base import ScheduledResult
+from repokit.scheduler.base import CancelledInQueue, ScheduledResult
 from repokit.scheduler.runtime import ManualClock
 from repokit.scheduler.sequence_batch import SequenceBatchScheduler
 from repokit.scheduler.sequence_controls import FLAG_END, FLAG_START
@@ -312,6 +312,77 @@ async def test_a_backlogged_sequence_past_its_request_timeout_is_rejected() -> N
     clock.advance_us(10_000)  # the slotted sequence is still served
     res = await sched.submit(seq_request(1, 5, end=True), 1)
     assert res.result.error is None and len(backend.batches) == 2
+    await sched.stop()
+
+
+# --- cancellation --------------------------------------------------------------------------
+async def test_cancelling_a_queued_request_cancels_its_whole_sequence() -> None:
+    """Triton 2.51 (L0_request_cancellation scheduler_test): the running request finishes, the
+    sequence's other queued requests are answered CANCELLED, its slot goes to the backlog."""
+    backend = RecordingBackend()
+    backend.gate = asyncio.Event()
+    cfg = SEQ.replace("max_batch_size: 4", "max_batch_size: 1")
+    sched = SequenceBatchScheduler(backend, config(cfg % ""), clock=ManualClock())
+    await sched.start()
+    running = asyncio.create_task(sched.submit(seq_request(1, 1, start=True), 1))
+    await backend.started.wait()
+    cancelled = asyncio.create_task(sched.submit(seq_request(1, 2), 1))
+    other = asyncio.create_task(sched.submit(seq_request(1, 3), 1))
+    backlogged = asyncio.create_task(sched.submit(seq_request(2, 4, start=True), 1))
+    await until(lambda: sched.pending_count == 3)
+    cancelled.cancel()
+    with pytest.raises(CancelledInQueue):
+        await cancelled
+    with pytest.raises(RepokitError) as err:
+        await other
+    assert err.value.code is Code.CANCELLED
+    backend.gate.set()
+    assert (await running).result.error is None
+    assert (await backlogged).result.error is None  # sequence 2 got the freed slot
+    assert [values(b[1][0], "INPUT0") for b in backend.batches] == [[1], [4]]
+    with pytest.raises(RepokitError, match="must specify the START flag"):
+        await sched.submit(seq_request(1, 5), 1)  # the cancelled sequence is gone
+    await sched.stop()
+
+
+async def test_cancelling_a_backlogged_request_cancels_its_sequence_in_the_backlog() -> None:
+    backend = RecordingBackend()
+    backend.gate = asyncio.Event()
+    cfg = SEQ.replace("max_batch_size: 4", "max_batch_size: 1")
+    sched = SequenceBatchScheduler(backend, config(cfg % ""), clock=ManualClock())
+    await sched.start()
+    running = asyncio.create_task(sched.submit(seq_request(1, 1, start=True), 1))
+    await backend.started.wait()
+    first = asyncio.create_task(sched.submit(seq_request(2, 2, start=True), 1))
+    second = asyncio.create_task(sched.submit(seq_request(2, 3), 1))
+    await until(lambda: sched.slots.backlog_count == 2)
+    first.cancel()
+    with pytest.raises(CancelledInQueue):
+        await first
+    with pytest.raises(RepokitError) as err:
+        await second
+    assert err.value.code is Code.CANCELLED
+    assert not sched.slots.backlog and sched.pending_count == 0
+    backend.gate.set()
+    assert (await running).result.error is None
+    assert (await sched.submit(seq_request(1, 6, end=True), 1)).result.error is None
+    await sched.stop()
+
+
+async def test_cancelling_a_running_request_leaves_its_sequence_alone() -> None:
+    backend = RecordingBackend()
+    backend.gate = asyncio.Event()
+    sched = await scheduler(backend)
+    running = asyncio.create_task(sched.submit(seq_request(1, 1, start=True), 1))
+    await backend.started.wait()
+    queued = asyncio.create_task(sched.submit(seq_request(1, 2), 1))
+    await until(lambda: sched.pending_count == 1)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError) as err:
+        await running
+    assert not isinstance(err.value, CancelledInQueue)  # it ran: not counted as CANCELED
+    backend.gate.set()
+    assert (await queued).result.error is None
     await sched.stop()
 
 
