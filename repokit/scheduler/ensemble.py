@@ -113,7 +113,6 @@ class EnsembleScheduler(Scheduler):
         # requested outputs -> the steps they need (subsets of the config's outputs: bounded)
         self._pruned: dict[frozenset[str], tuple[EnsembleStep, ...]] = {}
         self._running = False
-        self._pending = 0
 
     async def start(self) -> None:
         if self._max_inflight:
@@ -125,7 +124,9 @@ class EnsembleScheduler(Scheduler):
 
     @property
     def pending_count(self) -> int:
-        return self._pending
+        """Always 0, as Triton 2.51: an ensemble's request is executing from the moment the
+        ensemble takes it; what waits is counted by the composing models' schedulers."""
+        return 0
 
     async def submit(
         self,
@@ -137,11 +138,7 @@ class EnsembleScheduler(Scheduler):
     ) -> ScheduledResult:
         if not self._running:
             raise unavailable("model is not accepting requests: its scheduler is stopped")
-        self._pending += 1
-        try:
-            return await self._run(request, time.perf_counter_ns())
-        finally:
-            self._pending -= 1
+        return await self._run(request, time.perf_counter_ns())
 
     async def _run(self, request: BackendRequest, submitted_ns: int) -> ScheduledResult:
         # None: an absent tensor (an optional input not given, an output a step did not make)
