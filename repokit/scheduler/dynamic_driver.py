@@ -10,8 +10,10 @@ and sends them the moment it is free) also gets the next batch of a busy instanc
 that batch is final (``BatchPlanner.poll_final``: it reached ``max_batch_size`` or nothing
 queued can join it), as Triton's batcher hands a saturated payload to the instance queue.
 Nothing that could still grow is sent early, so batches are the ones Triton forms; and only
-models with one priority level and no queue timeouts do this, so no request that could have
-gone first (a higher priority) or been rejected in the queue (a timeout) is affected. What
+models whose batches Triton prefetches too (no priority levels, no queue timeouts, no
+max_queue_size) do this, so no request that could have gone first (a higher priority) or been
+rejected in the queue (a timeout, a full queue) is affected. Requests sent early still count
+as pending until their batch starts, as Triton's prefetched payloads do. What
 changes is that the instance starts the next batch without waiting for this loop to turn
 around. Such a worker also hands the instance its next batch before the answers of the batch
 that just finished go out (the loop would otherwise write those first). With these and the
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -109,18 +112,22 @@ class DynamicBatchScheduler(Scheduler):
         self._expires = _has_timeouts(config)
         self._batching = self._settings.max_batch_size > 0
         self._keyed = self._batching and self._rules.checks_inputs
-        # Final batches go early only where nothing else could have gone first: one priority
-        # level (FIFO) and no queue timeouts (a request with a deadline stays in the queue).
+        # Final batches go early only where Triton 2.51's batcher prefetches payloads
+        # (PriorityQueue's support_prefetching): no priority levels, no queue timeouts and no
+        # max_queue_size (a request with a deadline or a bounded queue stays in the queue).
         self._early = (
             self._batching
             and backend.pipelines_executions
             and backend.rate_slots is None  # rate limited: the batch forms once it may run
             and not self._expires
-            and self._settings.priority.levels <= 1
+            and _prefetches(config)
         )
         self._running = False
         self._stopping = False
         self._held: dict[int, int] = {}  # pipelined workers: batches each instance holds
+        # pipelined workers: the sizes of the batches each instance holds, the running one
+        # first (the others still count as pending, as Triton's prefetched payloads do)
+        self._handed: dict[int, deque[int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hold_until = hold_until_queued  # TRITONSERVER_DELAY_SCHEDULER (module docstring)
 
@@ -147,8 +154,9 @@ class DynamicBatchScheduler(Scheduler):
 
     @property
     def pending_count(self) -> int:
-        """Requests queued, not yet executing."""
-        return len(self._planner)
+        """Requests queued or handed to a busy instance, not yet executing."""
+        waiting = sum(sum(sizes) - sizes[0] for sizes in self._handed.values() if sizes)
+        return len(self._planner) + waiting
 
     def wake(self) -> None:
         """Re-evaluate the queue now (after moving an injected clock)."""
@@ -201,6 +209,7 @@ class DynamicBatchScheduler(Scheduler):
             return
         runs: set[asyncio.Task[int]] = set()
         self._held[instance] = 0
+        handed = self._handed[instance] = deque()
         try:
             while True:
                 held = self._held[instance]  # batches the instance has (running or queued)
@@ -217,6 +226,7 @@ class DynamicBatchScheduler(Scheduler):
                     decision.batch = planner.queues.pop_front(self._settings.max_batch_size)
                 if decision.batch:
                     self._held[instance] = held + 1
+                    handed.append(len(decision.batch))
                     task = asyncio.create_task(self._run(instance, decision.batch))
                     runs.add(task)
                     task.add_done_callback(runs.discard)
@@ -285,6 +295,7 @@ class DynamicBatchScheduler(Scheduler):
         finally:
             if self._early:  # the instance is free: its worker takes the next batch first
                 self._held[instance] -= 1
+                self._handed[instance].popleft()
                 if not self._held[instance]:
                     ran_ns = 0 if executed is None else _ran_ns(executed[2])
                     self._planner.instance_freed(self._clock(), len(batch), ran_ns)
@@ -331,6 +342,19 @@ class DynamicBatchScheduler(Scheduler):
 
 def _ran_ns(timing: Timing) -> int:
     return timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
+
+
+def _prefetches(config: mc.ModelConfig) -> bool:
+    """Whether Triton 2.51 prefetches this model's batches: no priority levels and a default
+    queue policy without timeouts, timeout overrides or a maximum queue size."""
+    db = config.dynamic_batching
+    policy = db.default_queue_policy
+    return (
+        db.priority_levels == 0
+        and policy.default_timeout_microseconds == 0
+        and not policy.allow_timeout_override
+        and policy.max_queue_size == 0
+    )
 
 
 def _has_timeouts(config: mc.ModelConfig) -> bool:

@@ -106,6 +106,10 @@ GATED: dict[str, tuple[int, int, str]] = {
         "default_timeout_microseconds: 100000 allow_timeout_override: true } }",
     ),
     "one_instance": (8, 1, ""),
+    # batches of 2: a full one is final (sent early to a busy instance unless the queue is
+    # bounded, as Triton prefetches payloads only without max_queue_size)
+    "pairs": (2, 1, "dynamic_batching { }"),
+    "pairs_bounded": (2, 1, "dynamic_batching { default_queue_policy { max_queue_size: 2 } }"),
     "gated_sequence": (1, 1, "sequence_batching { max_sequence_idle_microseconds: 60000000 }"),
     "two_instances": (8, 2, ""),
     "warm": (8, 2, WARMUP),

@@ -267,6 +267,47 @@ def test_full_queue_is_refused_at_once(
     assert rejected is not None and int(rejected.group(1)) == rejected_before + 1
 
 
+def _pending_metric(server: ServerThread, model: str) -> int:
+    assert server.handle is not None and server.handle.metrics_port is not None
+    text = requests.get(f"http://127.0.0.1:{server.handle.metrics_port}/metrics", timeout=10).text
+    found = re.search(
+        rf'nv_inference_pending_request_count\{{model="{model}",version="1"\}} (\d+)', text
+    )
+    assert found is not None, text
+    return int(found.group(1))
+
+
+def test_requests_sent_early_to_a_busy_instance_still_count_as_pending(
+    server: ServerThread, repo: Path, connect: Callable[[], Client]
+) -> None:
+    """Triton's pending gauge counts a request until it executes, prefetched or not
+    (L0_metrics' queue-size test: 10 requests, batches of 4, one busy instance: 6 pending)."""
+    version = loaded(server, "pairs")
+    with ThreadPoolExecutor(3) as pool, held(server, repo, "pairs", connect()):
+        waiting = [pool.submit(connect().infer, "pairs", inputs=row(i)) for i in range(3)]
+        until(lambda: version.scheduler is not None and version.scheduler.pending_count == 3, "3")
+        assert _pending_metric(server, "pairs") == 3
+    assert sorted(int(f.result()["BATCH_SIZE"][0, 0]) for f in waiting) == [1, 2, 2]
+    until(lambda: version.scheduler is not None and version.scheduler.pending_count == 0, "0")
+
+
+def test_a_bounded_queue_keeps_full_batches_until_the_instance_is_free(
+    server: ServerThread, repo: Path, connect: Callable[[], Client], protocol: str
+) -> None:
+    """With max_queue_size Triton does not prefetch: a full batch waits in the queue, so the
+    queue is full with 2 and the next request is refused (repokit used to send the pair to the
+    busy instance and queue 2 more)."""
+    version = loaded(server, "pairs_bounded")
+    with ThreadPoolExecutor(2) as pool, held(server, repo, "pairs_bounded", connect()):
+        queued = [pool.submit(connect().infer, "pairs_bounded", inputs=row(i)) for i in range(2)]
+        until(lambda: version.scheduler is not None and version.scheduler.pending_count == 2, "2")
+        with pytest.raises(InferenceServerException) as refused:
+            connect().infer("pairs_bounded", inputs=row(5))
+        assert _pending_metric(server, "pairs_bounded") == 2
+    assert refused.value.status() == STATUS[protocol, "UNAVAILABLE"]
+    assert [int(f.result()["BATCH_SIZE"][0, 0]) for f in queued] == [2, 2]
+
+
 def test_queue_timeout_rejects(
     server: ServerThread, repo: Path, connect: Callable[[], Client], protocol: str
 ) -> None:
