@@ -177,8 +177,7 @@ _SUMMARIES = (
     ),
     (
         "nv_inference_compute_infer_summary_us",
-        "Cumulative compute inference duration in microseconds (does not include cached"
-        " requests)",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
         "compute_infer",
     ),
     (

@@ -26,6 +26,7 @@ from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from repokit.core.loaded_model import LoadedVersion
+from repokit.core.server_log import VERBOSE
 from repokit.scheduler.sequence_batch import SequenceBatchScheduler
 from tests.e2e.scheduling_models import build_scheduling_repository, idle_accumulate
 from tests.frontends.http.server_thread import ServerThread, running_server
@@ -465,11 +466,12 @@ def test_idle_sequence_expires(
 
 
 def test_cancelling_a_queued_sequence_request_cancels_the_sequence(
-    server: ServerThread, repo: Path
+    server: ServerThread, repo: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Triton 2.51 (L0_request_cancellation scheduler_test): a client cancels one of two
     requests queued behind its sequence's running request; both are answered CANCELLED and
-    counted as failures with reason CANCELED; the running request still completes."""
+    counted as failures with reason CANCELED; the running request still completes. The
+    cancellation is logged at --log-verbose 1 as Triton's gRPC frontend logs it."""
     model = "gated_sequence"
     gate = repo / model / "gate"
     gate.unlink(missing_ok=True)
@@ -497,8 +499,10 @@ def test_cancelling_a_queued_sequence_request_cancels_the_sequence(
             lambda: version.scheduler is not None and version.scheduler.pending_count == 2,
             "2 queued",
         )
-        queued[0].cancel()
-        until(lambda: "error" in answers[1], "the other queued request is answered")
+        with caplog.at_level(VERBOSE, logger="repokit.frontends.grpc.servicer"):
+            queued[0].cancel()
+            until(lambda: "error" in answers[1], "the other queued request is answered")
+        assert "Cancellation notification received for ModelInferHandler" in caplog.text
         assert answers[1]["error"].status() == "StatusCode.CANCELLED"
         assert answers[1]["result"] is None
         until(lambda: _failures(server, model, "CANCELED") == before + 2, "2 CANCELED")

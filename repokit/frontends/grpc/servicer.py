@@ -9,6 +9,7 @@ INTERNAL with a one-line message, never a traceback. Streaming lives in
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
@@ -16,6 +17,7 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from google.protobuf.message import DecodeError
 
+from repokit.core.server_log import VERBOSE
 from repokit.core.service import InferenceService
 from repokit.errors import Code, RepokitError, invalid_arg, unsupported
 from repokit.frontends.grpc import messages
@@ -175,6 +177,9 @@ class InferenceServicer:
             return await service.infer_encoded(
                 self._codec, request.model_name, version, call, trace
             )
+        except asyncio.CancelledError:
+            _cancelled("ModelInferHandler")
+            raise
         except RepokitError as error:
             return _failed(context, status_code(error.code), error.message)
         except Exception as exc:  # a bug must not reach the client as a traceback
@@ -199,8 +204,12 @@ class InferenceServicer:
         if self._forward is not None:  # the stream's headers go with each of its requests
             forwarded = self._forward.parameters(context.invocation_metadata() or ())
         session = StreamSession(self._service, calls, grpc_error, self._codec, forwarded)
-        async for response in session.responses():
-            yield response
+        try:
+            async for response in session.responses():
+                yield response
+        except asyncio.CancelledError:
+            _cancelled("ModelStreamInferHandler")
+            raise
         if session.failure is not None:
             await abort_with(context, session.failure)
 
@@ -338,6 +347,13 @@ def _traceparent(context: Context) -> str | None:
         if key == "traceparent":
             return str(value)
     return None
+
+
+def _cancelled(handler: str) -> None:
+    """The client cancelled the call (its requests still waiting in a queue are cancelled),
+    logged at --log-verbose 1 as Triton 2.51's gRPC frontend logs it (qa/L0_request_cancellation
+    greps the line)."""
+    _log.log(VERBOSE, "Cancellation notification received for %s, rpc_ok=1", handler)
 
 
 def _failed(context: Context, code: grpc.StatusCode, message: str) -> bytes:
