@@ -635,5 +635,128 @@ def dyna_sequence() -> list[Scenario]:
     ]
 
 
+CB = "L0_sequence_corrid_batcher"
+CORRID_TRIALS = ("savedmodel", "graphdef", "plan", "onnx")
+
+# What Triton's generated dyna-sequence models compute (qa/common/gen_qa_dyna_sequence_models.py;
+# the expected results of the corrid test): OUTPUT = INPUT + START + END * CORRID per request.
+DYNA_SEQUENCE_STAND_IN = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def value(request, name):
+    return pb_utils.get_input_tensor_by_name(request, name).as_numpy().astype(np.int64)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            total = value(request, "INPUT") + value(request, "START")
+            total = total + value(request, "END") * value(request, "CORRID")
+            output = pb_utils.Tensor("OUTPUT", total.astype(np.int32))
+            responses.append(pb_utils.InferenceResponse([output]))
+        return responses
+"""
+
+
+def _corrid_models(*, onnx: bool) -> Layout:
+    """test.sh's models4: the graphdef, savedmodel, plan, onnx and libtorch int32 dyna-sequence
+    models without their Oldest block (Direct), batches of 1, four instances. Those this
+    machine cannot run (all of them on Triton, all but onnx on repokit with ``onnx``) are
+    python stand-ins with the onnx model's config; libtorch is left out (the test does not
+    use it)."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        generated = repo.parent / "qa_dyna_sequence_model_repository"
+        _generated(qa, "gen_qa_dyna_sequence_models.py", generated)
+        source = generated / "onnx_dyna_sequence_int32"
+        for trial in CORRID_TRIALS:
+            folder = repo / f"{trial}_dyna_sequence_int32"
+            shutil.copytree(source, folder)
+            config = folder / "config.pbtxt"
+            text = re.sub(
+                r"oldest.*\{.*\}.*control_input", "control_input", config.read_text(), flags=re.S
+            )
+            config.write_text(text.replace("onnx_dyna_sequence_int32", folder.name))
+            sed(config, r"^max_batch_size:.*", "max_batch_size: 1")
+            sed(config, "kind: KIND_CPU", "kind: KIND_CPU\ncount: 4")
+            if trial == "onnx" and onnx:
+                continue
+            sed(config, r"^platform:.*", 'backend: "python"')
+            for old in folder.iterdir():
+                if old.is_dir():
+                    shutil.rmtree(old)
+            (folder / "1").mkdir()
+            (folder / "1" / "model.py").write_text(DYNA_SEQUENCE_STAND_IN)
+
+    return lay
+
+
+def corrid_batcher() -> list[Scenario]:
+    """L0_sequence_corrid_batcher's test_skip_batch (four sequences, two shorter, on four
+    instances of one slot; the scheduler held until 12 requests wait): every model a python
+    stand-in on both servers, and with the real onnx model on repokit."""
+    env = {
+        "NO_BATCHING": "0",
+        "MODEL_INSTANCES": "4",
+        "TRITONSERVER_DELAY_SCHEDULER": "12",
+        "TRITONSERVER_BACKLOG_DELAY_SCHEDULER": "0",
+    }
+    test = "sequence_corrid_batcher_test.py::SequenceCorrIDBatcherTest::test_skip_batch"
+    return [
+        Scenario(
+            f"{CB}/test_skip_batch[{kind}]",
+            CB,
+            _corrid_models(onnx=onnx),
+            [PytestRun(test, runner="unittest")],
+            repo_dir="models4",
+            env=env,
+            verbose=False,
+        )
+        for kind, onnx in (("stand-ins", False), ("onnx", True))
+    ]
+
+
+IS = "L0_implicit_state"
+
+
+def _implicit_state_models(qa: Path, repo: Path) -> None:
+    """test.sh's onnx models (BACKENDS=onnx): the generated onnx_nobatch_sequence_int32 with
+    implicit state, and its copy ``_output`` that lists OUTPUT_STATE as an output."""
+    generated = repo.parent / "qa_sequence_implicit_model_repository"
+    _generated(qa, "gen_qa_implicit_models.py", generated)
+    name = "onnx_nobatch_sequence_int32"
+    shutil.copytree(generated / name, repo / name)
+    allowed = repo / f"{name}_output"
+    shutil.copytree(generated / name, allowed)
+    config = allowed / "config.pbtxt"
+    sed(config, r"^name:.*", f'name: "{allowed.name}"')
+    append(config, 'output [{ name: "OUTPUT_STATE" \n data_type: TYPE_INT32 \n dims: [ 1 ] }]')
+
+
+def implicit_state() -> list[Scenario]:
+    """L0_implicit_state's onnx tests (repokit only: this Triton has no onnxruntime); its other
+    tests use libtriton_implicit_state, a C++ test backend built with Triton."""
+    return [
+        Scenario(
+            f"{IS}/{test}",
+            IS,
+            _implicit_state_models,
+            [PytestRun(f"implicit_state.py::ImplicitStateTest::{test}", runner="unittest")],
+            env={"BACKENDS": "onnx", "IMPLICIT_STATE": "1"},
+            verbose=False,
+        )
+        for test in ("test_request_output_not_allowed", "test_request_output")
+    ]
+
+
 def scheduling() -> list[Scenario]:
-    return [*model_queue(), *request_cancellation(), *rate_limiter(), *dyna_sequence()]
+    return [
+        *model_queue(),
+        *request_cancellation(),
+        *rate_limiter(),
+        *dyna_sequence(),
+        *corrid_batcher(),
+        *implicit_state(),
+    ]

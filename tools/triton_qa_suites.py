@@ -72,6 +72,8 @@ QA_PATHS = (
     "qa/custom_models/custom_sequence_int32",
     "qa/custom_models/custom_dyna_sequence_int32",
     "qa/L0_dyna_sequence_batcher",
+    "qa/L0_sequence_corrid_batcher",
+    "qa/L0_implicit_state/implicit_state.py",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -112,6 +114,23 @@ NOT_APPLICABLE: dict[str, str] = {
     " (ragged, request timeout) are Triton's test-only sequence backend and the ensembles'"
     " nop models its identity backend; the python scenarios run with ENSEMBLES=0 and"
     " IMPLICIT_STATE=0 (test.sh's defaults are 1 and 0)",
+    "L0_priority": "TensorRT plan models; it greps the CUDA stream priority each gets",
+    "L0_iterative_sequence": "its test loads models whose config names Triton's C++ test"
+    " backend 'iterative_sequence' (through the load API), which neither server has; the"
+    " python iterative_sequence model runs in L0_backend_python/request_rescheduling",
+    "L0_request_cancellation request_cancellation_test, implicit_state_test": "a C API program"
+    " built with Triton, and a torch model",
+    "L0_implicit_state custom-backend tests": "libtriton_implicit_state is a C++ test backend;"
+    " its onnx tests run on repokit only, and its L0_sequence_batcher run with IMPLICIT_STATE=1"
+    " needs onnx/TensorRT/torch sequence models",
+    "L0_dyna_sequence_batcher graphdef, savedmodel, libtorch, plan": "TensorFlow, torch and"
+    " TensorRT models; onnx and custom_string (a TYPE_STRING CORRID, which this Triton's python"
+    " backend refuses) run on repokit only, custom (the dyna_sequence backend's python"
+    " stand-in) on both",
+    "L0_sequence_corrid_batcher graphdef, savedmodel, plan": "python stand-ins with what the"
+    " generated models compute (INPUT + START + END * CORRID); onnx is real on repokit",
+    "scheduling suites on the CPU": "L0_model_queue, L0_rate_limiter and the sequence suites ask"
+    " for KIND_GPU instances in places; they run on KIND_CPU here",
     "models that import torch": "torch is not installed here (the dlpack_*, pytorch_fp32_fp32,"
     " identity_bf16, bls, bls_async and decoupled_bls models); they are left out of the"
     " repositories when torch cannot be imported, and the tests that use them fail on both",
