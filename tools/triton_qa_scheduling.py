@@ -226,7 +226,6 @@ GRPC_CANCELLATION = (
     "test_grpc_stream_infer",
     "test_aio_grpc_async_infer",
     "test_aio_grpc_stream_infer",
-    "test_grpc_async_infer_cancellation_at_step_start",
 )
 
 
@@ -253,11 +252,6 @@ def request_cancellation() -> list[Scenario]:
                 )
             ],
             log_checks=[LogCheck("cancellation_logged", "Cancellation notification received for")],
-            env=(
-                {"TRITONSERVER_DELAY_GRPC_PROCESS": "5000"}
-                if test.endswith("at_step_start")
-                else {}
-            ),
         )
         for test in GRPC_CANCELLATION
     ]

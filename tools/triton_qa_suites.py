@@ -120,6 +120,9 @@ NOT_APPLICABLE: dict[str, str] = {
     " python iterative_sequence model runs in L0_backend_python/request_rescheduling",
     "L0_request_cancellation request_cancellation_test, implicit_state_test": "a C API program"
     " built with Triton, and a torch model",
+    "L0_request_cancellation test_grpc_async_infer_cancellation_at_step_start": "counts the"
+    " log lines of Triton's gRPC handler state machine ('New request handler for"
+    " ModelInferHandler', '... step START') under its TRITONSERVER_DELAY_GRPC_PROCESS test hook",
     "L0_implicit_state custom-backend tests": "libtriton_implicit_state is a C++ test backend;"
     " its onnx tests run on repokit only, and its L0_sequence_batcher run with IMPLICIT_STATE=1"
     " needs onnx/TensorRT/torch sequence models",
