@@ -477,8 +477,12 @@ def _serve(settings: Any, notes: list[str]) -> int:
 
 
 def register(app: typer.Typer) -> None:
+    from repokit.cli.serve_flags import getopt_abbreviations, long_option_names
+
     app.command(
         "serve",
+        # tritonserver's getopt_long takes unambiguous prefixes of its long options
+        context_settings={"token_normalize_func": getopt_abbreviations(long_option_names(serve))},
         epilog=examples(
             "repokit serve ./models",
             "repokit serve --model-repository ./models --http-port 0 --grpc-port 0",

@@ -343,3 +343,31 @@ def test_mode_flags_are_case_insensitive(tmp_path: Path) -> None:
     assert status == 200 and [m["name"] for m in json.loads(text)] == ["logs"], text
     assert re.search(r"\| model_control_mode +\| MODE_EXPLICIT +\|", server.text)
     assert re.search(r"\| rate_limit +\| EXEC_COUNT +\|", server.text)
+
+
+def test_unambiguous_flag_prefixes_are_taken_as_tritonserver_takes_them(tmp_path: Path) -> None:
+    """tritonserver's getopt_long accepts any unambiguous prefix of a long option
+    (L0_logging starts it with --log-warn=false)."""
+    server = ServeProcess(
+        str(_logging_repo(tmp_path)), *PORT_FLAGS, "--log-warn=false", "--log-verb", "1"
+    )
+    try:
+        with urllib.request.urlopen(
+            f"http://{server.url('HTTPService')}/v2/logging", timeout=30
+        ) as answer:
+            settings = json.loads(answer.read())
+    finally:
+        server.kill()
+    assert (settings["log_warning"], settings["log_verbose_level"]) == (False, 1)
+    for flags, message in (
+        (["--log=1"], "No such option: --log"),  # log-file, log-info, ...: ambiguous
+        (["--log-warnings=false"], "No such option: --log-warnings"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "repokit", "serve", str(tmp_path / "models"), *flags],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert result.returncode == 2 and message in result.stdout + result.stderr, result
