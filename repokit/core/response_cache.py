@@ -36,6 +36,7 @@ entries; those age out of the LRU order.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -52,6 +53,8 @@ LOCAL_CACHE = "local"
 MIN_CACHE_SIZE = 192
 ENTRY_OVERHEAD = 64  # bytes charged per entry (key, LRU links) ...
 TENSOR_OVERHEAD = 32  # ... and per tensor (datatype, shape), besides names and data
+
+log = logging.getLogger(__name__)
 
 _FORMAT = "--cache-config option format is '<cache name>,<setting>=<value>'. Got "
 
@@ -209,7 +212,14 @@ class ResponseCache:
                 return False
             stored = [_stored(tensor) for tensor in outputs]
             byte_size = ENTRY_OVERHEAD + len(key) + sum(size for _, size in stored)
-            if byte_size > self.size:
+            if byte_size > self.size:  # Triton logs this as an error and answers the request
+                log.error(
+                    "Failed to insert key [%d] into response cache: Requested byte_size: %d is"
+                    " greater than total cache size: %d",
+                    int.from_bytes(key[:8], "little"),
+                    byte_size,
+                    self.size,
+                )
                 return False
             if old is not None:
                 del self._entries[key]

@@ -4,6 +4,8 @@ accounting, and the request key (what makes two requests the same)."""
 from __future__ import annotations
 
 import itertools
+import logging
+import re
 
 import numpy as np
 import pytest
@@ -219,13 +221,24 @@ def test_a_large_entry_evicts_as_many_as_it_needs() -> None:
     assert b"L" in cache and b"d" in cache and b"a" not in cache
 
 
-def test_an_entry_larger_than_the_cache_is_not_inserted() -> None:
+def test_an_entry_larger_than_the_cache_is_not_inserted(caplog: pytest.LogCaptureFixture) -> None:
     tensor = fp32("OUT", [0.0] * 100)
-    cache = ResponseCache(charge(b"k", tensor) - 1)
+    size = charge(b"k", tensor) - 1
+    cache = ResponseCache(size)
     cache.insert(b"small", [fp32("OUT", [1.0])])
-    assert not cache.insert(b"k", [tensor])
+    assert not caplog.records
+    with caplog.at_level(logging.ERROR):
+        assert not cache.insert(b"k", [tensor])
     assert b"k" not in cache and b"small" in cache  # nothing was evicted for it
     assert cache.evictions == 0
+    # as Triton logs it (L0_response_cache greps 'Failed to insert key')
+    [record] = caplog.records
+    assert record.levelno == logging.ERROR
+    assert re.fullmatch(
+        rf"Failed to insert key \[\d+\] into response cache: Requested byte_size: {size + 1}"
+        rf" is greater than total cache size: {size}",
+        record.getMessage(),
+    )
 
 
 def test_a_key_already_stored_is_not_replaced() -> None:
