@@ -513,9 +513,23 @@ def argument_validation() -> list[Scenario]:
     return [Scenario(f"{BP}/argument_validation", cwd, None, [run])]
 
 
+def square_int32(qa: Path, repo: Path) -> None:
+    """test.sh's square_int32, python_backend's examples/decoupled square model (not in the
+    server's sources): src/test/models/square_int32's config on the python backend, with the
+    same behaviour as a python model (IN[0] responses, each OUT = IN[0], then the final flag)."""
+    from tools.triton_qa_requests import SQUARE_STAND_IN  # it imports this module
+
+    folder = repo / "square_int32"
+    shutil.copytree(qa.parent / "src" / "test" / "models" / "square_int32", folder)
+    sed(folder / "config.pbtxt", r"^(backend|platform):.*", 'backend: "python"')
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "1" / "model.py").write_text(SQUARE_STAND_IN.lstrip())
+
+
 def bls() -> list[Scenario]:
     cwd = f"{BP}/bls"
     main = layouts(
+        square_int32,
         *(
             model(m)
             for m in (
@@ -625,6 +639,7 @@ def decoupled() -> list[Scenario]:
             edits=lambda c: append(c, "model_transaction_policy { decoupled: True }"),
         )(qa, repo)
         model("dlpack_add_sub")(qa, repo)
+        square_int32(qa, repo)
 
     checks = [
         LogCheck(f"log_{t.split()[0].lower()}", re.escape(t))
