@@ -28,6 +28,7 @@ from repokit.core.wire_lane import WireLane, wire_lane_for
 from repokit.errors import RepokitError, internal, invalid_arg
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.base import Scheduler
+from repokit.scheduler.ensemble import DescribeCallable
 from repokit.scheduler.rate_limiter import ModelSlots, RateLimiter, instance_needs
 
 BackendFactory = Callable[[ModelContext], Backend]
@@ -127,6 +128,7 @@ class LoadedVersion:
         auto_complete: bool = True,
         cache: ResponseCache | None = None,
         rate_limiter: RateLimiter | None = None,
+        describe_step: DescribeCallable | None = None,
     ) -> None:
         """Load the backend, warm every instance up, start the scheduler. Ensembles get an
         ensemble scheduler whose steps go through ``run_step`` (the core's composing-model
@@ -136,7 +138,7 @@ class LoadedVersion:
         if self.is_ensemble:
             if run_step is None:
                 raise internal(f"ensemble '{self.name}' needs a step runner to be scheduled")
-            ensemble = ensemble_scheduler(self.config, run_step)
+            ensemble = ensemble_scheduler(self.config, run_step, describe_step)
             await ensemble.start()
             self.scheduler = ensemble
             self._use_cache(cache)

@@ -60,6 +60,7 @@ from repokit.errors import RepokitError, internal, invalid_arg, not_found, unava
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.model_version import parse_model_version
 from repokit.scheduler.base import ScheduledResult
+from repokit.scheduler.ensemble import StepModel
 from repokit.scheduler.rate_limiter import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -290,6 +291,15 @@ class ModelManager:
         the composing model's own checks, scheduler and statistics."""
         loaded = self.get(name, "" if version < 0 else str(version))
         return await run_composing(loaded, request)
+
+    def describe_step(self, name: str, version: int) -> StepModel | None:
+        """A composing model as an ensemble hands it tensors (batching, input dims); None when
+        it is not ready (the step then fails in ``run_step``)."""
+        try:
+            config = self.get(name, "" if version < 0 else str(version)).config
+        except RepokitError:
+            return None
+        return StepModel(config.max_batch_size > 0, {i.name: tuple(i.dims) for i in config.input})
 
     def ready_versions(self, name: str) -> list[LoadedVersion]:
         record = self._records.get(name)
@@ -594,6 +604,7 @@ class ModelManager:
                 self.server,
                 cache=self.response_cache,
                 rate_limiter=self.rate_limiter,
+                describe_step=self.describe_step,
             )
         except RepokitError as exc:
             return exc.message

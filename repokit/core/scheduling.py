@@ -42,7 +42,7 @@ from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.base import ScheduledResult, Scheduler
 from repokit.scheduler.default import DefaultScheduler
 from repokit.scheduler.dynamic_driver import DynamicBatchScheduler
-from repokit.scheduler.ensemble import EnsembleScheduler
+from repokit.scheduler.ensemble import DescribeCallable, EnsembleScheduler
 from repokit.scheduler.runtime import BACKLOG_DELAY_SCHEDULER_ENV, delay_scheduler_count
 from repokit.scheduler.sequence_batch import SequenceBatchScheduler
 from repokit.scheduler.warmup import build_warmup_samples, run_warmup
@@ -95,8 +95,10 @@ def config_scheduler_factory(backend: Backend, stats: ModelStats) -> Scheduler:
     return DefaultScheduler(backend, stats.record_execution)
 
 
-def ensemble_scheduler(config: mc.ModelConfig, run_step: StepRunner) -> Scheduler:
-    return EnsembleScheduler(config, run_step)
+def ensemble_scheduler(
+    config: mc.ModelConfig, run_step: StepRunner, describe: DescribeCallable | None = None
+) -> Scheduler:
+    return EnsembleScheduler(config, run_step, describe)
 
 
 async def warm_up(backend: Backend) -> None:

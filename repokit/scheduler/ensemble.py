@@ -19,7 +19,9 @@ requested). Steps that lead to no requested output do not run (Triton prunes the
 ``EnsembleContext``): a request for one output runs only that output's steps. A response with
 outputs that a step made carries the request's ``sequence_id``, ``sequence_start`` and
 ``sequence_end`` as response parameters, as Triton's ensemble adds them (once here; Triton's
-HTTP JSON repeats them once per such output).
+HTTP JSON repeats them once per such output). Tensors pass between models that batch and
+models that do not as Triton passes them (``batch_reshaped``): a batch dimension of 1 is added
+or stripped where the receiving model's config dims call for it, the ensemble's outputs too.
 ``max_inflight_requests`` (0 = unlimited) bounds the in-flight calls of each step
 across all requests.
 
@@ -44,6 +46,45 @@ from repokit.scheduler.base import ScheduledResult, Scheduler
 
 # (model name, version or -1, request) -> the composing model's scheduled result
 InferCallable = Callable[[str, int, BackendRequest], Awaitable[ScheduledResult]]
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """What the ensemble needs to know of a composing model to hand it tensors: whether it
+    batches and its inputs' config dims."""
+
+    batching: bool
+    input_dims: dict[str, tuple[int, ...]]
+
+
+# (model name, version or -1) -> the composing model, None when it is not loaded
+DescribeCallable = Callable[[str, int], "StepModel | None"]
+
+
+def batch_reshaped(
+    config_dims: tuple[int, ...] | None,
+    batching: bool,
+    tensor_batch: int,
+    shape: tuple[int, ...],
+) -> tuple[int, ...]:
+    """The shape a tensor is handed on with between a model that batches and one that does not
+    (Triton's ``EnsembleContext::ReshapeTensorDims``). ``tensor_batch`` is the batch size of
+    the request that made the tensor (0: a model or ensemble without batching). To a batching
+    model an unbatched tensor whose shape matches the config dims gets a batch dimension of 1;
+    to a model without batching a tensor of batch 1 whose shape does not match loses it."""
+    if config_dims is None or batching == (tensor_batch != 0):
+        return shape
+    if batching:
+        return (1, *shape) if _matches(config_dims, shape) else shape
+    if tensor_batch == 1 and not _matches(config_dims, shape):
+        return shape[1:]
+    return shape
+
+
+def _matches(config_dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    return len(config_dims) == len(shape) and all(
+        a == b or a == -1 or b == -1 for a, b in zip(config_dims, shape, strict=True)
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,9 +143,17 @@ def needed_steps(
 
 
 class EnsembleScheduler(Scheduler):
-    def __init__(self, config: mc.ModelConfig, infer: InferCallable) -> None:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        infer: InferCallable,
+        describe: DescribeCallable | None = None,
+    ) -> None:
         self._name = config.name
         self._infer = infer
+        self._describe = describe
+        self._batching = config.max_batch_size > 0
+        self._output_dims = {o.name: tuple(o.dims) for o in config.output}
         self._steps = ensemble_steps(config)
         self._outputs = tuple(o.name for o in config.output)
         self._optional = tuple(i.name for i in config.input if i.optional)
@@ -138,15 +187,18 @@ class EnsembleScheduler(Scheduler):
     ) -> ScheduledResult:
         if not self._running:
             raise unavailable("model is not accepting requests: its scheduler is stopped")
-        return await self._run(request, time.perf_counter_ns())
+        return await self._run(request, batch_size if self._batching else 0, time.perf_counter_ns())
 
-    async def _run(self, request: BackendRequest, submitted_ns: int) -> ScheduledResult:
+    async def _run(self, request: BackendRequest, batch: int, submitted_ns: int) -> ScheduledResult:
         # None: an absent tensor (an optional input not given, an output a step did not make)
         tensors: dict[str, InferTensor | None] = dict(request.inputs)
+        # the batch size of the request that made each tensor (0: no batching); the ensemble's
+        # inputs: ``batch``
+        batches = dict.fromkeys(tensors, batch)
         for name in self._optional:
             tensors.setdefault(name, None)
         waiting = list(self._steps_for(request.requested_outputs))
-        running: dict[asyncio.Task[ScheduledResult], EnsembleStep] = {}
+        running: dict[asyncio.Task[tuple[ScheduledResult, int]], EnsembleStep] = {}
         totals = _TimingSum()
         queue_ns = -1
         try:
@@ -158,21 +210,21 @@ class EnsembleScheduler(Scheduler):
                     # a chain: run the only runnable step inline (no task, no asyncio.wait)
                     step = ready[0]
                     waiting.remove(step)
-                    scheduled = await self._call(step, request, tensors)
-                    error = self._take(step, scheduled, tensors, totals)
+                    called = await self._call(step, request, tensors, batches)
+                    error = self._take(step, called, tensors, batches, totals)
                     if error is not None:
                         return ScheduledResult(error, queue_ns, totals.timing())
                     continue
                 for step in ready:
                     waiting.remove(step)
-                    task = asyncio.create_task(self._call(step, request, tensors))
+                    task = asyncio.create_task(self._call(step, request, tensors, batches))
                     running[task] = step
                 if not running:
                     break
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     step = running.pop(task)
-                    error = self._take(step, task.result(), tensors, totals)
+                    error = self._take(step, task.result(), tensors, batches, totals)
                     if error is not None:
                         return ScheduledResult(error, max(queue_ns, 0), totals.timing())
         finally:
@@ -185,8 +237,18 @@ class EnsembleScheduler(Scheduler):
                 error=internal(f"in ensemble '{self._name}', no step produced output(s) {missing}")
             )
         else:
-            found = [tensors[name] for name in wanted]
-            outputs = [t for t in found if t is not None]
+            outputs = []
+            for name in wanted:
+                found = tensors[name]
+                if found is None:
+                    continue
+                dims = self._output_dims.get(name) if self._describe is not None else None
+                shape = batch_reshaped(dims, self._batching, batches[name], found.shape)
+                if shape != found.shape:
+                    found = InferTensor(
+                        name, found.datatype, shape, found.data.reshape(shape), found.parameters
+                    )
+                outputs.append(found)
             from_steps = any(name not in request.inputs for name in wanted)
             result = BackendResult(
                 outputs=outputs,
@@ -209,12 +271,14 @@ class EnsembleScheduler(Scheduler):
     def _take(
         self,
         step: EnsembleStep,
-        scheduled: ScheduledResult,
+        called: tuple[ScheduledResult, int],
         tensors: dict[str, InferTensor | None],
+        batches: dict[str, int],
         totals: _TimingSum,
     ) -> BackendResult | None:
         """Route a finished step's outputs into ``tensors`` (the ones it did not produce as
-        absent); its error result, if it failed."""
+        absent) with the step request's batch size; its error result, if it failed."""
+        scheduled, batch = called
         totals.add(scheduled.timing)
         result = scheduled.result
         if result.error is not None:
@@ -226,6 +290,7 @@ class EnsembleScheduler(Scheduler):
                 tensors[target] = InferTensor(
                     target, out.datatype, out.shape, out.data, out.parameters
                 )
+                batches[target] = batch
         for target in routes.values():
             tensors.setdefault(target, None)
         return None
@@ -235,14 +300,30 @@ class EnsembleScheduler(Scheduler):
         step: EnsembleStep,
         request: BackendRequest,
         tensors: dict[str, InferTensor | None],
-    ) -> ScheduledResult:
+        batches: dict[str, int],
+    ) -> tuple[ScheduledResult, int]:
+        """Run a step; its result and its request's batch size (0: the model does not batch)."""
+        model = (
+            self._describe(step.model_name, step.model_version)
+            if self._describe is not None
+            else None
+        )
         inputs = {}
+        batch = 0
         for model_input, name in step.input_map:
             given = tensors[name]
-            if given is not None:  # an absent tensor: the (optional) input is left out
-                inputs[model_input] = InferTensor(
-                    model_input, given.datatype, given.shape, given.data
+            if given is None:  # an absent tensor: the (optional) input is left out
+                continue
+            shape, data = given.shape, given.data
+            if model is not None:
+                shape = batch_reshaped(
+                    model.input_dims.get(model_input), model.batching, batches[name], shape
                 )
+                if shape != given.shape:
+                    data = data.reshape(shape)
+                if model.batching and shape:
+                    batch = shape[0]
+            inputs[model_input] = InferTensor(model_input, given.datatype, shape, data)
         step_request = BackendRequest(
             inputs=inputs,
             requested_outputs=tuple(name for name, _ in step.output_map),
@@ -257,11 +338,13 @@ class EnsembleScheduler(Scheduler):
         limit = self._limits.get(step.index)
         try:
             if limit is None:
-                return await self._infer(step.model_name, step.model_version, step_request)
-            async with limit:
-                return await self._infer(step.model_name, step.model_version, step_request)
+                scheduled = await self._infer(step.model_name, step.model_version, step_request)
+            else:
+                async with limit:
+                    scheduled = await self._infer(step.model_name, step.model_version, step_request)
         except RepokitError as exc:
-            return ScheduledResult(BackendResult(error=exc), 0, _NO_TIME)
+            return ScheduledResult(BackendResult(error=exc), 0, _NO_TIME), batch
+        return scheduled, batch
 
     def _prefixed(self, error: RepokitError) -> RepokitError:
         return RepokitError(error.code, f"in ensemble '{self._name}', {error.message}")

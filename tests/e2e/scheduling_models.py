@@ -160,6 +160,23 @@ ensemble_scheduling { step [
 ] }
 """
 
+# an ensemble without batching over the batching python add_sub (max_batch_size 8)
+NOBATCH_ENSEMBLE = """
+name: "nobatch_ensemble"
+platform: "ensemble"
+max_batch_size: 0
+input [
+  { name: "A" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "B" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 16 ] } ]
+ensemble_scheduling { step [
+  { model_name: "add_sub" model_version: -1
+    input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+    output_map { key: "OUTPUT0" value: "SUM" } }
+] }
+"""
+
 
 def _model(repo: Path, name: str, config: str, code: str) -> None:
     (repo / name / "1").mkdir(parents=True)
@@ -193,6 +210,7 @@ def build_scheduling_repository(repo: Path) -> Path:
         ("nested_ensemble", NESTED_ENSEMBLE),
         ("fan_ensemble", FAN_ENSEMBLE),
         ("refusing_ensemble", REFUSING_ENSEMBLE),
+        ("nobatch_ensemble", NOBATCH_ENSEMBLE),
     ):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(text)

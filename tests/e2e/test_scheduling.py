@@ -617,6 +617,22 @@ def test_steps_that_lead_to_no_requested_output_do_not_run(
     )
 
 
+def test_an_ensemble_without_batching_feeds_a_batching_model(
+    connect: Callable[[], Client],
+) -> None:
+    """Triton's ensemble adds a batch dimension of 1 to a tensor of a non-batching ensemble for
+    a batching composing model, and strips it from the result (qa/L0_infer_zero's and
+    L0_infer_reshape's *_nobatch ensembles over batching nop models)."""
+    client = connect()
+    a = np.arange(16, dtype=np.float32)
+    b = np.full(16, 0.5, np.float32)
+    before = client.stats("add_sub")["inference_count"]
+    out = client.infer("nobatch_ensemble", inputs={"A": a, "B": b})
+    assert out["SUM"].shape == (16,)
+    np.testing.assert_allclose(out["SUM"], a + b)
+    assert client.stats("add_sub")["inference_count"] - before == 1  # a request of batch 1
+
+
 def _response_parameters(protocol: str, result: Any) -> dict[str, object]:
     if protocol == "http":
         return dict(result.get_response().get("parameters", {}))

@@ -11,7 +11,7 @@ from repokit.backends.base import BackendRequest, BackendResult, Timing
 from repokit.errors import Code, RepokitError, invalid_arg
 from repokit.protocol.types import InferTensor
 from repokit.scheduler.base import ScheduledResult
-from repokit.scheduler.ensemble import EnsembleScheduler
+from repokit.scheduler.ensemble import EnsembleScheduler, batch_reshaped
 from tests.scheduler.helpers import config, tensor
 
 # A -> add_sub(A, B) -> sum, diff ; sum -> double -> S2 ; diff -> double -> D2 (parallel)
@@ -283,3 +283,27 @@ async def test_absent_optional_inputs_and_outputs_are_left_out(
     first, second = models.calls[0][2], models.calls[1][2]  # both steps ran
     assert sorted(first.inputs) == sorted({"A": "INPUT0", "B": "INPUT1"}[n] for n in given)
     assert list(second.inputs) == (["X"] if "B" in given else [])
+
+
+@pytest.mark.parametrize(
+    ("config_dims", "batching", "tensor_batch", "shape", "handed"),
+    [
+        ((16,), True, 0, (16,), (1, 16)),  # unbatched tensor to a batching model: batch of 1
+        ((-1,), True, 0, (3,), (1, 3)),
+        ((16,), True, 0, (2, 16), (2, 16)),  # already shaped as a batch: as it is
+        ((16,), False, 1, (1, 16), (16,)),  # batch of 1 to a model without batching: stripped
+        ((1, 16), False, 1, (1, 16), (1, 16)),  # the shape fits the model: kept
+        ((16,), False, 2, (2, 16), (2, 16)),  # batch of 2: kept (the model refuses it)
+        ((16,), True, 4, (4, 16), (4, 16)),  # both batch: nothing to do
+        ((16,), False, 0, (16,), (16,)),  # neither batches
+        (None, True, 0, (16,), (16,)),  # a model not known: as it is
+    ],
+)
+def test_tensors_between_batching_and_non_batching_models(
+    config_dims: tuple[int, ...] | None,
+    batching: bool,
+    tensor_batch: int,
+    shape: tuple[int, ...],
+    handed: tuple[int, ...],
+) -> None:
+    assert batch_reshaped(config_dims, batching, tensor_batch, shape) == handed
