@@ -10,6 +10,8 @@ Triton's own generators at run time (repokit only: this Triton has no onnxruntim
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from tools.triton_examples import STAND_INS
@@ -22,6 +24,7 @@ from tools.triton_qa_suites import (
     ScriptRun,
     Step,
     _identity_models,
+    append,
     layouts,
     rename,
     sed,
@@ -288,9 +291,6 @@ def bytes_tensors() -> list[Scenario]:
 # --- zero-sized tensors -----------------------------------------------------------------------
 def _ensemble_identities(qa: Path, into: Path) -> None:
     """gen_qa_identity_models.py --ensemble (qa_ensemble_model_repository's identity part)."""
-    import subprocess
-    import sys
-
     subprocess.run(
         [sys.executable, "gen_qa_identity_models.py", "--ensemble", "--models_dir", str(into)],
         cwd=qa / "common",
@@ -390,6 +390,162 @@ def simple_ensemble() -> list[Scenario]:
     ]  # fmt: skip
 
 
+# --- scalars, reshapes, batch inputs (onnx models from Triton's generators) --------------------
+def _generate(qa: Path, script: str, into: Path, *flags: str) -> None:
+    """``python qa/common/SCRIPT FLAGS --models_dir INTO`` (once per run)."""
+    if into.exists():
+        return
+    subprocess.run(
+        [sys.executable, script, *flags, "--models_dir", str(into)],
+        cwd=qa / "common",
+        check=True,
+        capture_output=True,
+    )
+
+
+def _scalar_models(*, stand_in: bool, dims_2: bool = False) -> Layout:
+    """test.sh's qa_scalar_models (gen_qa_ort_scalar_models.py); ``stand_in``: their configs
+    on python identity models; ``dims_2``: onnx_scalar_1dim's dims set to [2] (test.sh's
+    second server, which must refuse the model)."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        generated = repo.parent / "qa_scalar_models"
+        _generate(qa, "gen_qa_ort_scalar_models.py", generated)
+        shutil.copytree(generated, repo, dirs_exist_ok=True)
+        if dims_2:
+            sed(repo / "onnx_scalar_1dim" / "config.pbtxt", r"dims.*", "dims:[2]")
+        if stand_in:
+            for folder in repo.iterdir():
+                shutil.rmtree(folder / "1")
+                append(folder / "config.pbtxt", 'backend: "python"')
+                _python_model(folder, IDENTITY_STAND_IN)
+
+    return lay
+
+
+def scalar_io() -> list[Scenario]:
+    run = PytestRun("scalar_test.py", runner="unittest")
+    return [
+        Scenario("L0_scalar_io[onnx]", "L0_scalar_io", _scalar_models(stand_in=False), [run],
+                 verbose=False),
+        Scenario("L0_scalar_io[python]", "L0_scalar_io", _scalar_models(stand_in=True), [run],
+                 verbose=False),
+        Scenario("L0_scalar_io/dims_2", "L0_scalar_io",
+                 _scalar_models(stand_in=False, dims_2=True), expect_start=False),
+    ]  # fmt: skip
+
+
+def _reshape_models(*, stand_in: bool) -> Layout:
+    """test.sh's repository: gen_qa_reshape_models.py --onnx --variable and --ensemble (its
+    nop_ models: python identities), custom_* copies of the identity models on Triton's
+    identity backend and graphdef_/savedmodel_/libtorch_ copies (the TensorFlow and torch
+    models of the same reshapes) as python identities; ``stand_in``: the onnx models as python
+    models too. The plan_ models (TensorRT, other reshapes) are left out."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        generated = repo.parent / "qa_reshape_model_repository"
+        _generate(qa, "gen_qa_reshape_models.py", generated, "--onnx", "--variable")
+        ensembles = repo.parent / "qa_ensemble_reshape_repository"
+        _generate(qa, "gen_qa_reshape_models.py", ensembles, "--ensemble")
+        for folder in generated.iterdir():
+            shutil.copytree(folder, repo / folder.name)
+        for folder in ensembles.iterdir():
+            shutil.copytree(folder, repo / folder.name)
+            if folder.name.startswith("nop_"):
+                _python_model(repo / folder.name, IDENTITY_STAND_IN)
+        onnx = sorted(f.name for f in generated.iterdir())
+        copies = ["custom", "graphdef", "savedmodel", "libtorch"]
+        for name in onnx:
+            if stand_in:
+                for version in (repo / name).iterdir():
+                    if version.is_dir():
+                        shutil.rmtree(version)
+                _python_model(repo / name, IDENTITY_STAND_IN)
+            for prefix in copies:
+                target = repo / name.replace("onnx_", f"{prefix}_", 1)
+                if target.exists():
+                    continue
+                (target).mkdir()
+                shutil.copy(repo / name / "config.pbtxt", target / "config.pbtxt")
+                rename(target / "config.pbtxt", target.name)
+                _python_model(target, IDENTITY_STAND_IN)
+
+    return lay
+
+
+def infer_reshape() -> list[Scenario]:
+    return [
+        Scenario(
+            f"L0_infer_reshape[{kind}]",
+            "L0_infer_reshape",
+            _reshape_models(stand_in=kind == "python"),
+            [PytestRun("infer_reshape_test.py", runner="unittest")],
+            verbose=False,
+        )
+        for kind in ("python", "onnx")
+    ]
+
+
+def _batch_input_models(qa: Path, repo: Path) -> None:
+    """test.sh's repository for BACKEND=onnx: gen_qa_ragged_models.py --onnx's models under
+    its names and edits, and the onnx nobatch identity model as ragged_io."""
+    ragged = repo.parent / "qa_ragged_model_repository"
+    _generate(qa, "gen_qa_ragged_models.py", ragged, "--onnx")
+    source = ragged / "onnx_batch_input"
+
+    def copy(src: Path, name: str, *edits: tuple[str, str]) -> Path:
+        target = repo / name
+        shutil.copytree(src, target)
+        config = target / "config.pbtxt"
+        sed(config, src.name, name)
+        for pattern, replacement in edits:
+            sed(config, pattern, replacement)
+        return config
+
+    copy(source, "ragged_element_count_acc_zero")
+    copy(
+        source,
+        "ragged_acc_shape",
+        ("BATCH_ELEMENT_COUNT", "BATCH_ACCUMULATED_ELEMENT_COUNT"),
+        ("BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO", "BATCH_MAX_ELEMENT_COUNT_AS_SHAPE"),
+    )
+    config = copy(
+        source,
+        "batch_item_flatten",
+        ("BATCH_ELEMENT_COUNT", "BATCH_ACCUMULATED_ELEMENT_COUNT"),
+        ("BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO", "BATCH_ITEM_SHAPE_FLATTEN"),
+    )
+    text = config.read_text()
+    config.write_text(text.replace("-1", "-1, -1", 1))  # sed "0,/-1/{s/-1/-1, -1/}"
+    copy(ragged / "onnx_batch_item", "batch_item")
+    identities = _generated_identities(repo, qa)
+    config = copy(
+        identities / "onnx_nobatch_zero_1_float32",
+        "ragged_io",
+        ("__0", "0"),
+        (r"^max_batch_size:.*", "max_batch_size: 4"),
+        ('name: "INPUT0"', 'name: "INPUT0"\nallow_ragged_batch: true'),
+    )
+    append(
+        config,
+        'batch_output [{target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE'
+        ' source_input: "INPUT0" }] dynamic_batching { max_queue_delay_microseconds: 1000000 }',
+    )
+
+
+def batch_input() -> list[Scenario]:
+    return [
+        Scenario(
+            "L0_batch_input[onnx]",
+            "L0_batch_input",
+            _batch_input_models,
+            [PytestRun("batch_input_test.py", runner="unittest")],
+            flags=["--exit-timeout-secs=120"],
+            verbose=False,
+        )
+    ]
+
+
 def scenarios() -> list[Scenario]:
     return [
         *decoupled(),
@@ -397,4 +553,7 @@ def scenarios() -> list[Scenario]:
         *infer_zero(),
         *client_timeout(),
         *simple_ensemble(),
+        *scalar_io(),
+        *infer_reshape(),
+        *batch_input(),
     ]
