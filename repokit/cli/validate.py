@@ -98,6 +98,15 @@ def register(app: typer.Typer) -> None:
         model_config_name: Annotated[
             str, typer.Option("--model-config-name", help="Use configs/<NAME>.pbtxt if present.")
         ] = "",
+        gpus: Annotated[
+            int | None,
+            typer.Option(
+                "--gpus",
+                min=0,
+                help="With --target gpu: the server's GPU count; instance groups naming other "
+                "GPU ids are refused, as Triton refuses them.",
+            ),
+        ] = None,
         deep: Annotated[
             bool,
             typer.Option(
@@ -127,5 +136,6 @@ def register(app: typer.Typer) -> None:
             model_config_name=model_config_name,
             deep=deep,
             read_sources=deep,
+            gpus=-1 if gpus is None else gpus,
         )
         raise typer.Exit(run_validate(root, options, output, console, err_console))

@@ -18,6 +18,7 @@ class ValidateOptions:
     deep: bool = False  # also read the model files (config.deep); the CLI turns it on
     read_sources: bool = True  # parse python models' model.py (the CLI's --no-deep turns it off)
     model_config_name: str = ""  # Triton's --model-config-name
+    gpus: int = -1  # --target gpu: the server's GPU count (ids 0..gpus-1); -1 = not known
 
 
 @dataclass

@@ -121,3 +121,17 @@ def test_model_config_name(tmp_path: Path) -> None:
 def test_invalid_sample_via_cli() -> None:
     code, _ = _invoke(str(sample_repos_dir() / "invalid" / "max-batch-size-negative"))
     assert code == 1
+
+
+def test_gpus_says_which_gpu_ids_the_server_has(tmp_path: Path) -> None:
+    make_model(tmp_path, config=python_config("instance_group [ { kind: KIND_GPU gpus: [ 3 ] } ]"))
+    assert _invoke(str(tmp_path), "--target", "gpu")[0] == 0  # ids are not known: assumed
+    code, output = _invoke(str(tmp_path), "--target", "gpu", "--gpus", "2", "--format", "json")
+    assert code == 1
+    [finding] = json.loads(output)["models"]["m"]["diagnostics"]
+    assert finding["rule"] == "instance-group-gpu-invalid"
+    assert finding["message"].endswith("specifies invalid or unsupported gpu id 3. GPUs with "
+                                       "at least the minimum required CUDA compute "
+                                       "compatibility of 6.000000 are: 0, 1")  # fmt: skip
+    code, output = _invoke(str(tmp_path), "--target", "gpu", "--gpus", "-1")
+    assert code == 2 and "--gpus" in output and "Traceback" not in output

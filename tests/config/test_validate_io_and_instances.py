@@ -162,6 +162,36 @@ def test_instance_groups(tmp_path: Path, groups: str, target: str, expected: lis
 
 
 @pytest.mark.parametrize(
+    ("gpus", "count", "listed"),
+    [
+        ("[ -1 ]", -1, "(not known without a server: give --gpus N)"),
+        ("[ 0, 42 ]", 2, "0, 1"),  # Triton's qa L0_model_config invalid_gpu
+        ("[ 0, 1 ]", 0, ""),
+    ],
+)
+def test_gpu_ids_the_server_does_not_have(
+    tmp_path: Path, gpus: str, count: int, listed: str
+) -> None:
+    make_model(
+        tmp_path, config=python_config(f"instance_group [ {{ kind: KIND_GPU gpus: {gpus} }} ]")
+    )
+    report = validate_one(tmp_path, target="gpu", gpus=count)
+    [finding] = [d for d in report.diagnostics if d.is_error]
+    bad = gpus.strip("[ ]").split(", ")[-1] if count else "0"
+    assert finding.rule == "instance-group-gpu-invalid"
+    # Triton's text (model_config_utils.cc), with its default minimum compute capability
+    assert finding.message == (
+        f"instance group m_0 of model m specifies invalid or unsupported gpu id {bad}. GPUs "
+        f"with at least the minimum required CUDA compute compatibility of 6.000000 are: {listed}"
+    )
+
+
+def test_gpu_ids_within_the_count_are_accepted(tmp_path: Path) -> None:
+    make_model(tmp_path, config=python_config("instance_group [ { kind: KIND_GPU gpus: [ 1 ] } ]"))
+    assert validate_one(tmp_path, target="gpu", gpus=2).ok
+
+
+@pytest.mark.parametrize(
     ("profile", "ok"), [('"0"', True), ('"-1"', False), ('"x"', False), ('""', False)]
 )
 def test_tensorrt_profiles(tmp_path: Path, profile: str, ok: bool) -> None:

@@ -124,7 +124,7 @@ _ROWS: list[tuple[str, Severity, str, str]] = [
     ("instance-group-gpu-unavailable", E, BACKEND, "KIND_GPU on a server without GPUs"),
     ("instance-group-model-gpus", E, BACKEND, "KIND_MODEL must not list gpus"),
     ("instance-group-cpu-gpus", E, BACKEND, "KIND_CPU (or AUTO on CPU) must not list gpus"),
-    ("instance-group-gpu-invalid", E, BACKEND, "a gpu id is negative"),
+    ("instance-group-gpu-invalid", E, BACKEND, "a gpu id is negative or not one of --gpus N"),
     ("instance-group-profile-platform", E, BACKEND, "profile is only for TensorRT"),
     ("instance-group-profile-invalid", E, BACKEND, "profile must be a non-negative integer"),
     # sequence state (§4.4, sequence batch scheduler creation)

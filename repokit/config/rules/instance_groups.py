@@ -1,6 +1,7 @@
 """Core ``NormalizeInstanceGroup`` + ``ValidateInstanceGroup`` (§4.5), run once the backend is
 found. ``--target cpu`` behaves as Triton on a machine without GPUs (KIND_AUTO becomes KIND_CPU,
-KIND_GPU fails); ``--target gpu`` assumes the listed GPU ids exist."""
+KIND_GPU fails); ``--target gpu`` assumes the listed GPU ids exist, unless ``--gpus N`` says the
+server has N (ids 0..N-1)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from repokit.protocol.generated import model_config_pb2 as mc
 
 Group = mc.ModelInstanceGroup
 _INTEGER = re.compile(r"[ \t\n\v\f\r]*[+-]?[0-9]+")
+# tritonserver's default --min-supported-compute-capability, as its message prints a double
+MIN_COMPUTE_CAPABILITY = "6.000000"
 
 
 def check_instance_groups(ctx: RuleContext) -> None:
@@ -55,14 +58,25 @@ def check_instance_groups(ctx: RuleContext) -> None:
                     path=f"{path}.kind",
                 )
             else:
+                count = ctx.options.gpus
                 for g, gpu in enumerate(group.gpus):
-                    if gpu < 0:
+                    if gpu < 0 or 0 <= count <= gpu:
                         ctx.report(
                             "instance-group-gpu-invalid",
-                            f"{where} specifies invalid or unsupported gpu id {gpu}",
+                            f"{where} specifies invalid or unsupported gpu id {gpu}. "
+                            "GPUs with at least the minimum required CUDA compute "
+                            f"compatibility of {MIN_COMPUTE_CAPABILITY} are: " + _gpu_list(count),
                             path=f"{path}.gpus[{g}]",
                         )
+                        break  # Triton stops at the first
         _check_profiles(ctx, path, where, group)
+
+
+def _gpu_list(count: int) -> str:
+    """Triton's list of the server's GPUs (``--gpus N``), or what says it is not known."""
+    if count < 0:
+        return "(not known without a server: give --gpus N)"
+    return ", ".join(str(i) for i in range(count))
 
 
 def _check_profiles(ctx: RuleContext, path: str, where: str, group: mc.ModelInstanceGroup) -> None:

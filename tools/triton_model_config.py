@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""``repokit validate`` against the load errors Triton's own qa expects (qa/L0_model_config).
+
+Triton's ``L0_model_config/test.sh`` starts tritonserver on one model at a time and greps its
+log for the error in the case's ``expected*`` files (any one of them). This tool reads the same
+cases from a git dir of triton-inference-server/server (``--server-git`` or
+``$TRITON_SERVER_GIT``; nothing of Triton's is in this repository), lays each out as test.sh
+does and runs repokit's validation on it with the matching settings:
+
+* ``noautofill_platform/*``: once per platform of test.sh's TRIALS, ``platform: "<trial>"``
+  appended to the config, ``--strict-model-config=true`` (``repokit validate --strict``);
+* ``special_cases/*`` (``invalid_platform`` with ``--disable-auto-complete-config``);
+* ``autofill_noplatform/*/*`` (auto-complete on), for the backends whose cases need no model
+  file that only Triton's data volume holds (see ``NEEDS_DATA``).
+
+A case passes when one of repokit's errors for it matches an expected text (test.sh greps with a
+basic regular expression). Every case is validated for a GPU server with one GPU (``--target
+gpu --gpus 1``), as Triton's qa runs on GPU machines.
+
+    python tools/triton_model_config.py --server-git DIR [-v] [-k PATTERN] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
+
+from repokit.config.diagnostics import Severity
+from repokit.config.report import ValidateOptions
+from repokit.config.validate import validate_repository
+from tools.triton_git import extract
+
+DEFAULT_REF = "v2.51.0"
+SUITE = "qa/L0_model_config"
+AUTO_COMPLETE_MODEL = "qa/python_models/auto_complete/model.py"
+TRIALS = (
+    "tensorflow_savedmodel",
+    "tensorflow_graphdef",
+    "tensorrt_plan",
+    "onnxruntime_onnx",
+    "pytorch_libtorch",
+)
+# autofill_noplatform folders whose cases read model files test.sh copies from Triton's data
+# volume (or builds): not run here
+NEEDS_DATA = {
+    "onnx": "ONNX models of Triton's qa_model_repository",
+    "openvino": "OpenVINO models of Triton's qa data",
+    "pytorch": "TorchScript models of Triton's qa_model_repository",
+    "tensorflow_savedmodel": "SavedModels of Triton's qa_model_repository",
+    "tensorrt": "TensorRT plans of Triton's qa_model_repository",
+}
+SPECIAL_STRICT = {"invalid_platform"}  # test.sh: --disable-auto-complete-config
+SPECIAL_NOT_RUN = {
+    "noautofill_noconfig": "a unittest against a running server (noautofill_test.py)",
+}
+
+
+@dataclass
+class Outcome:
+    case: str
+    result: str  # PASS / FAIL
+    expected: list[str]
+    errors: list[str]
+
+
+def prepare(qa: Path) -> None:
+    """What test.sh does to the cases before it runs them (for the cases run here): version
+    folders, python models copied into them, the runtime-escape scenario's library."""
+    suite = qa / "L0_model_config"
+    python = suite / "autofill_noplatform" / "python"
+    for case in (p for p in python.iterdir() if p.is_dir()):
+        (case / "1").mkdir(exist_ok=True)
+        own = case / "model.py"  # the case's own model, else the auto_complete one
+        shutil.copy(own if own.exists() else qa.parent / AUTO_COMPLETE_MODEL, case / "1")
+    for config in (suite / "autofill_noplatform" / "ensemble").glob("*/*/config.pbtxt"):
+        (config.parent / "1").mkdir(exist_ok=True)  # each model of each repository
+        if config.parent.name == "repeat_int32":  # test.sh copies its C++ test backend there
+            (config.parent / "1" / "libtriton_repeat.so").touch()
+    for folder in (
+        "autofill_noplatform/custom/no_delimiter",
+        "autofill_noplatform/custom/unknown_backend.unknown",
+        # instance groups are checked when the model is created, after the versions
+        "noautofill_platform/invalid_cpu",
+        "noautofill_platform/invalid_gpu",
+        "noautofill_platform/negative_gpu",
+        "special_cases/invalid_platform",
+        "special_cases/invalid_runtime",
+        "special_cases/runtime_escape",
+    ):
+        (suite / folder / "1").mkdir(parents=True, exist_ok=True)
+    escape = suite / "special_cases" / "runtime_escape" / "dummy_runtime"
+    escape.mkdir(exist_ok=True)
+    (escape / "libtriton_identity.so").touch()
+
+
+def expected_texts(folder: Path) -> list[str]:
+    return [p.read_text().strip() for p in sorted(folder.glob("expected*")) if p.is_file()]
+
+
+def matches(expected: str, errors: list[str]) -> bool:
+    """test.sh's ``grep "$EX"``: a basic regular expression, where ``+ ? ( ) { } |`` are
+    literal (the rest reads as in Python's syntax)."""
+    pattern = re.sub(r"([+?(){}|])", r"\\\1", expected)
+    return any(re.search(pattern, error) for error in errors)
+
+
+def validate(repo: Path, *, strict: bool) -> list[str]:
+    """repokit's errors for the repository, as ``model: message``."""
+    # a one-GPU server: the qa's invalid GPU ids (42, -1) are not among its GPUs
+    options = ValidateOptions(strict=strict, target="gpu", deep=True, gpus=1)
+    report = validate_repository(repo, options)
+    return [
+        f"{d.model}: {d.message}" if d.model else d.message
+        for d in report.all_diagnostics()
+        if d.severity is Severity.ERROR
+    ]
+
+
+def run_case(name: str, source: Path, work: Path, *, strict: bool, platform: str = "") -> Outcome:
+    """Lay ``source`` out as test.sh does (one model folder, or a whole repository when it
+    has no config at its top) and validate it."""
+    repo = work / "models"
+    shutil.rmtree(repo, ignore_errors=True)
+    repo.mkdir(parents=True)
+    if (source / "config.pbtxt").exists() or platform:
+        target = repo / source.name
+        shutil.copytree(source, target)
+        expected = expected_texts(target)
+        config = target / "config.pbtxt"
+        if platform and config.exists():
+            lines = [ln for ln in config.read_text().splitlines() if "platform:" not in ln]
+            config.write_text("\n".join([*lines, f'platform: "{platform}"', ""]))
+    else:
+        shutil.copytree(source, repo, dirs_exist_ok=True)
+        expected = expected_texts(repo)
+    for stale in repo.rglob("expected*"):
+        stale.unlink()
+    errors = validate(repo, strict=strict)
+    ok = any(matches(text, errors) for text in expected)
+    return Outcome(name, "PASS" if ok else "FAIL", expected, errors)
+
+
+def cases(qa: Path, work: Path, selected: list[str]) -> list[Outcome]:
+    suite = qa / "L0_model_config"
+    todo: list[tuple[str, Path, bool, str]] = []
+    for target in sorted(p for p in (suite / "special_cases").iterdir() if p.is_dir()):
+        if target.name not in SPECIAL_NOT_RUN:
+            todo.append((f"special_cases/{target.name}", target, target.name in SPECIAL_STRICT, ""))
+    for trial in TRIALS:
+        for target in sorted(p for p in (suite / "noautofill_platform").iterdir() if p.is_dir()):
+            todo.append((f"noautofill_platform/{target.name}[{trial}]", target, True, trial))
+    for backend in sorted(p for p in (suite / "autofill_noplatform").iterdir() if p.is_dir()):
+        if backend.name in NEEDS_DATA:
+            continue
+        for target in sorted(p for p in backend.iterdir() if p.is_dir()):
+            todo.append((f"autofill_noplatform/{backend.name}/{target.name}", target, False, ""))
+    found = []
+    for name, source, strict, platform in todo:
+        if selected and not any(k in name for k in selected):
+            continue
+        found.append(run_case(name, source, work, strict=strict, platform=platform))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server-git", default=os.environ.get("TRITON_SERVER_GIT", ""))
+    parser.add_argument("--ref", default=DEFAULT_REF)
+    parser.add_argument("-k", action="append", default=[], help="only cases containing this")
+    parser.add_argument("-v", action="store_true", help="print the errors of failed cases")
+    parser.add_argument("--json", type=Path, help="write every outcome here")
+    args = parser.parse_args(argv)
+    if not args.server_git:
+        parser.error("--server-git (or $TRITON_SERVER_GIT) is required")
+    with tempfile.TemporaryDirectory(prefix="triton-model-config-") as tmp:
+        root = Path(tmp)
+        extract(Path(args.server_git), args.ref, [SUITE, AUTO_COMPLETE_MODEL], root)
+        prepare(root / "qa")
+        outcomes = cases(root / "qa", root / "work", args.k)
+    for outcome in outcomes:
+        print(f"{outcome.case:<72} {outcome.result}")
+        if args.v and outcome.result == "FAIL":
+            for text in outcome.expected:
+                print(f"    expected: {text}")
+            for error in outcome.errors or ["(no error: repokit would load it)"]:
+                print(f"    repokit:  {error}")
+    passed = sum(o.result == "PASS" for o in outcomes)
+    print(f"# {len(outcomes)} cases: {passed} pass, {len(outcomes) - passed} fail")
+    for folder, why in [
+        *(("autofill_noplatform/" + k, v) for k, v in NEEDS_DATA.items()),
+        *(("special_cases/" + k, v) for k, v in SPECIAL_NOT_RUN.items()),
+    ]:
+        print(f"# not run: {folder}: {why}")
+    if args.json:
+        args.json.write_text(json.dumps([asdict(o) for o in outcomes], indent=1))
+    return 0 if passed == len(outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
