@@ -16,6 +16,7 @@ from repokit.config.normalize import normalize_instance_groups, normalize_model_
 from repokit.config.parse import ConfigParseError, parse_text
 from repokit.config.positions import locate_findings
 from repokit.config.report import ModelReport, RepositoryReport, ValidateOptions
+from repokit.config.rules.backend_library import check_backend_library
 from repokit.config.rules.context import RuleContext
 from repokit.config.rules.files import (
     check_batch_strategy,
@@ -183,6 +184,7 @@ def validate_model(
             file=ctx.relative(config_path),
         )
     check_execution_env(ctx)
+    check_backend_library(ctx)
     check_instance_groups(ctx)
     check_model_files(ctx)
     check_python_sources(ctx)

@@ -232,3 +232,34 @@ def test_onnx_without_config_is_valid(tmp_path: Path) -> None:
     assert report.ok
     assert report.config is not None and report.config.backend == "onnxruntime"
     assert [g.count for g in report.config.instance_group] == [2]
+
+
+@pytest.mark.parametrize(
+    ("runtime", "files", "escapes"),
+    [
+        # Triton's qa L0_model_config special_cases/runtime_escape
+        ("../dummy_runtime/libtriton_identity.so", ["dummy_runtime/libtriton_identity.so"], True),
+        ("libtriton_identity.so", ["1/libtriton_identity.so"], False),
+        ("libtriton_identity.so", ["libtriton_identity.so"], False),
+        # not in the repository: the server's backend directory decides
+        ("../dummy_runtime/libtriton_identity.so", [], False),
+        ("__invalid_runtime__", [], False),
+    ],
+)
+def test_a_runtime_library_outside_its_folder_is_refused(
+    tmp_path: Path, runtime: str, files: list[str], escapes: bool
+) -> None:
+    make_model(
+        tmp_path,
+        config=f'backend: "identity"\nruntime: "{runtime}"\n{IO}',
+        files=dict.fromkeys(files, ""),
+    )
+    report = validate_one(tmp_path)
+    found = [d for d in report.diagnostics if d.rule == "runtime-escapes-backend-dir"]
+    assert bool(found) is escapes, report.diagnostics
+    if escapes:
+        assert found[0].message == (
+            f"backend library name '{runtime}' escapes backend directory "
+            f"'{tmp_path / 'm' / '1'}', for model 'm', check model config runtime field"
+        )
+        assert found[0].path == "runtime"
