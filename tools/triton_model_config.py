@@ -11,11 +11,13 @@ does and runs repokit's validation on it with the matching settings:
   appended to the config, ``--strict-model-config=true`` (``repokit validate --strict``);
 * ``special_cases/*`` (``invalid_platform`` with ``--disable-auto-complete-config``);
 * ``autofill_noplatform/*/*`` (auto-complete on), for the backends whose cases need no model
-  file that only Triton's data volume holds (see ``NEEDS_DATA``).
+  file that only Triton's data volume holds (see ``NEEDS_DATA``); python models' own
+  ``auto_complete_config`` runs (``--python-auto-complete``);
+* ``autofill_noplatform_success/*/*``, the same backends: these must load (no error).
 
-A case passes when one of repokit's errors for it matches an expected text (test.sh greps with a
-basic regular expression). Every case is validated for a GPU server with one GPU (``--target
-gpu --gpus 1``), as Triton's qa runs on GPU machines.
+A failing case passes when one of repokit's errors for it matches an expected text (test.sh
+greps with a basic regular expression). Every case is validated for a GPU server with one GPU
+(``--target gpu --gpus 1``), as Triton's qa runs on GPU machines.
 
     python tools/triton_model_config.py --server-git DIR [-v] [-k PATTERN] [--json FILE]
 """
@@ -53,6 +55,7 @@ TRIALS = (
 # volume (or builds): not run here
 NEEDS_DATA = {
     "onnx": "ONNX models of Triton's qa_model_repository",
+    "tensorflow_graphdef": "GraphDefs of Triton's qa_model_repository",
     "openvino": "OpenVINO models of Triton's qa data",
     "pytorch": "TorchScript models of Triton's qa_model_repository",
     "tensorflow_savedmodel": "SavedModels of Triton's qa_model_repository",
@@ -76,16 +79,24 @@ def prepare(qa: Path) -> None:
     """What test.sh does to the cases before it runs them (for the cases run here): version
     folders, python models copied into them, the runtime-escape scenario's library."""
     suite = qa / "L0_model_config"
-    python = suite / "autofill_noplatform" / "python"
-    for case in (p for p in python.iterdir() if p.is_dir()):
-        (case / "1").mkdir(exist_ok=True)
-        own = case / "model.py"  # the case's own model, else the auto_complete one
-        shutil.copy(own if own.exists() else qa.parent / AUTO_COMPLETE_MODEL, case / "1")
-    for config in (suite / "autofill_noplatform" / "ensemble").glob("*/*/config.pbtxt"):
-        (config.parent / "1").mkdir(exist_ok=True)  # each model of each repository
-        if config.parent.name == "repeat_int32":  # test.sh copies its C++ test backend there
-            (config.parent / "1" / "libtriton_repeat.so").touch()
+    for kind in ("autofill_noplatform", "autofill_noplatform_success"):
+        for case in (p for p in (suite / kind / "python").iterdir() if p.is_dir()):
+            models = (
+                [case]
+                if (case / "config.pbtxt").exists()
+                else [p for p in case.iterdir() if p.is_dir()]
+            )  # a case without a config at its top is a repository
+            for model in models:
+                (model / "1").mkdir(exist_ok=True)
+                own = model / "model.py"  # the case's own model, else the auto_complete one
+                shutil.copy(own if own.exists() else qa.parent / AUTO_COMPLETE_MODEL, model / "1")
+        for config in (suite / kind / "ensemble").glob("*/*/config.pbtxt"):
+            (config.parent / "1").mkdir(exist_ok=True)  # each model of each repository
+            if config.parent.name == "repeat_int32":  # test.sh copies its C++ test backend
+                (config.parent / "1" / "libtriton_repeat.so").touch()
     for folder in (
+        "autofill_noplatform_success/custom/empty_config.identity",
+        "autofill_noplatform_success/custom/no_backend.identity",
         "autofill_noplatform/custom/no_delimiter",
         "autofill_noplatform/custom/unknown_backend.unknown",
         # instance groups are checked when the model is created, after the versions
@@ -116,7 +127,9 @@ def matches(expected: str, errors: list[str]) -> bool:
 def validate(repo: Path, *, strict: bool) -> list[str]:
     """repokit's errors for the repository, as ``model: message``."""
     # a one-GPU server: the qa's invalid GPU ids (42, -1) are not among its GPUs
-    options = ValidateOptions(strict=strict, target="gpu", deep=True, gpus=1)
+    options = ValidateOptions(
+        strict=strict, target="gpu", deep=True, gpus=1, python_auto_complete=True
+    )
     report = validate_repository(repo, options)
     return [
         f"{d.model}: {d.message}" if d.model else d.message
@@ -145,7 +158,9 @@ def run_case(name: str, source: Path, work: Path, *, strict: bool, platform: str
     for stale in repo.rglob("expected*"):
         stale.unlink()
     errors = validate(repo, strict=strict)
-    ok = any(matches(text, errors) for text in expected)
+    # a _success case: test.sh's server starts (and then it compares the configs)
+    success = "_success/" in name
+    ok = not errors if success else any(matches(text, errors) for text in expected)
     return Outcome(name, "PASS" if ok else "FAIL", expected, errors)
 
 
@@ -158,11 +173,12 @@ def cases(qa: Path, work: Path, selected: list[str]) -> list[Outcome]:
     for trial in TRIALS:
         for target in sorted(p for p in (suite / "noautofill_platform").iterdir() if p.is_dir()):
             todo.append((f"noautofill_platform/{target.name}[{trial}]", target, True, trial))
-    for backend in sorted(p for p in (suite / "autofill_noplatform").iterdir() if p.is_dir()):
-        if backend.name in NEEDS_DATA:
-            continue
-        for target in sorted(p for p in backend.iterdir() if p.is_dir()):
-            todo.append((f"autofill_noplatform/{backend.name}/{target.name}", target, False, ""))
+    for kind in ("autofill_noplatform", "autofill_noplatform_success"):
+        for backend in sorted(p for p in (suite / kind).iterdir() if p.is_dir()):
+            if backend.name in NEEDS_DATA:
+                continue
+            for target in sorted(p for p in backend.iterdir() if p.is_dir()):
+                todo.append((f"{kind}/{backend.name}/{target.name}", target, False, ""))
     found = []
     for name, source, strict, platform in todo:
         if selected and not any(k in name for k in selected):
@@ -196,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     passed = sum(o.result == "PASS" for o in outcomes)
     print(f"# {len(outcomes)} cases: {passed} pass, {len(outcomes) - passed} fail")
     for folder, why in [
-        *(("autofill_noplatform/" + k, v) for k, v in NEEDS_DATA.items()),
+        *(("autofill_noplatform[_success]/" + k, v) for k, v in NEEDS_DATA.items()),
         *(("special_cases/" + k, v) for k, v in SPECIAL_NOT_RUN.items()),
     ]:
         print(f"# not run: {folder}: {why}")

@@ -107,6 +107,15 @@ def register(app: typer.Typer) -> None:
                 "GPU ids are refused, as Triton refuses them.",
             ),
         ] = None,
+        python_auto_complete: Annotated[
+            bool,
+            typer.Option(
+                "--python-auto-complete",
+                help="Run python models' auto_complete_config (their code runs, in a process "
+                "of its own) as the python backend does at load unless --strict, and check "
+                "the config it completes.",
+            ),
+        ] = False,
         deep: Annotated[
             bool,
             typer.Option(
@@ -137,5 +146,6 @@ def register(app: typer.Typer) -> None:
             deep=deep,
             read_sources=deep,
             gpus=-1 if gpus is None else gpus,
+            python_auto_complete=python_auto_complete,
         )
         raise typer.Exit(run_validate(root, options, output, console, err_console))

@@ -19,6 +19,7 @@ class ValidateOptions:
     read_sources: bool = True  # parse python models' model.py (the CLI's --no-deep turns it off)
     model_config_name: str = ""  # Triton's --model-config-name
     gpus: int = -1  # --target gpu: the server's GPU count (ids 0..gpus-1); -1 = not known
+    python_auto_complete: bool = False  # run python models' auto_complete_config (model code)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from repokit.config.ensemble_rules import check_ensembles
 from repokit.config.normalize import normalize_instance_groups, normalize_model_config
 from repokit.config.parse import ConfigParseError, parse_text
 from repokit.config.positions import locate_findings
+from repokit.config.python_auto_complete import model_file_to_complete, run_auto_complete
 from repokit.config.report import ModelReport, RepositoryReport, ValidateOptions
 from repokit.config.rules.backend_library import check_backend_library
 from repokit.config.rules.context import RuleContext
@@ -98,6 +99,35 @@ def _check_fields_unknown_to_triton_251(ctx: RuleContext, config: mc.ModelConfig
         )
 
 
+def _python_auto_complete(ctx: RuleContext, config: mc.ModelConfig) -> mc.ModelConfig | None:
+    """The config the model's ``auto_complete_config`` completes (normalised), ``config``
+    itself when it has none or no model file to run, None when it failed (reported)."""
+    found = model_file_to_complete(ctx.model.path, config)
+    if found is None:
+        return config  # model-file-missing says why
+    model_file, version = found
+    completed = run_auto_complete(model_file, config, version)
+    if completed.error:
+        ctx.report(
+            "python-auto-complete-failed",
+            f"failed to load '{config.name}' version {version}: {completed.error}",
+            file=ctx.relative(model_file),
+        )
+        return None
+    if completed.config is None:
+        return config
+    changed = completed.config
+    if changed.name != config.name or changed.backend != config.backend:
+        ctx.report(
+            "python-auto-complete-failed",
+            f"auto-complete-config of model '{config.name}' may not change its name or backend",
+            file=ctx.relative(model_file),
+        )
+        return None
+    normalize_model_config(changed)
+    return changed
+
+
 def _has_errors(ctx: RuleContext) -> bool:
     return any(d.severity is Severity.ERROR for d in ctx.diagnostics)
 
@@ -165,6 +195,11 @@ def validate_model(
         )
         return report
     normalize_model_config(config)
+    if options.python_auto_complete and not options.strict and config.backend == "python":
+        completed = _python_auto_complete(ctx, config)
+        if completed is None:
+            return report
+        config = completed
     ctx.config = config
     report.config = config
 

@@ -122,6 +122,7 @@ _ROWS: list[tuple[str, Severity, str, str]] = [
     ("batch-output-target-duplicated", E, IO, "batch output target listed twice"),
     # instance groups (§4.5)
     ("instance-group-gpu-unavailable", E, BACKEND, "KIND_GPU on a server without GPUs"),
+    ("python-auto-complete-failed", E, BACKEND, "the model's auto_complete_config failed"),
     ("runtime-escapes-backend-dir", E, REPOSITORY, "runtime resolves outside its folder"),
     ("instance-group-model-gpus", E, BACKEND, "KIND_MODEL must not list gpus"),
     ("instance-group-cpu-gpus", E, BACKEND, "KIND_CPU (or AUTO on CPU) must not list gpus"),
