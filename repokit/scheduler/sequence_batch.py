@@ -8,7 +8,9 @@ request-time rules), queues it on its sequence, and a worker per instance sends 
   of a real request of the batch with all-zero data, zero implicit state, START/END false,
   READY false and CORRID 0 (Triton's null request). Its result is discarded.
 * Oldest: the head request of every idle candidate sequence of the instance goes into a
-  per-instance dynamic batcher (``StrategyOldest`` preferred sizes and delay), oldest first.
+  per-instance dynamic batcher (``StrategyOldest`` preferred sizes and delay), oldest first;
+  as in the dynamic batcher, requests whose shapes differ (inputs without
+  ``allow_ragged_batch``) do not share a batch.
 
 Control tensors and implicit state are added to each request before execution; the state
 output of request i becomes the state input of request i+1 and is not returned to the client.
@@ -58,7 +60,12 @@ from repokit.errors import Code, RepokitError, internal, unavailable, unsupporte
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferTensor
 from repokit.scheduler.base import CANCELLED_MESSAGE, CancelledInQueue, ScheduledResult, Scheduler
-from repokit.scheduler.batch_tensors import BatchingRules, merge_requests, split_result
+from repokit.scheduler.batch_tensors import (
+    BatchingRules,
+    batching_key,
+    merge_requests,
+    split_result,
+)
 from repokit.scheduler.default import active_instances
 from repokit.scheduler.dynamic_batch import BatchPlanner, DynamicBatchSettings
 from repokit.scheduler.runtime import (
@@ -252,7 +259,11 @@ class SequenceBatchScheduler(Scheduler):
             if self._oldest:
                 planner = self._planners[instance]
                 for dispatched in self.slots.ready_heads(instance):
-                    planner.enqueue(dispatched, now_ns=dispatched[1].enqueue_ns)
+                    planner.enqueue(
+                        dispatched,
+                        now_ns=dispatched[1].enqueue_ns,
+                        key=batching_key(dispatched[1].payload.request, self._rules),
+                    )
                 decision = planner.poll(now)
                 if not decision.batch and self._stopping and len(planner):
                     decision.batch = planner.queues.pop_front(len(planner))

@@ -283,6 +283,41 @@ async def test_oldest_strategy_batches_heads_of_different_sequences() -> None:
     await sched.stop()
 
 
+@pytest.mark.parametrize(("ragged", "sizes"), [(False, [1, 2, 1, 1]), (True, [1, 4])])
+async def test_oldest_strategy_batches_only_equal_shapes_unless_ragged(
+    ragged: bool, sizes: list[int]
+) -> None:
+    """Triton 2.51 (L0_dyna_sequence_batcher test_multi_sequence_different_shape): requests
+    of different shapes do not share an Oldest batch, unless the input allows ragged batches."""
+    dims = "dims: [ -1 ]" + (" allow_ragged_batch: true" if ragged else "")
+    cfg = (SEQ % "oldest { max_candidate_sequences: 8 }").replace("dims: [ 1 ]", dims, 1)
+    backend = RecordingBackend()
+    backend.gate = asyncio.Event()
+    sched = SequenceBatchScheduler(backend, config(cfg), model_dir=Path("."), clock=ManualClock())
+    await sched.start()
+
+    def shaped(corrid: int, length: int) -> BackendRequest:
+        data = np.full((1, length), corrid, dtype=np.int32)
+        return BackendRequest(
+            inputs={"INPUT0": tensor("INPUT0", data, "INT32")},
+            requested_outputs=(),
+            correlation_id=corrid,
+            flags=FLAG_START | FLAG_END,
+        )
+
+    first = asyncio.create_task(sched.submit(shaped(1, 1), 1))
+    await until(lambda: len(backend.batches) == 1)
+    others = [
+        asyncio.create_task(sched.submit(shaped(c, n), 1))
+        for c, n in ((2, 3), (3, 3), (4, 2), (5, 1))
+    ]
+    await until(lambda: sched.pending_count == 4)
+    backend.gate.set()
+    await asyncio.gather(first, *others)
+    assert [len(reqs) for _, reqs in backend.batches] == sizes
+    await sched.stop()
+
+
 # --- backlog timeouts (Direct) -------------------------------------------------------------
 async def test_a_backlogged_sequence_past_its_request_timeout_is_rejected() -> None:
     clock = ManualClock()
