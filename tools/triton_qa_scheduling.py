@@ -17,6 +17,9 @@ from pathlib import Path
 
 from tools.triton_examples import ACCUMULATOR
 from tools.triton_qa_suites import (
+    SEQUENCE_DELAYED,
+    SEQUENCE_NO_DELAY,
+    SEQUENCE_TRIALS,
     Layout,
     LogCheck,
     PytestRun,
@@ -745,6 +748,85 @@ def implicit_state() -> list[Scenario]:
     ]
 
 
+def _onnx_implicit_sequence_models(trial: str) -> Layout:
+    """L0_sequence_batcher's repository for one model trial with BACKENDS=onnx and
+    IMPLICIT_STATE=1 (as L0_implicit_state runs it): the generated implicit-state onnx sequence
+    models (object, int32, bool; nobatch ones for models0, variable shapes for modelsv) with
+    test.sh's max_batch_size and instance count, on the CPU."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        _repository, batch, count, nobatch = SEQUENCE_TRIALS[trial]
+        variable = trial == "v"
+        kind = "variable_" if variable else ""
+        generated = repo.parent / f"qa_{kind}sequence_implicit_model_repository"
+        shutil.rmtree(generated, ignore_errors=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "gen_qa_implicit_models.py",
+                "--onnx",
+                *(["--variable"] if variable else []),
+                "--models_dir",
+                str(generated),
+            ],
+            cwd=qa / "common",
+            check=True,
+            capture_output=True,
+        )
+        for dtype in ("object", "int32", "bool"):
+            name = f"onnx_{'nobatch_' if nobatch else ''}sequence_{dtype}"
+            shutil.copytree(generated / name, repo / name)
+            config = repo / name / "config.pbtxt"
+            if batch is not None:
+                sed(config, r"^max_batch_size:.*", f"max_batch_size: {batch}")
+            sed(config, r"kind: KIND_GPU", "kind: KIND_CPU")
+            sed(config, r"kind: KIND_CPU", f"kind: KIND_CPU\ncount: {count}")
+
+    return lay
+
+
+def implicit_sequence_batcher() -> list[Scenario]:
+    """L0_implicit_state's run of L0_sequence_batcher (IMPLICIT_STATE=1) for its onnx models,
+    one server per test and model trial (repokit only)."""
+    found: list[Scenario] = []
+    for trial, (repo_dir, *_rest) in SEQUENCE_TRIALS.items():
+        layout = _onnx_implicit_sequence_models(trial)
+        runs = [(test, 0, -1) for test in SEQUENCE_NO_DELAY] + list(SEQUENCE_DELAYED)
+        for test, delay, backlog in runs:
+            env = {
+                "BACKENDS": "onnx",
+                "ENSEMBLES": "0",
+                "IMPLICIT_STATE": "1",
+                "INITIAL_STATE_FILE": "0",
+                "INITIAL_STATE_ZERO": "0",
+                "USE_SINGLE_BUFFER": "0",
+                "NO_BATCHING": "1" if trial == "0" else "0",
+                "MODEL_INSTANCES": {"0": "4", "v": "1"}.get(trial, trial),
+                "BATCHER_TYPE": "VARIABLE" if trial == "v" else "FIXED",
+            }
+            if delay:
+                env["TRITONSERVER_DELAY_SCHEDULER"] = str(delay)
+            if backlog >= 0:
+                env["TRITONSERVER_BACKLOG_DELAY_SCHEDULER"] = str(backlog)
+            found.append(
+                Scenario(
+                    f"{IS}/sequence_batcher/{test}[{repo_dir},onnx]",
+                    "L0_sequence_batcher",
+                    layout,
+                    [
+                        PytestRun(
+                            f"sequence_batcher_test.py::SequenceBatcherTest::{test}",
+                            runner="unittest",
+                        )
+                    ],
+                    repo_dir=repo_dir,
+                    env=env,
+                    verbose=False,
+                )
+            )
+    return found
+
+
 def scheduling() -> list[Scenario]:
     return [
         *model_queue(),
@@ -753,4 +835,5 @@ def scheduling() -> list[Scenario]:
         *dyna_sequence(),
         *corrid_batcher(),
         *implicit_state(),
+        *implicit_sequence_batcher(),
     ]
