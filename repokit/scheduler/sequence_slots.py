@@ -50,6 +50,8 @@ class LiveSequence(Generic[T]):
     ended: bool = False  # END dispatched: the sequence no longer owns a slot
     last_ns: int = 0
     expires_ns: int = 0  # backlog deadline from the requests' timeouts (0 = none)
+    # the slot it gave up while its last request still runs (that slot's next owner waits)
+    leaving: tuple[int, int] | None = None
     data: Any = None  # the driver's per-sequence data (implicit state)
 
 
@@ -74,6 +76,8 @@ class SequenceSlots(Generic[T]):
         ]
         heapq.heapify(self._free)
         self._live: dict[CorrelationId, LiveSequence[T]] = {}
+        # slots whose previous sequence's last request still runs: the new owner waits for it
+        self._in_flight: set[tuple[int, int]] = set()
         self.backlog: deque[LiveSequence[T]] = deque()
 
     # --- requests -----------------------------------------------------------------------
@@ -116,7 +120,19 @@ class SequenceSlots(Generic[T]):
         return seq.slot[0] if seq.slot is not None else None
 
     def has_ready(self, instance: int) -> bool:
-        return any(s is not None and s.queue and not s.busy for s in self._owners[instance])
+        return any(self._ready(s) for s in self._owners[instance])
+
+    def _ready(self, seq: LiveSequence[T] | None) -> bool:
+        """A sequence whose next request may be dispatched: it has one, none of its requests
+        runs, and the request its slot's previous owner dispatched last has finished (Triton's
+        ``in_flight_`` per slot: a sequence that gets a slot freed by an END runs its first
+        request after that END ran)."""
+        return (
+            seq is not None
+            and bool(seq.queue)
+            and not seq.busy
+            and (not self._in_flight or seq.slot not in self._in_flight)
+        )
 
     # --- dispatch -----------------------------------------------------------------------
     def direct_batch(
@@ -124,7 +140,7 @@ class SequenceSlots(Generic[T]):
     ) -> tuple[list[Dispatched[T] | None], int]:
         """The next Direct batch of an instance in slot layout, or ([], wake time)."""
         owners = self._owners[instance]
-        ready = [i for i, s in enumerate(owners) if s is not None and s.queue and not s.busy]
+        ready = [i for i, s in enumerate(owners) if self._ready(s)]
         if not ready:
             return [], 0
         if delay_ns and len(ready) < min_utilization * self.slots_per_instance:
@@ -145,9 +161,7 @@ class SequenceSlots(Generic[T]):
     def ready_heads(self, instance: int) -> list[Dispatched[T]]:
         """Oldest strategy: dispatch the head request of every idle candidate sequence."""
         heads = [
-            self._dispatch(s)
-            for s in self._owners[instance]
-            if s is not None and s.queue and not s.busy
+            self._dispatch(s) for s in self._owners[instance] if s is not None and self._ready(s)
         ]
         heads.sort(key=lambda d: d[1].enqueue_ns)
         for seq, entry in heads:
@@ -156,9 +170,13 @@ class SequenceSlots(Generic[T]):
         return heads
 
     def complete(self, seq: LiveSequence[T], now_ns: int) -> None:
-        """The dispatched request of ``seq`` finished: its next request may go."""
+        """The dispatched request of ``seq`` finished: its next request may go (or, when it
+        was the last of its sequence, the next owner of its slot)."""
         seq.busy = False
         seq.last_ns = max(seq.last_ns, now_ns)
+        if seq.leaving is not None:
+            self._in_flight.discard(seq.leaving)
+            seq.leaving = None
 
     # --- idle expiry --------------------------------------------------------------------
     def reap(self, now_ns: int) -> tuple[list[CorrelationId], int]:
@@ -249,6 +267,9 @@ class SequenceSlots(Generic[T]):
         if seq.slot is None:
             return
         instance, index = seq.slot
+        if seq.busy:  # its END (or last request) was dispatched and still runs
+            seq.leaving = seq.slot
+            self._in_flight.add(seq.slot)
         seq.slot = None
         self._owners[instance][index] = None
         heapq.heappush(self._free, (index, instance))

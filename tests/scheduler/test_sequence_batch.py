@@ -318,6 +318,35 @@ async def test_oldest_strategy_batches_only_equal_shapes_unless_ragged(
     await sched.stop()
 
 
+async def test_oldest_a_sequence_in_a_slot_freed_by_an_end_waits_until_that_end_ran() -> None:
+    """Triton 2.51 (its per-slot in_flight_; L0_dyna_sequence_batcher test_backlog_fill): the
+    slot an END frees goes to the next sequence at once, but that sequence's first request is
+    batched only after the END executed, never together with it."""
+    clock = ManualClock()
+    backend = RecordingBackend()
+    oldest = (
+        "oldest { max_candidate_sequences: 2 preferred_batch_size: [ 2 ]"
+        " max_queue_delay_microseconds: 5000000 }"
+    )
+    sched = await scheduler(backend, oldest, clock)
+    starts = [asyncio.create_task(sched.submit(seq_request(c, c, start=True), 1)) for c in (1, 2)]
+    await asyncio.gather(*starts)
+    end1 = asyncio.create_task(sched.submit(seq_request(1, 10, end=True), 1))
+    await until(lambda: sched.pending_count == 1)
+    third = asyncio.create_task(sched.submit(seq_request(3, 30, start=True), 1))  # slot of 1
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(backend.batches) == 1  # the END and the new START do not make a batch
+    next2 = asyncio.create_task(sched.submit(seq_request(2, 20), 1))
+    await asyncio.gather(end1, next2)
+    clock.advance_us(5_000_000)  # the new sequence's START then goes alone after the delay
+    sched.wake()
+    await third
+    corrids = [sorted(values(r, "CORRID")[0] for r in reqs) for _, reqs in backend.batches]
+    assert corrids == [[1, 2], [1, 2], [3]]
+    await sched.stop()
+
+
 # --- backlog timeouts (Direct) -------------------------------------------------------------
 async def test_a_backlogged_sequence_past_its_request_timeout_is_rejected() -> None:
     clock = ManualClock()
