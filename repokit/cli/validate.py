@@ -107,6 +107,14 @@ def register(app: typer.Typer) -> None:
                 "GPU ids are refused, as Triton refuses them.",
             ),
         ] = None,
+        backend_directory: Annotated[
+            Path | None,
+            typer.Option(
+                "--backend-directory",
+                help="The server's backend directory (tritonserver's flag): a model whose "
+                "backend library is neither there nor in the model's folders is refused.",
+            ),
+        ] = None,
         python_auto_complete: Annotated[
             bool,
             typer.Option(
@@ -147,5 +155,6 @@ def register(app: typer.Typer) -> None:
             read_sources=deep,
             gpus=-1 if gpus is None else gpus,
             python_auto_complete=python_auto_complete,
+            backend_directory="" if backend_directory is None else str(backend_directory),
         )
         raise typer.Exit(run_validate(root, options, output, console, err_console))

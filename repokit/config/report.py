@@ -20,6 +20,7 @@ class ValidateOptions:
     model_config_name: str = ""  # Triton's --model-config-name
     gpus: int = -1  # --target gpu: the server's GPU count (ids 0..gpus-1); -1 = not known
     python_auto_complete: bool = False  # run python models' auto_complete_config (model code)
+    backend_directory: str = ""  # tritonserver's --backend-directory; "" = not known
 
 
 @dataclass

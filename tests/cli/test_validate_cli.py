@@ -135,3 +135,15 @@ def test_gpus_says_which_gpu_ids_the_server_has(tmp_path: Path) -> None:
                                        "compatibility of 6.000000 are: 0, 1")  # fmt: skip
     code, output = _invoke(str(tmp_path), "--target", "gpu", "--gpus", "-1")
     assert code == 2 and "--gpus" in output and "Traceback" not in output
+
+
+def test_backend_directory_is_the_servers(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_model(repo, config='backend: "custom"\n' + python_config("").split("\n", 1)[1])
+    (tmp_path / "backends").mkdir()
+    code, output = _invoke(str(repo), "--backend-directory", str(tmp_path / "backends"))
+    assert code == 1 and "backend-library-missing" in output
+    assert "unable to find backend library for backend 'custom'" in output
+    (tmp_path / "backends" / "custom").mkdir()
+    (tmp_path / "backends" / "custom" / "libtriton_custom.so").write_text("")
+    assert _invoke(str(repo), "--backend-directory", str(tmp_path / "backends"))[0] == 0

@@ -263,3 +263,46 @@ def test_a_runtime_library_outside_its_folder_is_refused(
             f"'{tmp_path / 'm' / '1'}', for model 'm', check model config runtime field"
         )
         assert found[0].path == "runtime"
+
+
+@pytest.mark.parametrize(
+    ("config", "installed", "message"),
+    [
+        ('backend: "identity"', ["identity/libtriton_identity.so"], ""),
+        ('backend: "mine"', ["mine/model.py"], ""),  # a python-based backend
+        (
+            'backend: "identity"',  # Triton's qa autofill_noplatform/custom/unknown_backend
+            [],
+            "unable to find backend library for backend 'identity', try specifying runtime on "
+            "the model configuration.",
+        ),
+        (
+            'backend: "identity"\nruntime: "__invalid_runtime__"',  # qa special_cases
+            ["identity/libtriton_identity.so"],
+            "unable to find backend library '__invalid_runtime__' for model 'm', searched: "
+            "'{model}/1' '{model}' '{backends}/identity'",
+        ),
+        ('backend: "mine"\nruntime: "model.py"', ["mine/model.py"], ""),
+        (
+            'backend: "mine"\nruntime: "model.py"',
+            [],
+            "unable to find Python backend based backend library 'model.py' for model 'm', "
+            "searched: '{backends}/mine/model.py'",
+        ),
+    ],
+)
+def test_backend_directory_says_which_libraries_the_server_has(
+    tmp_path: Path, config: str, installed: list[str], message: str
+) -> None:
+    backends = tmp_path / "backends"
+    for rel in installed:
+        (backends / rel).parent.mkdir(parents=True, exist_ok=True)
+        (backends / rel).write_text("")
+    backends.mkdir(exist_ok=True)
+    repo = tmp_path / "repo"
+    make_model(repo, config=f"{config}\n{IO}")
+    report = validate_one(repo, backend_directory=str(backends))
+    found = [d.message for d in report.diagnostics if d.rule == "backend-library-missing"]
+    expected = message.format(model=repo / "m", backends=backends)
+    assert found == ([expected] if message else []), report.diagnostics
+    assert validate_one(repo).ok  # without the flag the server's directory is not known

@@ -124,6 +124,7 @@ _ROWS: list[tuple[str, Severity, str, str]] = [
     ("instance-group-gpu-unavailable", E, BACKEND, "KIND_GPU on a server without GPUs"),
     ("python-auto-complete-failed", E, BACKEND, "the model's auto_complete_config failed"),
     ("runtime-escapes-backend-dir", E, REPOSITORY, "runtime resolves outside its folder"),
+    ("backend-library-missing", E, REPOSITORY, "no backend library (--backend-directory)"),
     ("instance-group-model-gpus", E, BACKEND, "KIND_MODEL must not list gpus"),
     ("instance-group-cpu-gpus", E, BACKEND, "KIND_CPU (or AUTO on CPU) must not list gpus"),
     ("instance-group-gpu-invalid", E, BACKEND, "a gpu id is negative or not one of --gpus N"),
