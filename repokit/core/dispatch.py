@@ -236,6 +236,7 @@ async def run_composing(loaded: LoadedVersion, request: BackendRequest) -> Sched
     Errors come back in the result (or raise RepokitError), the ensemble prefixes them; the
     timing goes into the ensemble's own statistics (Triton sums the steps' durations)."""
     prepared = prepare(loaded.io, composing_request(loaded.name, request), _no_shared_memory)
+    prepared.backend_request.control = request.control  # a decoupled step's responses
     if request.trace is not None:  # the ensemble is traced: this step gets a child trace
         step = prepared.backend_request.trace = request.trace.spawn()
         step.start_request(loaded.name, loaded.version, request.request_id)

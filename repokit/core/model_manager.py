@@ -299,7 +299,11 @@ class ModelManager:
             config = self.get(name, "" if version < 0 else str(version)).config
         except RepokitError:
             return None
-        return StepModel(config.max_batch_size > 0, {i.name: tuple(i.dims) for i in config.input})
+        return StepModel(
+            config.max_batch_size > 0,
+            {i.name: tuple(i.dims) for i in config.input},
+            config.model_transaction_policy.decoupled,
+        )
 
     def ready_versions(self, name: str) -> list[LoadedVersion]:
         record = self._records.get(name)
@@ -491,6 +495,10 @@ class ModelManager:
         dependency_error = await self._load_dependencies(name, dependencies, (*chain, name))
         if not dependency_error and definition.config.response_cache.enable:
             dependency_error = self._cache_refusal(name, dependencies)
+        if dependencies and any(self._decoupled(d, ()) for d in dependencies):
+            # Triton sets an ensemble with a decoupled model in its steps decoupled at load
+            # (ensemble_utils.cc ValidateEnsembleConfig): it streams its responses
+            definition.config.model_transaction_policy.decoupled = True
         async with self._lock(name):
             if not force and self._unchanged(name, stamp, private, retry_failed):
                 return  # loaded meanwhile by a concurrent request (e.g. for an ensemble)

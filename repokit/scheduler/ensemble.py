@@ -22,6 +22,11 @@ outputs that a step made carries the request's ``sequence_id``, ``sequence_start
 HTTP JSON repeats them once per such output). Tensors pass between models that batch and
 models that do not as Triton passes them (``batch_reshaped``): a batch dimension of 1 is added
 or stripped where the receiving model's config dims call for it, the ensemble's outputs too.
+
+An ensemble with a decoupled model in its steps is decoupled (the core sets its transaction
+policy at load, as Triton does) and streams: every response of a decoupled step goes on through
+the steps after it as a branch of its own, and each branch that ends with the requested outputs
+is one response of the ensemble (``_stream``); the final flag follows the last branch.
 ``max_inflight_requests`` (0 = unlimited) bounds the in-flight calls of each step
 across all requests.
 
@@ -39,6 +44,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from repokit.backends.base import BackendRequest, BackendResult, Timing
+from repokit.backends.server_api import RequestControl
 from repokit.errors import RepokitError, internal, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferTensor, ParamValue
@@ -55,6 +61,7 @@ class StepModel:
 
     batching: bool
     input_dims: dict[str, tuple[int, ...]]
+    decoupled: bool = False
 
 
 # (model name, version or -1) -> the composing model, None when it is not loaded
@@ -187,7 +194,10 @@ class EnsembleScheduler(Scheduler):
     ) -> ScheduledResult:
         if not self._running:
             raise unavailable("model is not accepting requests: its scheduler is stopped")
-        return await self._run(request, batch_size if self._batching else 0, time.perf_counter_ns())
+        batch = batch_size if self._batching else 0
+        if request.control is not None and request.control.sink is not None:
+            return await self._stream(request, batch, time.perf_counter_ns())
+        return await self._run(request, batch, time.perf_counter_ns())
 
     async def _run(self, request: BackendRequest, batch: int, submitted_ns: int) -> ScheduledResult:
         # None: an absent tensor (an optional input not given, an output a step did not make)
@@ -230,31 +240,149 @@ class EnsembleScheduler(Scheduler):
         finally:
             for task in running:
                 task.cancel()
-        wanted = request.requested_outputs or self._outputs
-        missing = [name for name in wanted if name not in tensors]
-        if missing:
+        result = self._result(request, tensors, batches)
+        if result is None:
+            missing = [n for n in request.requested_outputs or self._outputs if n not in tensors]
             result = BackendResult(
                 error=internal(f"in ensemble '{self._name}', no step produced output(s) {missing}")
             )
-        else:
-            outputs = []
-            for name in wanted:
-                found = tensors[name]
-                if found is None:
-                    continue
-                dims = self._output_dims.get(name) if self._describe is not None else None
-                shape = batch_reshaped(dims, self._batching, batches[name], found.shape)
-                if shape != found.shape:
-                    found = InferTensor(
-                        name, found.datatype, shape, found.data.reshape(shape), found.parameters
-                    )
-                outputs.append(found)
-            from_steps = any(name not in request.inputs for name in wanted)
-            result = BackendResult(
-                outputs=outputs,
-                parameters=sequence_parameters(request) if outputs and from_steps else {},
-            )
         return ScheduledResult(result, max(queue_ns, 0), totals.timing())
+
+    def _result(
+        self,
+        request: BackendRequest,
+        tensors: dict[str, InferTensor | None],
+        batches: dict[str, int],
+    ) -> BackendResult | None:
+        """The response of a request whose steps ran: its requested outputs (shaped for the
+        ensemble's batching); None when no step made one of them."""
+        wanted = request.requested_outputs or self._outputs
+        if any(name not in tensors for name in wanted):
+            return None
+        outputs = []
+        for name in wanted:
+            found = tensors[name]
+            if found is None:
+                continue
+            dims = self._output_dims.get(name) if self._describe is not None else None
+            shape = batch_reshaped(dims, self._batching, batches[name], found.shape)
+            if shape != found.shape:
+                found = InferTensor(
+                    name, found.datatype, shape, found.data.reshape(shape), found.parameters
+                )
+            outputs.append(found)
+        from_steps = any(name not in request.inputs for name in wanted)
+        return BackendResult(
+            outputs=outputs,
+            parameters=sequence_parameters(request) if outputs and from_steps else {},
+        )
+
+    async def _stream(
+        self, request: BackendRequest, batch: int, submitted_ns: int
+    ) -> ScheduledResult:
+        """A decoupled ensemble (a decoupled model in its steps): each response of a decoupled
+        step carries on through the steps after it on its own (Triton's iterations), and each
+        that ends with the requested outputs is a response of the ensemble, sent to the
+        request's sink as it is ready; a step with no response ends its branch. The final flag
+        follows once every branch ended. A failed step sends its error as the final response.
+        Steps of one branch run one after the other."""
+        control = request.control
+        assert control is not None and control.sink is not None
+        sink = control.sink
+        tensors: dict[str, InferTensor | None] = dict(request.inputs)
+        batches = dict.fromkeys(tensors, batch)
+        for name in self._optional:
+            tensors.setdefault(name, None)
+        totals = _TimingSum()
+        queue_ns = time.perf_counter_ns() - submitted_ns
+        try:
+            await self._branch(
+                request, tensors, batches, self._steps_for(request.requested_outputs), totals
+            )
+        except RepokitError as exc:  # prefixed with the ensemble's name already
+            sink(BackendResult(error=exc), True)
+            return ScheduledResult(BackendResult(), queue_ns, totals.timing())
+        sink(None, True)
+        return ScheduledResult(BackendResult(), queue_ns, totals.timing())
+
+    async def _branch(
+        self,
+        request: BackendRequest,
+        tensors: dict[str, InferTensor | None],
+        batches: dict[str, int],
+        waiting: tuple[EnsembleStep, ...],
+        totals: _TimingSum,
+    ) -> None:
+        control = request.control
+        assert control is not None and control.sink is not None
+        while True:
+            ready = [s for s in waiting if s.needs <= tensors.keys()]
+            if not ready:
+                break
+            step = ready[0]
+            waiting = tuple(s for s in waiting if s is not step)
+            model = self._describe(step.model_name, step.model_version) if self._describe else None
+            if model is None or not model.decoupled:
+                called = await self._call(step, request, tensors, batches)
+                failed = self._take(step, called, tensors, batches, totals)
+                if failed is not None and failed.error is not None:
+                    raise failed.error
+                continue
+            await self._fan_out(step, request, tensors, batches, waiting, totals)
+            return
+        result = self._result(request, tensors, batches)
+        if result is not None and result.outputs:
+            control.sink(result, False)
+
+    async def _fan_out(
+        self,
+        step: EnsembleStep,
+        request: BackendRequest,
+        tensors: dict[str, InferTensor | None],
+        batches: dict[str, int],
+        waiting: tuple[EnsembleStep, ...],
+        totals: _TimingSum,
+    ) -> None:
+        """Run a decoupled step; every response it sends goes on as a branch of its own."""
+        queue: asyncio.Queue[tuple[BackendResult | None, bool] | None] = asyncio.Queue()
+        step_control = RequestControl(sink=lambda result, final: queue.put_nowait((result, final)))
+        assert request.control is not None
+        request.control.on_cancel(step_control.cancel)
+        batch = self._step_request(step, request, tensors, batches)[1]
+        task = asyncio.ensure_future(
+            self._call(step, request, tensors, batches, control=step_control)
+        )
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        branches: list[asyncio.Task[None]] = []
+        executed = final = False
+        try:
+            while not (executed and final):
+                item = await queue.get()
+                if item is None:
+                    executed = True
+                    scheduled = task.result()[0]
+                    totals.add(scheduled.timing)
+                    if scheduled.result.error is not None:
+                        raise self._prefixed(scheduled.result.error)
+                    continue
+                result, last = item
+                final = final or last
+                if result is None:
+                    continue
+                if result.error is not None:
+                    raise self._prefixed(result.error)
+                forked, forked_batches = dict(tensors), dict(batches)
+                self._route(step, result, forked, forked_batches, batch)
+                branches.append(
+                    asyncio.ensure_future(
+                        self._branch(request, forked, forked_batches, waiting, totals)
+                    )
+                )
+            await asyncio.gather(*branches)
+        finally:
+            for pending in (task, *branches):
+                if not pending.done():
+                    pending.cancel()
 
     def _steps_for(self, requested: tuple[str, ...]) -> tuple[EnsembleStep, ...]:
         """The steps that lead to the requested outputs (all of them when none or all are
@@ -283,6 +411,19 @@ class EnsembleScheduler(Scheduler):
         result = scheduled.result
         if result.error is not None:
             return BackendResult(error=self._prefixed(result.error))
+        self._route(step, result, tensors, batches, batch)
+        return None
+
+    @staticmethod
+    def _route(
+        step: EnsembleStep,
+        result: BackendResult,
+        tensors: dict[str, InferTensor | None],
+        batches: dict[str, int],
+        batch: int,
+    ) -> None:
+        """A step's outputs into ``tensors`` (those it did not produce as absent), made by a
+        request of batch size ``batch``."""
         routes = step.routes
         for out in result.outputs:
             target = routes.get(out.name)
@@ -293,7 +434,6 @@ class EnsembleScheduler(Scheduler):
                 batches[target] = batch
         for target in routes.values():
             tensors.setdefault(target, None)
-        return None
 
     async def _call(
         self,
@@ -301,8 +441,31 @@ class EnsembleScheduler(Scheduler):
         request: BackendRequest,
         tensors: dict[str, InferTensor | None],
         batches: dict[str, int],
+        control: RequestControl | None = None,
     ) -> tuple[ScheduledResult, int]:
-        """Run a step; its result and its request's batch size (0: the model does not batch)."""
+        """Run a step; its result and its request's batch size (0: the model does not batch).
+        ``control``: a decoupled step's (its responses go to its sink)."""
+        step_request, batch = self._step_request(step, request, tensors, batches)
+        step_request.control = control
+        limit = self._limits.get(step.index)
+        try:
+            if limit is None:
+                scheduled = await self._infer(step.model_name, step.model_version, step_request)
+            else:
+                async with limit:
+                    scheduled = await self._infer(step.model_name, step.model_version, step_request)
+        except RepokitError as exc:
+            return ScheduledResult(BackendResult(error=exc), 0, _NO_TIME), batch
+        return scheduled, batch
+
+    def _step_request(
+        self,
+        step: EnsembleStep,
+        request: BackendRequest,
+        tensors: dict[str, InferTensor | None],
+        batches: dict[str, int],
+    ) -> tuple[BackendRequest, int]:
+        """A step's request and its batch size (0: the model does not batch)."""
         model = (
             self._describe(step.model_name, step.model_version)
             if self._describe is not None
@@ -335,16 +498,7 @@ class EnsembleScheduler(Scheduler):
             timeout_us=request.timeout_us,
             trace=request.trace,
         )
-        limit = self._limits.get(step.index)
-        try:
-            if limit is None:
-                scheduled = await self._infer(step.model_name, step.model_version, step_request)
-            else:
-                async with limit:
-                    scheduled = await self._infer(step.model_name, step.model_version, step_request)
-        except RepokitError as exc:
-            return ScheduledResult(BackendResult(error=exc), 0, _NO_TIME), batch
-        return scheduled, batch
+        return step_request, batch
 
     def _prefixed(self, error: RepokitError) -> RepokitError:
         return RepokitError(error.code, f"in ensemble '{self._name}', {error.message}")
