@@ -890,6 +890,38 @@ def grep_pattern(text: str) -> str:
     return text.strip().replace("(", r"\(").replace(")", r"\)")
 
 
+def cli_messages() -> list[Scenario]:
+    """L0_model_config cli_messages: the deprecated --strict-model-config is warned about (and
+    its override by --disable-auto-complete-config); the repository's one folder holds only the
+    expected file, so the server does not start, and test.sh greps its whole output."""
+    cases = (
+        (
+            "cli_deprecation",
+            ["--strict-model-config=true"],
+            "Warning: '--strict-model-config' has been deprecated! Please use "
+            "'--disable-auto-complete-config' instead.",
+        ),
+        (
+            "cli_override",
+            ["--disable-auto-complete-config", "--strict-model-config=false"],
+            "Warning: Overriding deprecated '--strict-model-config' from False to True in "
+            "favor of '--disable-auto-complete-config'!",
+        ),
+    )
+    return [
+        Scenario(
+            f"L0_model_config/cli_messages/{target}",
+            "L0_model_config",
+            copied(f"L0_model_config/cli_messages/{target}"),
+            flags=flags,
+            expect_start=False,
+            log_checks=[LogCheck("warning_in_output", re.escape(warning))],
+            verbose=False,
+        )
+        for target, flags, warning in cases
+    ]
+
+
 def autofill_failures() -> list[Scenario]:
     """L0_model_config: every python case of autofill_noplatform must stop the server
     (--strict-model-config=false) with one of its ``expected*`` texts in an error line
@@ -1536,6 +1568,7 @@ def scenarios() -> list[Scenario]:
         *logging(),
         *autofill(),
         *autofill_failures(),
+        *cli_messages(),
         *http_frontend(),
         *http_generate(),
         *asyncio_clients(),

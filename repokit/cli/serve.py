@@ -9,6 +9,7 @@ Boolean flags take tritonserver's explicit values (``--allow-client-shm=true``,
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -132,7 +133,7 @@ def serve(
         typer.Option(help="native (repokit's own HTTP/2 server) | grpcio (grpc.aio)"),
     ] = "native",
     allow_client_shm: Annotated[str, typer.Option(metavar="BOOL")] = "false",
-    strict_model_config: Annotated[str, typer.Option(metavar="BOOL")] = "false",
+    strict_model_config: Annotated[str | None, typer.Option(metavar="BOOL")] = None,
     disable_auto_complete_config: bool = False,
     model_config_name: str = "",
     python_execute_timeout_secs: Annotated[
@@ -266,6 +267,7 @@ def serve(
         parse_backend_config,
         parse_metrics_config,
         response_cache_notes,
+        strict_model_config_warnings,
     )
     from repokit.core import server_log
     from repokit.core.response_cache import parse_cache_config
@@ -279,6 +281,11 @@ def serve(
     from repokit.scheduler.rate_limiter import parse_rate_limit, parse_resource_flags
 
     given = {f"--{name.replace('_', '-')}": value for name, value in locals().items()}
+    strict = None
+    if strict_model_config is not None:
+        strict = parse_bool(strict_model_config, "--strict-model-config")
+    for warning in strict_model_config_warnings(strict, disable_auto_complete_config):
+        sys.stderr.write(warning + "\n")  # as tritonserver, before its log starts
     repos = [*(repositories or []), *(model_repository or [])]
     if not repos:
         repos = [default_sample_repository()]
@@ -335,8 +342,7 @@ def serve(
             load_models=list(load_model or []),
             strict_readiness=parse_bool(strict_readiness, "--strict-readiness"),
             exit_timeout_secs=exit_timeout_secs,
-            strict_model_config=disable_auto_complete_config
-            or parse_bool(strict_model_config, "--strict-model-config"),
+            strict_model_config=disable_auto_complete_config or bool(strict),
             model_config_name=model_config_name,
             allow_client_shm=parse_bool(allow_client_shm, "--allow-client-shm"),
             http_max_input_size=http_max_input_size,

@@ -85,6 +85,23 @@ def inert_flag_notes(given: dict[str, Any]) -> list[str]:
     return notes
 
 
+def strict_model_config_warnings(strict: bool | None, disable_auto_complete: bool) -> list[str]:
+    """tritonserver's stderr lines for the deprecated ``--strict-model-config`` (given: not
+    None), and for ``--disable-auto-complete-config`` overriding it when it said false."""
+    if strict is None:
+        return []
+    warnings = [
+        "Warning: '--strict-model-config' has been deprecated! Please use "
+        "'--disable-auto-complete-config' instead."
+    ]
+    if disable_auto_complete and not strict:
+        warnings.append(
+            "Warning: Overriding deprecated '--strict-model-config' from False to True in favor "
+            "of '--disable-auto-complete-config'!"
+        )
+    return warnings
+
+
 def response_cache_notes(byte_size: str | None) -> list[str]:
     """tritonserver's deprecation warning for ``--response-cache-byte-size``."""
     if byte_size is None:

@@ -371,3 +371,41 @@ def test_unambiguous_flag_prefixes_are_taken_as_tritonserver_takes_them(tmp_path
             env={**os.environ, "COLUMNS": "200"},
         )
         assert result.returncode == 2 and message in result.stdout + result.stderr, result
+
+
+DEPRECATED_STRICT = (
+    "Warning: '--strict-model-config' has been deprecated! Please use "
+    "'--disable-auto-complete-config' instead."
+)
+OVERRIDDEN_STRICT = (
+    "Warning: Overriding deprecated '--strict-model-config' from False to True in favor of "
+    "'--disable-auto-complete-config'!"
+)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--strict-model-config=true"], [DEPRECATED_STRICT]),
+        (["--strict-model-config=false"], [DEPRECATED_STRICT]),
+        (
+            ["--disable-auto-complete-config", "--strict-model-config=false"],
+            [DEPRECATED_STRICT, OVERRIDDEN_STRICT],
+        ),
+        (["--disable-auto-complete-config"], []),
+    ],
+    ids=["strict", "not-strict", "overridden", "replacement"],
+)
+def test_the_deprecated_strict_model_config_flag_is_warned_about(
+    tmp_path: Path, flags: list[str], expected: list[str]
+) -> None:
+    # Triton's qa L0_model_config cli_messages: a repository whose one model cannot load, so
+    # the server exits at once; the lines come on stderr before the log, as tritonserver's
+    (tmp_path / "models" / "broken").mkdir(parents=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "repokit", "serve", f"--model-repository={tmp_path / 'models'}",
+         *flags, *PORT_FLAGS],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    assert [line for line in run.stderr.splitlines() if line.startswith("Warning: ")] == expected
