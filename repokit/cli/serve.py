@@ -229,8 +229,15 @@ def serve(
             help="Processes doing the HTTP and gRPC work (auto: one per core).",
         ),
     ] = "1",
+    model_namespacing: Annotated[
+        str,
+        typer.Option(
+            metavar="BOOL",
+            help="Let several repositories hold models of the same name (each repository is a"
+            " namespace).",
+        ),
+    ] = "false",
     # tritonserver flags without effect here (each given one is logged once; serve_flags.py)
-    model_namespacing: _Inert = None,
     enable_peer_access: _Inert = None,
     http_thread_count: _Inert = None,
     grpc_infer_allocation_pool_size: _Inert = None,
@@ -357,6 +364,7 @@ def serve(
             metrics=metrics,
             trace=trace,
             response_cache=response_cache,
+            model_namespacing=parse_bool(model_namespacing, "--model-namespacing"),
             rate_limit=parse_rate_limit(rate_limit.lower()),  # type: ignore[arg-type]
             rate_limit_resources=parse_resource_flags(rate_limit_resource or []),
         )

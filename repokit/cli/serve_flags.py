@@ -17,7 +17,6 @@ from repokit.core.settings import MetricsSettings
 
 # flag -> why it has no effect here (the README's table says the same)
 INERT_FLAGS: dict[str, str] = {
-    "--model-namespacing": "model names are global on this server",
     "--enable-peer-access": "no GPUs are used",
     "--reuse-http-port": "",  # honoured: SO_REUSEPORT on the HTTP socket (not inert)
     "--http-thread-count": "HTTP requests are served on the server's event loop",

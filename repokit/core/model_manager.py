@@ -54,6 +54,7 @@ from repokit.core.model_source import (
 )
 from repokit.core.request_checks import ModelIO
 from repokit.core.response_cache import ResponseCache
+from repokit.core.scheduling import StepRunner
 from repokit.core.settings import ServerSettings
 from repokit.core.statistics import ModelStats
 from repokit.errors import RepokitError, internal, invalid_arg, not_found, unavailable
@@ -69,6 +70,21 @@ READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNL
 UNLOADED_REASON = "unloaded"
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
 DUPLICATE_REASON = "model appears in two or more repositories"
+# --model-namespacing: a model's record key is "<name><NAMESPACE_SEP><repository>" (Triton's
+# ModelIdentifier); requests name models by name alone
+NAMESPACE_SEP = "\0"
+
+
+def public_name(key: str) -> str:
+    """The model name of a record key (see NAMESPACE_SEP)."""
+    return key.partition(NAMESPACE_SEP)[0]
+
+
+def _ambiguous(name: str, count: int) -> RepokitError:
+    return invalid_arg(
+        f"There are {count} identifiers of model '{name}' in global map, model namespace must"
+        " be provided to resolve ambiguity."
+    )
 
 
 @dataclass
@@ -204,6 +220,8 @@ class ModelManager:
         self._retiring: set[asyncio.Task[None]] = set()  # versions whose backend gave up
         self._scheduler_factory = scheduler_factory or default_scheduler_factory
         self._records: dict[str, ModelRecord] = {}
+        # --model-namespacing: the record keys of each model name (rebuilt when records change)
+        self._keys_by_name: dict[str, list[str]] | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._poll_task: asyncio.Task[None] | None = None
         self._load_slots: asyncio.Semaphore | None = None  # created in the running loop
@@ -223,7 +241,8 @@ class ModelManager:
         mode = self._settings.model_control_mode
         names = list(self._directories())
         if mode == "explicit" and "*" not in self._settings.load_models:
-            names = list(dict.fromkeys(self._settings.load_models))
+            wanted = dict.fromkeys(self._settings.load_models)
+            names = [key for name in wanted for key in self._keys_named(name)]
         await asyncio.gather(*(self._load_quietly(name) for name in names))
         if mode == "poll" and self._settings.repository_poll_secs > 0:
             self._poll_task = asyncio.create_task(self._poll_forever())
@@ -249,17 +268,20 @@ class ModelManager:
         """Models (or versions) that failed to load, with their reasons (for --exit-on-error)."""
         failed: dict[str, str] = {}
         for record in self._records.values():
+            name = public_name(record.name)
             if record.reason and not record.ready():
-                failed[record.name] = record.reason
+                failed[name] = record.reason
             for status in record.versions.values():
                 if status.state == UNAVAILABLE and status.reason != UNLOADED_REASON:
-                    failed[record.name] = f"version {status.version}: {status.reason}"
+                    failed[name] = f"version {status.version}: {status.reason}"
         return failed
 
     # --- version selection -----------------------------------------------------------------
     def get(self, name: str, version: str = "") -> LoadedVersion:
         """The version a request runs on, with Triton's errors (§0.2)."""
         record = self._records.get(name)
+        if record is None and self._settings.model_namespacing:
+            record = self._records.get(self._key_of(name))
         if record is None or (not record.known and not record.versions):
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if not version:  # the highest READY version (one pass: this runs per request)
@@ -286,6 +308,61 @@ class ModelManager:
             )
         return status.loaded
 
+    def _key_of(self, name: str) -> str:
+        """--model-namespacing: the record key of the one model of that name (``name`` when
+        there is none); Triton's error when several repositories' models have it."""
+        index = self._keys_by_name
+        if index is None:
+            index = {}
+            for key in self._records:
+                index.setdefault(public_name(key), []).append(key)
+            self._keys_by_name = index
+        keys = index.get(name, ())
+        if len(keys) > 1:
+            raise _ambiguous(name, len(keys))
+        return keys[0] if keys else name
+
+    def _record(self, key: str) -> ModelRecord:
+        record = self._records.get(key)
+        if record is None:
+            record = self._records[key] = ModelRecord(key)
+            self._keys_by_name = None
+        return record
+
+    def _forget(self, key: str) -> None:
+        if self._records.pop(key, None) is not None:
+            self._keys_by_name = None
+
+    def _keys_named(self, name: str) -> list[str]:
+        """The repository keys of a model name (--model-namespacing; else the name)."""
+        directories = self._directories()
+        if not self._settings.model_namespacing or name in directories:
+            return [name]
+        return [key for key in directories if public_name(key) == name] or [name]
+
+    def _key_in(self, name: str, namespace: str) -> str:
+        """The key a step ``name`` of an ensemble in repository ``namespace`` runs on: the
+        model of that name in the same repository, else the one model of that name."""
+        own = f"{name}{NAMESPACE_SEP}{namespace}"
+        if own in self._records or own in self._directories():
+            return own
+        keys = self._keys_named(name)
+        return keys[0] if len(keys) == 1 else name
+
+    def _step_runner(self, directory: Path) -> StepRunner:
+        """The step runner of an ensemble loaded from ``directory``: with --model-namespacing
+        its steps run the models of its own repository when they are loaded, else the one
+        loaded model of that name."""
+        if not self._settings.model_namespacing:
+            return self.run_step
+        namespace = str(directory.parent)
+
+        async def run(name: str, version: int, request: BackendRequest) -> ScheduledResult:
+            own = f"{name}{NAMESPACE_SEP}{namespace}"
+            return await self.run_step(own if own in self._records else name, version, request)
+
+        return run
+
     async def run_step(self, name: str, version: int, request: BackendRequest) -> ScheduledResult:
         """An ensemble step on a composing model (``version`` -1 = the latest READY one):
         the composing model's own checks, scheduler and statistics."""
@@ -307,6 +384,9 @@ class ModelManager:
 
     def ready_versions(self, name: str) -> list[LoadedVersion]:
         record = self._records.get(name)
+        if record is None and self._settings.model_namespacing:
+            with contextlib.suppress(RepokitError):  # an ambiguous name: none
+                record = self._records.get(self._key_of(name))
         if record is None:
             return []
         return [s.loaded for s in sorted(record.ready(), key=lambda s: s.version) if s.loaded]
@@ -330,8 +410,9 @@ class ModelManager:
 
     def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         entries: list[dict[str, Any]] = []
-        for name in sorted(self._directories()):
-            record = self._records.get(name)
+        for key in sorted(self._directories()):
+            record = self._records.get(key)
+            name = public_name(key)
             if record is None:
                 if not ready_only:
                     entries.append({"name": name})
@@ -382,13 +463,19 @@ class ModelManager:
                 private = write_private_files(name, files)
             except RepokitError as exc:
                 raise _poll_failure(name, exc.message) from exc
-        await self._load(name, override=override, private=private, force=override is not None)
+        keys = self._keys_named(name) if private is None else [name]
+        for key in keys:  # with --model-namespacing: the model of that name in each repository
+            await self._load(key, override=override, private=private, force=override is not None)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         if self._settings.model_control_mode != "explicit":
             raise unavailable(NOT_EXPLICIT)
         check_model_name(name)
-        await self._unload(name, dependents=unload_dependents)
+        keys = [name]
+        if self._settings.model_namespacing and name not in self._records:
+            keys = [k for k in list(self._records) if public_name(k) == name] or keys
+        for key in keys:
+            await self._unload(key, dependents=unload_dependents)
 
     # --- poll mode -------------------------------------------------------------------------
     async def poll_once(self) -> None:
@@ -407,7 +494,7 @@ class ModelManager:
             record = self._records[name]
             if name not in directories and record.private_dir is None:
                 await self._unload(name, dependents=False)
-                self._records.pop(name, None)
+                self._forget(name)
 
     async def _poll_forever(self) -> None:
         while True:
@@ -419,7 +506,10 @@ class ModelManager:
 
     # --- internals ---------------------------------------------------------------------------
     def _directories(self) -> dict[str, list[Path]]:
-        return model_directories(self._settings.repositories)
+        found = model_directories(self._settings.repositories)
+        if not self._settings.model_namespacing:
+            return found
+        return {f"{n}{NAMESPACE_SEP}{p.parent}": [p] for n, ps in found.items() for p in ps}
 
     def _lock(self, name: str) -> asyncio.Lock:
         lock = self._locks.get(name)
@@ -438,30 +528,31 @@ class ModelManager:
     ) -> tuple[ModelDefinition, str]:
         paths = self._directories().get(name, [])
         if len(paths) > 1:
-            record = self._records.setdefault(name, ModelRecord(name))
+            record = self._record(name)
             record.reason, record.fingerprint = DUPLICATE_REASON, DUPLICATE_REASON
             raise _poll_failure(name, DUPLICATE_REASON)
         if private is None and not paths:
-            raise _poll_failure(name)
+            raise _poll_failure(public_name(name))
         directory = private if private is not None else paths[0]
         stamp = fingerprint(directory)
         try:
             definition = read_model(
-                name,
+                public_name(name),
                 directory,
                 override=override,
                 config_name=self._settings.model_config_name,
                 strict=self._settings.strict_model_config,
             )
         except ModelLoadError as exc:
-            record = self._records.setdefault(name, ModelRecord(name))
+            record = self._record(name)
             record.fingerprint = stamp
             if not record.ready():
                 record.reason, record.known = exc.reason, exc.config_ok
                 self._drop_versions(record)
+            shown = public_name(name)
             if exc.config_ok:
-                raise invalid_arg(f"load failed for model '{name}': {exc.reason}\n") from exc
-            raise _poll_failure(name, exc.reason) from exc
+                raise invalid_arg(f"load failed for model '{shown}': {exc.reason}\n") from exc
+            raise _poll_failure(shown, exc.reason) from exc
         return definition, stamp
 
     @staticmethod
@@ -487,11 +578,15 @@ class ModelManager:
             if private is not None:
                 shutil.rmtree(private.parent, ignore_errors=True)
             raise
+        steps = definition.config.ensemble_scheduling.step
+        dependencies = tuple(dict.fromkeys(s.model_name for s in steps))
+        if self._settings.model_namespacing and private is None:
+            namespace = str(definition.directory.parent)
+            dependencies = tuple(self._key_in(d, namespace) for d in dependencies)
         if not force and self._unchanged(name, stamp, private, retry_failed):
+            if self._settings.model_namespacing and dependencies:  # Triton re-resolves them
+                await self._load_dependencies(name, dependencies, (*chain, name))
             return
-        dependencies = tuple(
-            dict.fromkeys(s.model_name for s in definition.config.ensemble_scheduling.step)
-        )
         dependency_error = await self._load_dependencies(name, dependencies, (*chain, name))
         if not dependency_error and definition.config.response_cache.enable:
             dependency_error = self._cache_refusal(name, dependencies)
@@ -608,7 +703,7 @@ class ModelManager:
             await loaded.start(
                 self._backend_factory,
                 self._scheduler_factory,
-                self.run_step,
+                self._step_runner(loaded.directory),
                 self.server,
                 cache=self.response_cache,
                 rate_limiter=self.rate_limiter,
@@ -630,7 +725,7 @@ class ModelManager:
         dependencies: tuple[str, ...],
         dependency_error: str,
     ) -> None:
-        record = self._records.setdefault(name, ModelRecord(name))
+        record = self._record(name)
         reloading = bool(record.ready())
         if not reloading:
             record.reason, record.known = "", True
@@ -702,7 +797,7 @@ class ModelManager:
             for status in record.versions.values():
                 status.state, status.reason, status.loaded = UNAVAILABLE, UNLOADED_REASON, None
             if not record.versions:  # a model that never loaded: forget its failure
-                self._records.pop(name, None)
+                self._forget(name)
             if record.private_dir is not None:
                 shutil.rmtree(record.private_dir.parent, ignore_errors=True)
                 record.private_dir = None

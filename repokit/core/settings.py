@@ -79,6 +79,10 @@ class ServerSettings:
     # --rate-limit (off | execution_count) and --rate-limit-resource NAME:COUNT[:DEVICE]
     rate_limit: Literal["off", "execution_count"] = "off"
     rate_limit_resources: tuple[ResourceLimit, ...] = ()
+    # --model-namespacing: a model name may be in several repositories (each repository is
+    # its namespace); requests name a model that is in one, ensembles find their steps in
+    # their own repository first
+    model_namespacing: bool = False
 
     def __post_init__(self) -> None:
         self.repositories = [Path(p) for p in self.repositories]
