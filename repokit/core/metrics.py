@@ -205,11 +205,14 @@ def _render_summaries(
     cached = [source for source in sources if source.stats.cache_enabled]
     families = _SUMMARIES + (_CACHE_SUMMARIES if cached else ())
     for name, help_text, which in families:
-        _header(lines, name, help_text, "summary")
+        header = False  # a family without samples is left out, as prometheus-cpp does
         for source in cached if which.startswith("cache") else sources:
             summaries = source.stats.summaries
             if summaries is None or (which == "request" and source.stats.cache_enabled):
                 continue  # Triton leaves the request summary out for models with the cache
+            if not header:
+                _header(lines, name, help_text, "summary")
+                header = True
             summary = getattr(summaries, which)
             lines.append(f"{name}_count{_labels(source)} {summary.count}")
             lines.append(f"{name}_sum{_labels(source)} {summary.total_us}")

@@ -118,3 +118,16 @@ def test_compute_phase_summaries_as_triton() -> None:
         assert f"{name}_sum{labels} {us}" in text
         assert f'{name}{{model="m",version="1",quantile="0.5"}} {us}' in text
     assert f"nv_inference_queue_summary_us_count{labels} 2" in text
+
+
+def test_the_request_summary_family_is_left_out_when_only_cached_models_have_summaries() -> None:
+    """Triton publishes no request summary for a model with the response cache, and an empty
+    family is not written at all (L0_metrics' test_inf_summaries_exist_with_cache)."""
+    stats = ModelStats("cached", 1, summaries=LatencySummaries(Clock()), cache_enabled=True)
+    stats.record_success(1, 2_000, 1_000, Timing())
+    text = render_metrics(
+        [MetricSource(stats, 0)], settings=MetricsSettings(summary_latencies=True)
+    )
+    assert "nv_inference_request_summary" not in text
+    assert 'nv_inference_queue_summary_us_count{model="cached",version="1"} 1' in text
+    assert "# TYPE nv_inference_compute_infer_summary_us summary" in text
