@@ -48,6 +48,12 @@ NOT_APPLICABLE: dict[str, str] = {
     " tritonserver from PATH",
     "L0_server_status": "its repository is qa_model_repository's graphdef and TensorRT models",
     "L0_query": "Triton's test-only 'query' backend and a C++ unit test",
+    "L0_model_update (by default)": "instance_update_test's tearDown reads unittest internals"
+    " that Python 3.11 removed (_feedErrorsToResult, _outcome.errors): every test errors in"
+    " tearDown, the model is never reset and later tests fail on both servers alike; its"
+    " scenarios run only when -k names them",
+    "L0_metrics namespace_on": "expects the namespace label to be Triton's install path"
+    " (/opt/tritonserver/qa/...): fails on both; repokit has no namespace label",
 }
 
 
@@ -563,6 +569,7 @@ def model_update() -> list[Scenario]:
                 env={"RATE_LIMIT_MODE": mode, "MODEL_LOG_DIR": "{cwd}"},
                 server_log=f"instance_update_test.rate_limit_{mode}.server.log",
                 verbose=False,
+                heavy=True,  # see NOT_APPLICABLE
             )
         )
     return found
