@@ -53,7 +53,7 @@ NOT_APPLICABLE: dict[str, str] = {
     " tearDown, the model is never reset and later tests fail on both servers alike; its"
     " scenarios run only when -k names them",
     "L0_metrics namespace_on": "expects the namespace label to be Triton's install path"
-    " (/opt/tritonserver/qa/...): fails on both; repokit has no namespace label",
+    " (/opt/tritonserver/qa/...): fails on both (the label is the repository's path)",
 }
 
 

@@ -25,6 +25,7 @@ class MetricSource:
     stats: ModelStats
     pending: int
     tags: tuple[tuple[str, str], ...] = ()
+    namespace: str = ""  # --model-namespacing: the model's repository (Triton's label)
 
 
 _COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
@@ -150,6 +151,8 @@ def _labels(source: MetricSource, extra: Iterable[tuple[str, str]] = ()) -> str:
         *((f"_{key}", value) for key, value in source.tags),
         *extra,
     ]
+    if source.namespace:
+        pairs.append(("namespace", source.namespace))
     pairs.sort()
     return "{" + ",".join(f'{key}="{_escape(value)}"' for key, value in pairs) + "}"
 

@@ -561,11 +561,13 @@ class InferenceService:
 
     def metrics_text(self) -> str:
         """Prometheus text exposition with Triton's nv_* families."""
+        namespaced = self.settings.model_namespacing
         sources = [
             MetricSource(
                 stats=v.stats,
                 pending=v.scheduler.pending_count if v.scheduler is not None else 0,
                 tags=tuple(sorted(v.config.metric_tags.items())),
+                namespace=str(v.directory.parent) if namespaced else "",
             )
             for v in self.manager.all_ready()
         ]

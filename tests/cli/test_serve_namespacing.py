@@ -5,6 +5,7 @@ its own repository."""
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -75,8 +76,19 @@ def test_each_repository_is_a_namespace(
         index = client.get_model_repository_index()
         names = sorted(entry["name"] for entry in index if entry.get("state") == "READY")
         assert names == ["add", "composing", "composing", "ensemble", "ensemble", "sub"]
+        metrics = _metrics(server)
     finally:
         server.kill()
+    # as Triton: each model's metrics carry its repository as the namespace label
+    for repo, model in ((add, "add"), (sub, "sub"), (add, "composing"), (sub, "composing")):
+        labels = f'{{model="{model}",namespace="{repo}",version="1"}}'
+        assert f"nv_inference_request_success{labels}" in metrics, labels
+
+
+def _metrics(server: ServeProcess) -> str:
+    url = f"http://{server.url('Metrics Service')}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        return str(answer.read().decode())
 
 
 def test_without_namespacing_a_name_in_two_repositories_does_not_load(
