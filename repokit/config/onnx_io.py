@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from repokit.config.diagnostics import Diagnostic, Severity
+from repokit.config.onnx_shapes import shape_problem
 from repokit.config.suggest import did_you_mean
 from repokit.protocol.generated import model_config_pb2 as mc
 
@@ -211,6 +212,7 @@ class TensorChecker:
         self.file = file
         self.prefix = prefix
         self.found: list[Diagnostic] = []
+        self.input_count_differs = False  # onnx: Triton's count error stands for the names
 
     def error(self, rule: str, message: str, path: str = "") -> None:
         rule = f"{self.prefix}-{rule.removeprefix('onnx-')}"
@@ -223,7 +225,31 @@ class TensorChecker:
         actual: tuple[OnnxTensor, ...],
     ) -> None:
         by_name = {t.name: t for t in actual}
+        if self.prefix == "onnx" and side == "input":
+            self.check_input_count(declared, actual)
         self.check_tensors(side, declared, by_name.get, sorted(by_name), list_names=True)
+
+    def check_input_count(self, declared: Sequence[Any], actual: tuple[OnnxTensor, ...]) -> None:
+        """Triton's onnxruntime backend compares the counts first: every model input must be
+        fed (config inputs, sequence controls and states, batch inputs) and nothing else."""
+        names = {io.name for io in declared}
+        expected = len(declared) + len(_fed_inputs(self.config) - names)
+        if expected == len(actual):
+            return
+        self.input_count_differs = True
+        model_names = {t.name for t in actual}
+        unfed = sorted(model_names - names - _fed_inputs(self.config))
+        strangers = [io.name for io in declared if io.name not in model_names]
+        detail = [
+            *(["the config does not feed " + ", ".join(f"'{n}'" for n in unfed)] if unfed else []),
+            *(["the model has no " + ", ".join(f"'{n}'" for n in strangers)] if strangers else []),
+        ]
+        self.error(
+            "onnx-input-missing" if expected < len(actual) else "onnx-input-unknown",
+            f"unable to load model '{self.config.name}', configuration expects {expected} "
+            f"inputs, model provides {len(actual)}" + (f" ({'; '.join(detail)})" if detail else ""),
+            "input",
+        )
 
     def check_tensors(
         self,
@@ -240,14 +266,17 @@ class TensorChecker:
             path = f"{side}[{index}]"
             tensor = lookup(io.name)
             if tensor is None:
+                if side == "input" and self.input_count_differs:
+                    continue  # said by the count
                 hint = did_you_mean(io.name, names)
                 allowed = ", ".join(names) or "(none)"
-                tail = f"; the model's {side}s are: {allowed}" if list_names else ""
-                self.error(
-                    f"onnx-{side}-unknown",
-                    f"{side} '{io.name}' does not exist in the model{hint}{tail}",
-                    f"{path}.name",
-                )
+                if self.prefix == "onnx":  # Triton's onnxruntime backend's words
+                    message = f"unexpected inference {side} '{io.name}', allowed {side}s are: "
+                    message += allowed + hint
+                else:
+                    tail = f"; the model's {side}s are: {allowed}" if list_names else ""
+                    message = f"{side} '{io.name}' does not exist in the model{hint}{tail}"
+                self.error(f"onnx-{side}-unknown", message, f"{path}.name")
                 continue
             if io.data_type != tensor.data_type and tensor.data_type != mc.TYPE_INVALID:
                 self.error(
@@ -259,7 +288,37 @@ class TensorChecker:
             if not tensor.rank_known:
                 continue
             dims = tuple(io.reshape.shape) if io.HasField("reshape") else tuple(io.dims)
-            self.check_dims(side, io.name, path, dims, tensor.dims, batching)
+            if self.prefix == "onnx":
+                self.check_onnx_shape(side, io, path, dims, tensor.dims, batching)
+            else:
+                self.check_dims(side, io.name, path, dims, tensor.dims, batching)
+
+    def check_onnx_shape(
+        self,
+        side: str,
+        io: Any,
+        path: str,
+        dims: tuple[int, ...],
+        model_dims: tuple[int, ...],
+        batching: bool,
+    ) -> None:
+        """What Triton's onnxruntime backend refuses, in its words (:mod:`.onnx_shapes`)."""
+        problem = shape_problem(self.config, side, io, model_dims)
+        if not problem:
+            return
+        field = f"{path}.reshape.shape" if io.HasField("reshape") else f"{path}.dims"
+        if batching and model_dims and model_dims[0] != DYNAMIC:
+            rule, field = f"onnx-{side}-batch-unsupported", "max_batch_size"
+        elif len(dims) + int(batching) != len(model_dims):
+            rule = f"onnx-{side}-rank-mismatch"
+        else:
+            rule = f"onnx-{side}-dims-mismatch"
+            model_rest = model_dims[1:] if batching else model_dims
+            for axis, (want, have) in enumerate(zip(dims, model_rest, strict=True)):
+                if want != have and (side == "output" or have != DYNAMIC):
+                    field = f"{field}[{axis}]"  # the first dimension that differs
+                    break
+        self.error(rule, problem, field)
 
     def check_dims(
         self,
@@ -318,6 +377,8 @@ class TensorChecker:
     def check_unfed_inputs(self, signature: OnnxSignature) -> None:
         """Every model input must be fed: Triton refuses a model whose config leaves one out
         ("unable to load model '...', configuration expects N inputs, model provides M")."""
+        if self.input_count_differs:
+            return  # said by the count
         fed = {i.name for i in self.config.input} | _fed_inputs(self.config)
         model_names = {t.name for t in signature.inputs}
         strangers = [i.name for i in self.config.input if i.name not in model_names]

@@ -306,3 +306,29 @@ def test_backend_directory_says_which_libraries_the_server_has(
     expected = message.format(model=repo / "m", backends=backends)
     assert found == ([expected] if message else []), report.diagnostics
     assert validate_one(repo).ok  # without the flag the server's directory is not known
+
+
+@pytest.mark.parametrize(
+    ("platform", "files", "strict", "severity"),
+    [
+        # Triton's qa autofill_noplatform_success/tensorflow_savedmodel/incomplete_input: the
+        # tensorflow backend completes the tensor from the SavedModel, which repokit does not read
+        ("tensorflow_savedmodel", {"1/model.savedmodel/saved_model.pb": "x"}, False, "warning"),
+        ("tensorflow_savedmodel", {"1/model.savedmodel/saved_model.pb": "x"}, True, "error"),
+        ("tensorrt_plan", {"1/model.plan": "x"}, False, "warning"),
+        ("tensorflow_graphdef", {"1/model.graphdef": "x"}, False, "error"),  # no autofill
+    ],
+)
+def test_a_tensor_the_backend_may_complete_is_a_warning(
+    tmp_path: Path, platform: str, files: dict[str, str], strict: bool, severity: str
+) -> None:
+    config = (
+        f'platform: "{platform}"\nmax_batch_size: 4\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+    )
+    make_model(tmp_path, config=config, versions=(), files=files)
+    report = validate_one(tmp_path, strict=strict, read_sources=False)
+    [finding] = [d for d in report.diagnostics if d.rule == "input-dims-missing"]
+    assert finding.severity.value == severity
+    assert ("unless the" in finding.message) is (severity == "warning")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from repokit.config.diagnostics import Severity
 from repokit.config.rules.context import RuleContext
 from repokit.protocol.generated import model_config_pb2 as mc
 
@@ -56,6 +57,23 @@ def _segments(dims: Sequence[int]) -> list[int]:
     return out
 
 
+def _completing_backend(ctx: RuleContext) -> str:
+    """The backend that may still complete a config's tensors from its model file when Triton
+    loads it (auto-complete on), where repokit cannot read that file: TensorFlow SavedModels,
+    TensorRT plans, OpenVINO models; "" otherwise (ONNX files are read by the deep check, and
+    python models complete their config in model code: --python-auto-complete)."""
+    if ctx.options.strict:
+        return ""
+    config = ctx.config
+    if config.platform == "tensorflow_savedmodel":
+        return "tensorflow"
+    if config.platform == TENSORRT_PLATFORM or config.backend == "tensorrt":
+        return "tensorrt"
+    if config.backend == "openvino":
+        return "openvino"
+    return ""
+
+
 def _check_shape(ctx: RuleContext, side: str, index: int, io: _Tensor) -> None:
     model, path = ctx.name, f"{side}[{index}]"
     if not io.name:
@@ -66,17 +84,30 @@ def _check_shape(ctx: RuleContext, side: str, index: int, io: _Tensor) -> None:
         )
         return
     prefix = f"model {side} '{io.name}'"
+    completer = _completing_backend(ctx)
+    # a backend that completes tensors from a model file repokit does not read: it may fill
+    # them in at load, so a missing field is a warning, not a refusal
+    severity = Severity.WARNING if completer else None
+    unless = (
+        f", unless the {completer} backend completes it from the model file at load "
+        "(auto-complete is on; repokit does not read that file)"
+        if completer
+        else ""
+    )
     if io.data_type == mc.TYPE_INVALID:
         ctx.report(
             f"{side}-data-type-missing",
-            f"{prefix} must specify 'data_type' for {model} (e.g. TYPE_FP32)",
+            f"{prefix} must specify 'data_type' for {model} (e.g. TYPE_FP32){unless}",
             path=f"{path}.data_type",
+            severity=severity,
         )
     if not io.dims:
         ctx.report(
             f"{side}-dims-missing",
-            f"{prefix} must specify 'dims' for {model}; scalars are not supported, use dims: [ 1 ]",
+            f"{prefix} must specify 'dims' for {model}; scalars are not supported, use dims: "
+            f"[ 1 ]{unless}",
             path=f"{path}.dims",
+            severity=severity,
         )
         return
     has_reshape = io.HasField("reshape")
