@@ -121,6 +121,7 @@ class SequenceBatchScheduler(Scheduler):
         self._controls = SequenceControls(config)
         self._states = ImplicitStates(config, model_dir or backend.context.model_dir)
         self._state_outputs = tuple(s.output_name for s in self._states.specs)
+        self._config_outputs = tuple(o.name for o in config.output)
         self._oldest = sb.HasField("oldest")
         self._direct_delay_ns = int(sb.direct.max_queue_delay_microseconds) * 1000
         self._direct_min_util = float(sb.direct.minimum_slot_utilization)
@@ -353,8 +354,11 @@ class SequenceBatchScheduler(Scheduler):
             if entry.start or seq.data is None:
                 seq.data = self._states.initial()
             inputs.update(seq.data)
-            if requested:
-                requested = tuple(dict.fromkeys(requested + self._state_outputs))
+            # the state outputs are asked for too, also when the client asked for none (all
+            # of the config's outputs): a backend answers those only (onnxruntime)
+            requested = tuple(
+                dict.fromkeys((requested or self._config_outputs) + self._state_outputs)
+            )
         return BackendRequest(
             inputs=inputs,
             requested_outputs=requested,

@@ -240,6 +240,35 @@ async def test_implicit_state_is_carried_between_requests_and_reset_at_start() -
     await sched.stop()
 
 
+class RequestedOnlyAccumulatingBackend(AccumulatingBackend):
+    """Answers the requested outputs only and, when none are requested, the config's outputs
+    only (as onnxruntime does): the state output comes back only when asked for."""
+
+    async def execute(
+        self, instance: int, requests: list[BackendRequest]
+    ) -> tuple[list[BackendResult], Timing]:
+        results, timing = await super().execute(instance, requests)
+        for req, result in zip(requests, results, strict=True):
+            wanted = set(req.requested_outputs) or {"OUTPUT0"}
+            result.outputs = [t for t in result.outputs if t.name in wanted]
+        return results, timing
+
+
+async def test_the_state_output_is_asked_for_when_the_client_asks_for_no_outputs() -> None:
+    """L0_dyna_implicit_state's test_simple_sequence (onnx): a request without requested
+    outputs (all of them) still carries the state to the next request."""
+    backend = RequestedOnlyAccumulatingBackend()
+    sched = await scheduler(backend, STATE % "")
+    outs = []
+    for value, start in ((1, True), (2, False), (3, False)):
+        res = await sched.submit(seq_request(4, value, start=start), 1)
+        outs.append(res.result)
+    assert [r.outputs[0].data.reshape(-1).tolist() for r in outs] == [[1], [3], [6]]
+    assert all([t.name for t in r.outputs] == ["OUTPUT0"] for r in outs)
+    assert backend.batches[0][1][0].requested_outputs == ("OUTPUT0", "STATE_OUT")
+    await sched.stop()
+
+
 async def test_initial_state_from_a_data_file(tmp_path: Path) -> None:
     (tmp_path / "initial_state").mkdir()
     (tmp_path / "initial_state" / "init.bin").write_bytes(np.int32(100).tobytes())
