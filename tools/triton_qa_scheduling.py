@@ -724,9 +724,10 @@ def _implicit_state_models(qa: Path, repo: Path) -> None:
     generated = repo.parent / "qa_sequence_implicit_model_repository"
     _generated(qa, "gen_qa_implicit_models.py", generated)
     name = "onnx_nobatch_sequence_int32"
-    shutil.copytree(generated / name, repo / name)
     allowed = repo / f"{name}_output"
-    shutil.copytree(generated / name, allowed)
+    for folder in (repo / name, allowed):
+        shutil.copytree(generated / name, folder)
+        sed(folder / "config.pbtxt", r"kind: KIND_GPU", "kind: KIND_CPU")  # no GPU here
     config = allowed / "config.pbtxt"
     sed(config, r"^name:.*", f'name: "{allowed.name}"')
     append(config, 'output [{ name: "OUTPUT_STATE" \n data_type: TYPE_INT32 \n dims: [ 1 ] }]')
