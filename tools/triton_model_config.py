@@ -123,7 +123,7 @@ def matches(expected: str, errors: list[str]) -> bool:
     """test.sh's ``grep "$EX"``: a basic regular expression, where ``+ ? ( ) { } |`` are
     literal (the rest reads as in Python's syntax). A leading status name ("Invalid argument:
     ") is how Triton's log renders the status code, which repokit's findings do not carry."""
-    text = expected.removeprefix("Invalid argument: ")
+    text = re.sub(r"^(Invalid argument|Internal|Not found|Unavailable|Unknown): ", "", expected)
     pattern = re.sub(r"([+?(){}|])", r"\\\1", text)
     return any(re.search(pattern, error) for error in errors)
 

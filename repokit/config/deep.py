@@ -7,7 +7,9 @@ the config, as the backend compares them at load time:
 * onnxruntime: ``model.onnx`` (names, datatypes, ranks, dims, batching, every model input fed),
   after Triton's auto-completion unless ``--strict`` (:mod:`repokit.config.onnx_io`);
 * tensorflow graphdef: ``model.graphdef`` placeholders and nodes
-  (:mod:`repokit.config.graphdef_io`).
+  (:mod:`repokit.config.graphdef_io`);
+* tensorflow SavedModel: the ``serving_default`` signature of ``model.savedmodel``, after the
+  backend's auto-completion unless ``--strict`` (:mod:`repokit.config.savedmodel_io`).
 
 Python models' ``model.py`` is read by the load-time rules (:mod:`repokit.config.rules.
 python_backend`: it must compile and define TritonPythonModel), which ``--no-deep`` turns off
@@ -27,6 +29,7 @@ from repokit.repository.backends import ONNXRUNTIME, TENSORFLOW, expected_artifa
 from repokit.repository.versions import version_folder_name
 
 GRAPHDEF_PLATFORM = "tensorflow_graphdef"
+SAVEDMODEL_PLATFORM = "tensorflow_savedmodel"
 
 
 def _check_file(ctx: RuleContext, path: Path, relative: str) -> list[Diagnostic]:
@@ -41,6 +44,12 @@ def _check_file(ctx: RuleContext, path: Path, relative: str) -> list[Diagnostic]
         from repokit.config.graphdef_io import check_graphdef_config
 
         return check_graphdef_config(config, path, model=ctx.model.name, file=relative)
+    if config.backend == TENSORFLOW and config.platform == SAVEDMODEL_PLATFORM:
+        from repokit.config.savedmodel_io import check_savedmodel_config
+
+        return check_savedmodel_config(
+            config, path, model=ctx.model.name, file=relative, strict=ctx.options.strict
+        )
     return []
 
 

@@ -206,11 +206,24 @@ def _shape_text(dims: tuple[int, ...] | list[int]) -> str:
 class TensorChecker:
     """Config tensors against a model's; rule ids start with ``prefix`` ("onnx", ...)."""
 
-    def __init__(self, config: mc.ModelConfig, model: str, file: str, prefix: str = "onnx") -> None:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        model: str,
+        file: str,
+        prefix: str = "onnx",
+        triton_words: bool | None = None,
+    ) -> None:
         self.config = config
         self.model = model or config.name
         self.file = file
         self.prefix = prefix
+        # Triton's words and rules of its onnxruntime (and tensorflow SavedModel) loading:
+        # counts first, "unexpected inference input", the shape rules of onnx_shapes
+        self.triton_words = prefix == "onnx" if triton_words is None else triton_words
+        # tensorflow SavedModels: a model input the config leaves out is allowed (only more
+        # config inputs than the model has are refused); onnxruntime refuses both
+        self.unfed_inputs_allowed = False
         self.found: list[Diagnostic] = []
         self.input_count_differs = False  # onnx: Triton's count error stands for the names
 
@@ -225,7 +238,7 @@ class TensorChecker:
         actual: tuple[OnnxTensor, ...],
     ) -> None:
         by_name = {t.name: t for t in actual}
-        if self.prefix == "onnx" and side == "input":
+        if self.triton_words and side == "input":
             self.check_input_count(declared, actual)
         self.check_tensors(side, declared, by_name.get, sorted(by_name), list_names=True)
 
@@ -234,7 +247,7 @@ class TensorChecker:
         fed (config inputs, sequence controls and states, batch inputs) and nothing else."""
         names = {io.name for io in declared}
         expected = len(declared) + len(_fed_inputs(self.config) - names)
-        if expected == len(actual):
+        if expected == len(actual) or (self.unfed_inputs_allowed and expected < len(actual)):
             return
         self.input_count_differs = True
         model_names = {t.name for t in actual}
@@ -270,7 +283,7 @@ class TensorChecker:
                     continue  # said by the count
                 hint = did_you_mean(io.name, names)
                 allowed = ", ".join(names) or "(none)"
-                if self.prefix == "onnx":  # Triton's onnxruntime backend's words
+                if self.triton_words:  # Triton's backend's words
                     message = f"unexpected inference {side} '{io.name}', allowed {side}s are: "
                     message += allowed + hint
                 else:
@@ -281,14 +294,15 @@ class TensorChecker:
             if io.data_type != tensor.data_type and tensor.data_type != mc.TYPE_INVALID:
                 self.error(
                     f"onnx-{side}-data-type-mismatch",
-                    f"configuration expects datatype {mc.DataType.Name(io.data_type)} for "
+                    (f"unable to load model '{self.config.name}', " if self.triton_words else "")
+                    + f"configuration expects datatype {mc.DataType.Name(io.data_type)} for "
                     f"{side} '{io.name}', model provides {tensor.type_name}",
                     f"{path}.data_type",
                 )
             if not tensor.rank_known:
                 continue
             dims = tuple(io.reshape.shape) if io.HasField("reshape") else tuple(io.dims)
-            if self.prefix == "onnx":
+            if self.triton_words:
                 self.check_onnx_shape(side, io, path, dims, tensor.dims, batching)
             else:
                 self.check_dims(side, io.name, path, dims, tensor.dims, batching)

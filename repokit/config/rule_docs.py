@@ -93,10 +93,10 @@ _MODEL_FILE_RULES = {
     "{kind}-output-rank-mismatch": "a config output has another rank than the model's",
     "{kind}-input-batch-unsupported": "max_batch_size > 0 but an input has a fixed first dim",
     "{kind}-output-batch-unsupported": "max_batch_size > 0 but an output has a fixed first dim",
+    "{kind}-autofill-failed": "Triton's auto-completion of the config fails for this model",
 }
 _ONNX_ONLY_RULES = {
     "onnx-input-missing": "a model input the config does not feed",
-    "onnx-autofill-failed": "Triton's auto-completion of the config fails for this model",
 }
 _JSON_RULES = {
     "config-json-syntax": "the JSON config is not valid JSON",

@@ -91,7 +91,10 @@ def test_full_build(source: Path, tmp_path: Path) -> None:
     assert hash_tree(source) == before  # the source is never modified
     broken = next(m for m in report.models if m.name == "broken")
     assert [d.rule for d in broken.diagnostics] == ["onnx-input-data-type-mismatch"]
-    assert "version 1: configuration expects datatype TYPE_INT32" in broken.diagnostics[0].message
+    assert (
+        "version 1: unable to load model 'broken', configuration expects datatype TYPE_INT32"
+        in broken.diagnostics[0].message
+    )
     assert not (out / "broken").exists()
 
     seq = parse_file(out / "seq" / "config.pbtxt")
