@@ -309,7 +309,11 @@ class OnnxRuntimeBackend(Backend):
             if not request.requested_outputs:
                 return self._all_outputs
             asked.update(request.requested_outputs)
-        return tuple(name for name in self._all_outputs if name in asked) or tuple(sorted(asked))
+        known = tuple(name for name in self._all_outputs if name in asked)
+        if len(known) == len(asked):
+            return known
+        # names the config does not list: the sequence batcher's implicit state outputs
+        return known + tuple(sorted(asked.difference(known)))
 
     def _split(
         self, requests: list[BackendRequest], produced: dict[str, npt.NDArray[Any]]

@@ -12,6 +12,8 @@ from onnx import TensorProto, helper
 from repokit.backends.onnxruntime import OnnxRuntimeBackend
 from repokit.backends.registry import create_backend
 from repokit.errors import Code, RepokitError
+from repokit.scheduler.sequence_batch import SequenceBatchScheduler
+from repokit.scheduler.sequence_controls import FLAG_START
 from tests.backends.conftest import make_context, request
 
 
@@ -206,3 +208,64 @@ async def test_bad_thread_count_parameter(tmp_path: Path) -> None:
         await create_backend(context).load()
     assert info.value.code is Code.INVALID_ARG
     assert "'intra_op_thread_count' parameter value 'many'" in info.value.message
+
+
+STATE_CONFIG = """
+name: "acc"
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32
+            dims: [ 1 ] } ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+"""
+
+
+def accumulator_model() -> bytes:
+    """OUTPUT = OUTPUT_STATE = INPUT + INPUT_STATE * (1 - START): an implicit-state sum."""
+    names = ("INPUT", "INPUT_STATE", "START")
+    io = [helper.make_tensor_value_info(n, TensorProto.INT32, [1]) for n in names]
+    out = [
+        helper.make_tensor_value_info(n, TensorProto.INT32, [1]) for n in ("OUTPUT", "OUTPUT_STATE")
+    ]
+    one = helper.make_tensor("ONE", TensorProto.INT32, [1], [1])
+    nodes = [
+        helper.make_node("Constant", [], ["one"], value=one),
+        helper.make_node("Sub", ["one", "START"], ["keep"]),
+        helper.make_node("Mul", ["INPUT_STATE", "keep"], ["kept"]),
+        helper.make_node("Add", ["INPUT", "kept"], ["OUTPUT"]),
+        helper.make_node("Identity", ["OUTPUT"], ["OUTPUT_STATE"]),
+    ]
+    return onnx_bytes(nodes, io, out)
+
+
+@pytest.mark.parametrize("outputs", [(), ("OUTPUT",)])
+async def test_implicit_state_outputs_the_config_does_not_list_are_returned(
+    tmp_path: Path, outputs: tuple[str, ...]
+) -> None:
+    """Triton 2.51 (L0_implicit_state, L0_dyna_implicit_state with onnx models): the state
+    output is no config output, the sequence batcher asks for it and gets it back, so the
+    sum carries from request to request whether the client names its outputs or not."""
+    backend = await loaded(tmp_path, "acc", STATE_CONFIG, accumulator_model())
+    scheduler = SequenceBatchScheduler(backend, backend.context.config, model_dir=tmp_path)
+    await scheduler.start()
+    sums = []
+    for index, value in enumerate((1, 2, 3)):
+        given = request(
+            {"INPUT": np.array([value], np.int32)},
+            outputs,
+            correlation_id=9,
+            flags=FLAG_START if index == 0 else 0,
+        )
+        result = (await scheduler.submit(given, 0)).result
+        assert result.error is None and [t.name for t in result.outputs] == ["OUTPUT"]
+        sums.append(result.outputs[0].data.tolist())
+    assert sums == [[1], [3], [6]]
+    await scheduler.stop()
+    await backend.unload()
