@@ -122,6 +122,7 @@ class SequenceBatchScheduler(Scheduler):
         self._states = ImplicitStates(config, model_dir or backend.context.model_dir)
         self._state_outputs = tuple(s.output_name for s in self._states.specs)
         self._config_outputs = tuple(o.name for o in config.output)
+        self._listed_states = frozenset(self._state_outputs).intersection(self._config_outputs)
         self._oldest = sb.HasField("oldest")
         self._direct_delay_ns = int(sb.direct.max_queue_delay_microseconds) * 1000
         self._direct_min_util = float(sb.direct.minimum_slot_utilization)
@@ -316,7 +317,9 @@ class SequenceBatchScheduler(Scheduler):
             seq, entry = dispatched
             job = entry.payload
             if result.error is None and self._states:
-                outputs, seq.data = self._states.take_outputs(result.outputs, seq.data)
+                outputs, seq.data = self._states.take_outputs(
+                    result.outputs, seq.data, self._shown_states(job.request)
+                )
                 result = BackendResult(outputs=outputs, parameters=result.parameters)
             self.slots.complete(seq, now)
             if self._iterative and self._after_iteration(seq, entry.end, job, prepared, now):
@@ -341,6 +344,16 @@ class SequenceBatchScheduler(Scheduler):
             for left in self.slots.end(seq):
                 settle_error(left.payload, RepokitError(Code.CANCELLED, ENDED_MESSAGE))
         return False
+
+    def _shown_states(self, request: BackendRequest) -> frozenset[str]:
+        """The state outputs the client gets too: those the config lists as outputs (Triton
+        2.51 answers them then, L0_implicit_state test_request_output), when asked for or
+        when the client asked for no outputs in particular (all of them)."""
+        listed = self._listed_states
+        if not listed:
+            return listed
+        asked = request.requested_outputs
+        return listed if not asked else listed.intersection(asked)
 
     def _prepare(self, dispatched: Dispatched[_Job]) -> BackendRequest:
         seq, entry = dispatched

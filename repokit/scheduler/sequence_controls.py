@@ -203,18 +203,22 @@ class ImplicitStates:
         }
 
     def take_outputs(
-        self, outputs: list[InferTensor], current: dict[str, InferTensor]
+        self,
+        outputs: list[InferTensor],
+        current: dict[str, InferTensor],
+        shown: frozenset[str] = frozenset(),
     ) -> tuple[list[InferTensor], dict[str, InferTensor]]:
-        """Split a result into (client outputs, next state)."""
+        """Split a result into (client outputs, next state); a state output named in
+        ``shown`` (one the config lists as an output and the client asked for) is both."""
         if not self.specs:
             return outputs, current
         state = dict(current)
         kept: list[InferTensor] = []
         for tensor in outputs:
             spec = self._by_output.get(tensor.name)
-            if spec is None:
+            if spec is None or tensor.name in shown:
                 kept.append(tensor)
-            else:
+            if spec is not None:
                 state[spec.input_name] = InferTensor(
                     spec.input_name, tensor.datatype, tensor.shape, tensor.data
                 )

@@ -269,6 +269,38 @@ async def test_the_state_output_is_asked_for_when_the_client_asks_for_no_outputs
     await sched.stop()
 
 
+@pytest.mark.parametrize(
+    ("asked", "answered"),
+    [
+        ((), ["OUTPUT0", "STATE_OUT"]),
+        (("OUTPUT0", "STATE_OUT"), ["OUTPUT0", "STATE_OUT"]),
+        (("OUTPUT0",), ["OUTPUT0"]),
+    ],
+)
+async def test_a_state_output_the_config_lists_is_answered_when_asked_for(
+    asked: tuple[str, ...], answered: list[str]
+) -> None:
+    """Triton 2.51 (L0_implicit_state test_request_output): a model whose config lists its
+    state output as an output answers it to a client that asks for it (or for all outputs);
+    the state still carries to the next request."""
+    backend = AccumulatingBackend()
+    cfg = (SEQ % (STATE % "")).replace(
+        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]',
+        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] },'
+        ' { name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]',
+    )
+    sched = SequenceBatchScheduler(backend, config(cfg), model_dir=Path("."), clock=ManualClock())
+    await sched.start()
+    results = []
+    for value, start in ((1, True), (2, False)):
+        given = seq_request(4, value, start=start)
+        given.requested_outputs = asked
+        results.append((await sched.submit(given, 1)).result)
+    assert [[t.name for t in r.outputs] for r in results] == [answered, answered]
+    assert results[1].outputs[0].data.reshape(-1).tolist() == [3]
+    await sched.stop()
+
+
 async def test_initial_state_from_a_data_file(tmp_path: Path) -> None:
     (tmp_path / "initial_state").mkdir()
     (tmp_path / "initial_state" / "init.bin").write_bytes(np.int32(100).tobytes())
