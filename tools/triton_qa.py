@@ -572,7 +572,11 @@ def run_scenario(scenario: Scenario, qa: Path, target: Target, workdir: Path) ->
             lines = (cwd / check.expected_file).read_text().splitlines()
             pattern = "|".join(rf"^E\d{{4}}.*{line}" for line in lines if line)
             check = dataclasses.replace(check, pattern=pattern)
-        outcomes.append(log_check(check, text, label))
+        checked = text
+        if check.log_file:  # the server's --log-file, not its output
+            path = cwd / check.log_file
+            checked = path.read_text(errors="replace") if path.exists() else ""
+        outcomes.append(log_check(check, checked, label))
     return outcomes
 
 

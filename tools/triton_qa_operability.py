@@ -417,6 +417,7 @@ def _verify(name: str, *values: str) -> ScriptRun:
 def _log_models(qa: Path, repo: Path) -> None:
     """test.sh's log_models/simple (qa_model_repository's onnx_int32_int32_int32, version 1):
     an add/sub python model with its inputs and outputs."""
+    (repo.parent / "log_file.log").unlink(missing_ok=True)  # test.sh: rm -f log_file.log
     folder = repo / "simple"
     (folder / "1").mkdir(parents=True)
     shutil.copy(qa / "python_models" / "add_sub" / "model.py", folder / "1" / "model.py")
@@ -426,16 +427,26 @@ def _log_models(qa: Path, repo: Path) -> None:
     sed(folder / "config.pbtxt", r"^name:.*", 'name: "simple"')
 
 
-def _logging(label: str, flags: list[str], steps: list[Step]) -> Scenario:
+def _logging(
+    label: str, flags: list[str], steps: list[Step], checks: tuple[LogCheck, ...] = ()
+) -> Scenario:
     return Scenario(
         f"L0_logging/{label}",
         "L0_logging",
         _log_models,
         list(steps),
         flags=flags,
+        log_checks=list(checks),
         repo_dir="log_models",
         verbose=False,
     )
+
+
+LOG_LINE = r"^[IWEV]\d{4}"
+
+
+def _in_file(name: str, pattern: str, *, at_least: int = 1, exactly: int | None = None) -> LogCheck:
+    return LogCheck(name, pattern, at_least, exactly, log_file="log_file.log")
 
 
 def _post(name: str, body: str, expect: int = 200) -> HttpCall:
@@ -482,6 +493,10 @@ def logging() -> list[Scenario]:
             "log_file",
             [log_file],
             [_verify("settings", cwd_file, "true", "true", "true", "0", "default")],
+            (  # everything goes to the file, nothing to the console
+                LogCheck("console_quiet", LOG_LINE, exactly=0),
+                _in_file("file_lines", LOG_LINE, at_least=10),
+            ),
         ),
         _logging(
             "log_file_not_updatable",
@@ -499,6 +514,10 @@ def logging() -> list[Scenario]:
                 _post("enable_info", '{"log_info":true}'),
                 _verify("settings_after", cwd_file, "true", "true", "true", "1", "default"),
             ],
+            (  # no info line at startup; info again at shutdown once switched on
+                _in_file("no_startup_info", "Started HTTPService at", exactly=0),
+                _in_file("shutdown_info", "Waiting for in-flight requests to complete", exactly=1),
+            ),
         ),
         _logging(
             "log_warning",
@@ -518,6 +537,8 @@ def logging() -> list[Scenario]:
                 _post("verbose_off", '{"log_verbose_level":0}'),
                 _verify("settings_after", cwd_file, "true", "true", "true", "0", "default"),
             ],
+            # verbose lines for the first GET and the POST, none for the GET after it
+            (_in_file("verbose_requests", "/v2/logging", exactly=2),),
         ),
         _logging(
             "log_format",
@@ -527,6 +548,10 @@ def logging() -> list[Scenario]:
                 _post("format_default", '{"log_format":"default"}'),
                 _verify("settings_after", cwd_file, "true", "true", "true", "1", "default"),
             ],
+            (
+                _in_file("iso8601_first", r"\A\d{4}-\d\d-\d\dT", exactly=1),
+                _in_file("default_last", r"^[IWEV]\d{4} [^\n]*\n?\Z", exactly=1),
+            ),
         ),
         _logging("invalid_updates", ["--log-warn=false"], refusals),
         _logging(

@@ -338,6 +338,7 @@ class LogCheck:
     # a file (next to the repository) whose lines are alternative patterns, each matched
     # in an error line ("E" + 4 digits ... pattern), as L0_model_config's test.sh greps
     expected_file: str = ""
+    log_file: str = ""  # check this file (relative to the test's folder) instead of the output
 
 
 Step = PytestRun | ScriptRun | HttpCall | KillChildren

@@ -409,3 +409,24 @@ def test_the_deprecated_strict_model_config_flag_is_warned_about(
     )  # fmt: skip
     assert run.returncode == 1, run.stderr
     assert [line for line in run.stderr.splitlines() if line.startswith("Warning: ")] == expected
+
+
+def test_verbose_logging_names_each_http_request(tmp_path: Path) -> None:
+    """tritonserver at --log-verbose 1 logs 'HTTP request: <method> <path>' for every request
+    on the HTTP and metrics ports (libevhtp's method numbers: GET 0, POST 2); L0_logging
+    counts them. Nothing is logged for them without verbose logging."""
+    server = ServeProcess(str(_logging_repo(tmp_path)), *PORT_FLAGS, "--log-verbose=1")
+    address = server.url("HTTPService")
+    try:
+        assert _post(address, "/v2/models/logs/infer", INFER_BODY)[0] == 200
+        urllib.request.urlopen(f"http://{server.url('Metrics Service')}/metrics", timeout=30)
+        assert _post(address, "/v2/logging", '{"log_verbose_level":0}')[0] == 200
+        urllib.request.urlopen(f"http://{address}/v2/health/ready", timeout=30)
+        assert server.wait_for_line("/v2/logging", 30)
+    finally:
+        server.kill()
+    log = server.text
+    assert _count(log, "HTTP request: 2 /v2/models/logs/infer") == 1, log
+    assert _count(log, "HTTP request: 0 /metrics") == 1, log
+    assert _count(log, "HTTP request: 2 /v2/logging") == 1, log  # logged before it applies
+    assert "/v2/health/ready" not in log

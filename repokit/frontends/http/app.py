@@ -23,6 +23,7 @@ from repokit.frontends.header_forwarding import forwarding
 from repokit.frontends.http import endpoints
 from repokit.frontends.http.connection_limits import ConnectionLimits, LimitSettings
 from repokit.frontends.http.messages import HttpRequest, HttpResponse
+from repokit.frontends.http.request_log import log_request
 from repokit.frontends.http.responses import error_response
 from repokit.frontends.http.restricted import endpoint_restrictions, restricted_response
 from repokit.frontends.http.routing import Endpoint, Route, resolve
@@ -134,6 +135,7 @@ class HttpFrontend:
         return max(self.max_input_size * 4, 1 << 31)
 
     async def dispatch(self, request: HttpRequest) -> HttpResponse | None:
+        log_request(request.method, request.path)
         if request.method not in ALL_METHODS:
             return error_response(405, "Method Not Allowed")
         raw_path = request.path

@@ -8,6 +8,7 @@ import re
 
 from repokit.core.service import InferenceService
 from repokit.frontends.http.messages import HttpRequest, HttpResponse
+from repokit.frontends.http.request_log import log_request
 from repokit.frontends.http.responses import error_response
 from repokit.frontends.http.server import HttpServer
 
@@ -20,6 +21,7 @@ class MetricsFrontend:
         self.service = service
 
     async def dispatch(self, request: HttpRequest) -> HttpResponse:
+        log_request(request.method, request.path)
         if request.method != "GET":
             return error_response(405, "Method Not Allowed")
         if _METRICS_PATH.fullmatch(request.path) is None:
