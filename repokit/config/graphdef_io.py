@@ -60,22 +60,32 @@ def _add_message(
     return message
 
 
+def _add_shape_types(types: Any) -> None:
+    """TensorFlow's ``TensorShapeProto`` (as ``TensorShape``, with its ``Dim``)."""
+    _add_message(
+        types,
+        "Dim",
+        [("size", 1, _T.TYPE_INT64, _OPTIONAL, ""), ("name", 2, _T.TYPE_STRING, _OPTIONAL, "")],
+    )
+    _add_message(
+        types,
+        "TensorShape",
+        [
+            ("dim", 2, _T.TYPE_MESSAGE, _REPEATED, "Dim"),
+            ("unknown_rank", 3, _T.TYPE_BOOL, _OPTIONAL, ""),
+        ],
+    )
+
+
 def _graphdef_class() -> Any:
     """The GraphDef message class (a fresh descriptor pool per call: no module-level state)."""
     file = descriptor_pb2.FileDescriptorProto(
         name="repokit_graphdef.proto", package=_PACKAGE, syntax="proto3"
     )
     types = file.message_type
-    message, int64, string = _T.TYPE_MESSAGE, _T.TYPE_INT64, _T.TYPE_STRING
+    message, string = _T.TYPE_MESSAGE, _T.TYPE_STRING
     enum = _T.TYPE_UINT32  # a DataType enum value, read as its number
-    _add_message(
-        types, "Dim", [("size", 1, int64, _OPTIONAL, ""), ("name", 2, string, _OPTIONAL, "")]
-    )
-    _add_message(
-        types,
-        "TensorShape",
-        [("dim", 2, message, _REPEATED, "Dim"), ("unknown_rank", 3, _T.TYPE_BOOL, _OPTIONAL, "")],
-    )
+    _add_shape_types(types)
     _add_message(
         types,
         "ListValue",

@@ -23,7 +23,15 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from repokit.config.diagnostics import Diagnostic, Severity
-from repokit.config.graphdef_io import _OPTIONAL, _REPEATED, _T, _add_message, _config_type, _dims
+from repokit.config.graphdef_io import (
+    _OPTIONAL,
+    _REPEATED,
+    _T,
+    _add_message,
+    _add_shape_types,
+    _config_type,
+    _dims,
+)
 from repokit.config.onnx_io import (
     DEFAULT_MAX_BATCH_SIZE,
     DYNAMIC,
@@ -44,15 +52,8 @@ def _saved_model_class() -> Any:
         name="repokit_savedmodel.proto", package=_PACKAGE, syntax="proto3"
     )
     types = file.message_type
-    message, int64, string = _T.TYPE_MESSAGE, _T.TYPE_INT64, _T.TYPE_STRING
-    _add_message(
-        types, "Dim", [("size", 1, int64, _OPTIONAL, ""), ("name", 2, string, _OPTIONAL, "")]
-    )
-    _add_message(
-        types,
-        "TensorShape",
-        [("dim", 2, message, _REPEATED, "Dim"), ("unknown_rank", 3, _T.TYPE_BOOL, _OPTIONAL, "")],
-    )
+    message, string = _T.TYPE_MESSAGE, _T.TYPE_STRING
+    _add_shape_types(types)
     _add_message(
         types,
         "TensorInfo",
