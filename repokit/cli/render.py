@@ -55,7 +55,11 @@ def render_diagnostic(diagnostic: Diagnostic, console: Console) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    console.print(f"    {escape(diagnostic.message)}", highlight=False, soft_wrap=True)
+    # a message of several lines (a model's traceback) stays under its finding: each line is
+    # indented and blank lines are dropped
+    lines = [line for line in diagnostic.message.splitlines() if line.strip()] or [""]
+    for line in lines:
+        console.print(f"    {escape(line)}", highlight=False, soft_wrap=True)
 
 
 def render_text(report: RepositoryReport, console: Console) -> None:

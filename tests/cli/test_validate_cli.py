@@ -147,3 +147,19 @@ def test_backend_directory_is_the_servers(tmp_path: Path) -> None:
     (tmp_path / "backends" / "custom").mkdir()
     (tmp_path / "backends" / "custom" / "libtriton_custom.so").write_text("")
     assert _invoke(str(repo), "--backend-directory", str(tmp_path / "backends"))[0] == 0
+
+
+def test_a_message_of_several_lines_stays_under_its_finding(tmp_path: Path) -> None:
+    # a python model's auto_complete_config that raises: the message carries its traceback
+    source = (
+        "class TritonPythonModel:\n"
+        "    @staticmethod\n"
+        "    def auto_complete_config(config):\n"
+        "        raise ValueError('no')\n"
+    )
+    make_model(tmp_path, config='backend: "python"\n', files={"1/model.py": source})
+    code, output = _invoke(str(tmp_path), "--python-auto-complete")
+    assert code == 1
+    finding = output[output.index("python-auto-complete-failed") :].splitlines()[1:-1]
+    assert finding and all(line.startswith("    ") for line in finding), output
+    assert "ValueError: no" in finding[0] and any("auto_complete_config" in x for x in finding)
