@@ -20,6 +20,7 @@ Offline equivalents of what Triton's onnxruntime backend does at load time:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,7 +114,9 @@ def _tensor(value: object, shape_operands: set[str]) -> OnnxTensor:
 
 
 def read_onnx_signature(path: Path) -> OnnxSignature:
-    """Inputs (initializers excluded) and outputs of an ONNX file, without its weights."""
+    """Inputs (initializers excluded) and outputs of an ONNX file, without its weights. The
+    outputs' shapes are ONNX's shape inference over the graph, as onnxruntime reports them
+    (an Identity of a [-1,2] input declared [-1,-1] is [-1,2]: Triton compares that)."""
     import onnx
 
     model_file = path / "model.onnx" if path.is_dir() else path
@@ -123,6 +126,10 @@ def read_onnx_signature(path: Path) -> OnnxSignature:
         raise OnnxModelError(f"'{model_file}' does not exist") from None
     except Exception as exc:
         raise OnnxModelError(f"'{model_file}' is not a readable ONNX model: {exc}") from None
+    # outputs as onnxruntime (and so Triton) sees them: their inferred shapes; a model ONNX
+    # cannot infer keeps its declared ones
+    with contextlib.suppress(Exception):
+        model = onnx.shape_inference.infer_shapes(model)
     graph = model.graph
     initializers = {i.name for i in graph.initializer}
     shape_operands: set[str] = set()

@@ -208,3 +208,31 @@ def test_sequence_inputs_are_not_tensors(tmp_path: Path) -> None:
     onnx.save(model, str(tmp_path / "s.onnx"))
     with pytest.raises(OnnxModelError, match="'items' is not a tensor"):
         read_onnx_signature(tmp_path / "s.onnx")
+
+
+def test_outputs_are_compared_with_their_inferred_shapes(tmp_path: Path) -> None:
+    # Triton's qa onnx_batch_item (gen_qa_ragged_models.py): BATCH_OUTPUT is declared [-1,-1]
+    # but is an Identity of a [-1,2] input; onnxruntime, and so Triton, sees [-1,2], which the
+    # config's dims [ 2 ] match exactly
+    import onnx
+    from onnx import TensorProto, helper
+
+    batch_in = helper.make_tensor_value_info("BATCH_INPUT", TensorProto.FLOAT, ["b", 2])
+    batch_out = helper.make_tensor_value_info("BATCH_OUTPUT", TensorProto.FLOAT, ["n", "m"])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["BATCH_INPUT"], ["BATCH_OUTPUT"])],
+        "g",
+        [batch_in],
+        [batch_out],
+    )
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    text = """
+    name: "batch_item"
+    backend: "onnxruntime"
+    max_batch_size: 4
+    input [ { name: "BATCH_INPUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+    output [ { name: "BATCH_OUTPUT" data_type: TYPE_FP32 dims: [ %s ] } ]
+    """
+    assert _rules(text % "2", path) == []
+    assert ("onnx-output-dims-mismatch", "output[0].dims[0]") in _rules(text % "3", path)
