@@ -13,7 +13,9 @@ does and runs repokit's validation on it with the matching settings:
 * ``autofill_noplatform/*/*`` (auto-complete on), but for the cases whose model file test.sh
   copies from Triton's data volume (see ``MODEL_FILE_BACKENDS``); python models' own
   ``auto_complete_config`` runs (``--python-auto-complete``);
-* ``autofill_noplatform_success/*/*``, the same backends: these must load (no error).
+* ``autofill_noplatform_success/*/*``, the same backends: these must load (no error);
+* with ``--generated``, every ONNX model Triton's qa generators make (``GENERATORS``): these
+  load on Triton, so each must validate clean.
 
 A failing case passes when one of repokit's errors for it matches an expected text (test.sh
 greps with a basic regular expression). Every case is validated for a GPU server with one GPU
@@ -30,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -43,6 +46,18 @@ from repokit.config.validate import validate_repository
 from tools.triton_git import extract
 
 DEFAULT_REF = "v2.51.0"
+# Triton's qa model generators with --onnx (gen_qa_models.py also with --variable): every model
+# they make is one Triton's qa loads, so repokit must find nothing wrong with it
+GENERATORS = (
+    ("gen_qa_models.py",),
+    ("gen_qa_models.py", "--variable"),
+    ("gen_qa_reshape_models.py",),
+    ("gen_qa_identity_models.py",),
+    ("gen_qa_sequence_models.py",),
+    ("gen_qa_dyna_sequence_models.py",),
+    ("gen_qa_ragged_models.py",),
+    ("gen_qa_implicit_models.py",),
+)
 SUITE = "qa/L0_model_config"
 AUTO_COMPLETE_MODEL = "qa/python_models/auto_complete/model.py"
 TRIALS = (
@@ -210,6 +225,27 @@ def cases(qa: Path, work: Path, selected: list[str], not_run: list[str]) -> list
     return found
 
 
+def generated_cases(qa: Path, work: Path) -> list[Outcome]:
+    """Each model of Triton's qa generators (``GENERATORS``, ONNX) must validate clean."""
+    found: list[Outcome] = []
+    for index, command in enumerate(GENERATORS):
+        repo = work / f"generated{index}"
+        subprocess.run(
+            [sys.executable, command[0], "--onnx", *command[1:], "--models_dir", str(repo)],
+            cwd=qa / "common",
+            check=True,
+            capture_output=True,
+        )
+        report = validate_repository(repo, ValidateOptions(target="gpu", deep=True))
+        label = " ".join(command)
+        for name, model in sorted(report.models.items()):
+            errors = [d.message for d in model.diagnostics if d.severity is Severity.ERROR]
+            found.append(
+                Outcome(f"generated/{label}/{name}", "FAIL" if errors else "PASS", [], errors)
+            )
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server-git", default=os.environ.get("TRITON_SERVER_GIT", ""))
@@ -217,15 +253,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", action="append", default=[], help="only cases containing this")
     parser.add_argument("-v", action="store_true", help="print the errors of failed cases")
     parser.add_argument("--json", type=Path, help="write every outcome here")
+    parser.add_argument(
+        "--generated",
+        action="store_true",
+        help="also run Triton's qa model generators (--onnx) and validate what they make",
+    )
     args = parser.parse_args(argv)
     if not args.server_git:
         parser.error("--server-git (or $TRITON_SERVER_GIT) is required")
     with tempfile.TemporaryDirectory(prefix="triton-model-config-") as tmp:
         root = Path(tmp)
-        extract(Path(args.server_git), args.ref, [SUITE, AUTO_COMPLETE_MODEL], root)
+        paths = [SUITE, AUTO_COMPLETE_MODEL, *(["qa/common"] if args.generated else [])]
+        extract(Path(args.server_git), args.ref, paths, root)
         prepare(root / "qa")
         not_run: list[str] = []
         outcomes = cases(root / "qa", root / "work", args.k, not_run)
+        if args.generated:
+            outcomes += generated_cases(root / "qa", root / "generated")
     for outcome in outcomes:
         print(f"{outcome.case:<72} {outcome.result}")
         if args.v and outcome.result == "FAIL":
