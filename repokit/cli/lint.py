@@ -16,6 +16,14 @@ import typer
 from rich.console import Console
 
 from repokit.cli.output import examples, make_console, print_data, print_error
+from repokit.cli.server_options import (
+    BackendDirectoryOption,
+    GpusOption,
+    PythonAutoCompleteOption,
+    Target,
+    TargetOption,
+    for_server,
+)
 from repokit.config.diagnostics import Severity
 from repokit.config.report import RepositoryReport
 
@@ -67,11 +75,15 @@ def lint(
     strict: Annotated[
         bool, typer.Option(help="Triton's --disable-auto-complete-config semantics.")
     ] = False,
+    target: TargetOption = Target.cpu,
+    gpus: GpusOption = None,
+    backend_directory: BackendDirectoryOption = None,
+    python_auto_complete: PythonAutoCompleteOption = False,
     deep: Annotated[
         bool,
         typer.Option(
             "--deep/--no-deep",
-            help="Read the model files (ONNX, graphdef, model.py) and check the config "
+            help="Read the model files (ONNX, GraphDef, SavedModel, model.py) and check the config "
             "against them, as validate does.",
         ),
     ] = True,
@@ -90,9 +102,14 @@ def lint(
     if not root.is_dir():
         print_error(errors, f"repository '{root}' is not a directory")
         raise typer.Exit(2)
-    report = lint_repository(
-        root, ValidateOptions(strict=strict, deep=deep, read_sources=deep), LintOptions(cores=cores)
+    options = for_server(
+        ValidateOptions(strict=strict, deep=deep, read_sources=deep),
+        target,
+        gpus,
+        backend_directory,
+        python_auto_complete,
     )
+    report = lint_repository(root, options, LintOptions(cores=cores))
     render(report, output, console)
     raise typer.Exit(exit_code(report, fail_on))
 

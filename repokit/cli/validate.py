@@ -12,6 +12,14 @@ from rich.console import Console
 
 from repokit.cli.output import examples, make_console, print_data, print_error
 from repokit.cli.render import render_text, to_sarif
+from repokit.cli.server_options import (
+    BackendDirectoryOption,
+    GpusOption,
+    PythonAutoCompleteOption,
+    Target,
+    TargetOption,
+    for_server,
+)
 from repokit.config.report import ValidateOptions
 from repokit.config.validate import validate_repository
 from repokit.config.validate_json import validate_json_file
@@ -23,11 +31,6 @@ class OutputFormat(str, Enum):
     text = "text"
     json = "json"
     sarif = "sarif"
-
-
-class Target(str, Enum):
-    cpu = "cpu"
-    gpu = "gpu"
 
 
 def resolve_target(path: Path, models: list[str]) -> tuple[Path, tuple[str, ...]]:
@@ -92,44 +95,20 @@ def register(app: typer.Typer) -> None:
         strict: Annotated[
             bool, typer.Option("--strict", help="Triton's --disable-auto-complete-config.")
         ] = False,
-        target: Annotated[
-            Target, typer.Option("--target", help="Validate for a CPU-only or a GPU server.")
-        ] = Target.cpu,
+        target: TargetOption = Target.cpu,
         model_config_name: Annotated[
             str, typer.Option("--model-config-name", help="Use configs/<NAME>.pbtxt if present.")
         ] = "",
-        gpus: Annotated[
-            int | None,
-            typer.Option(
-                "--gpus",
-                min=0,
-                help="With --target gpu: the server's GPU count; instance groups naming other "
-                "GPU ids are refused, as Triton refuses them.",
-            ),
-        ] = None,
-        backend_directory: Annotated[
-            Path | None,
-            typer.Option(
-                "--backend-directory",
-                help="The server's backend directory (tritonserver's flag): a model whose "
-                "backend library is neither there nor in the model's folders is refused.",
-            ),
-        ] = None,
-        python_auto_complete: Annotated[
-            bool,
-            typer.Option(
-                "--python-auto-complete",
-                help="Run python models' auto_complete_config (their code runs, in a process "
-                "of its own) as the python backend does at load unless --strict, and check "
-                "the config it completes.",
-            ),
-        ] = False,
+        gpus: GpusOption = None,
+        backend_directory: BackendDirectoryOption = None,
+        python_auto_complete: PythonAutoCompleteOption = False,
         deep: Annotated[
             bool,
             typer.Option(
                 "--deep/--no-deep",
                 help="Read the model files and check the config against them, as the backend "
-                "does at load time (ONNX and TensorFlow graphdef: names, datatypes, shapes). "
+                "does at load time (ONNX, TensorFlow GraphDef and SavedModel: names, "
+                "datatypes, shapes). "
                 "Python models: model.py must compile and define TritonPythonModel. "
                 "--no-deep checks the configs and the layout only.",
             ),
@@ -146,15 +125,17 @@ def register(app: typer.Typer) -> None:
             print_error(err_console, f"path '{path}' is not a directory (or a JSON config)")
             raise typer.Exit(2)
         root, models = (path, ()) if is_json else resolve_target(path, list(model or []))
-        options = ValidateOptions(
-            strict=strict,
-            target=target.value,
-            models=models,
-            model_config_name=model_config_name,
-            deep=deep,
-            read_sources=deep,
-            gpus=-1 if gpus is None else gpus,
-            python_auto_complete=python_auto_complete,
-            backend_directory="" if backend_directory is None else str(backend_directory),
+        options = for_server(
+            ValidateOptions(
+                strict=strict,
+                models=models,
+                model_config_name=model_config_name,
+                deep=deep,
+                read_sources=deep,
+            ),
+            target,
+            gpus,
+            backend_directory,
+            python_auto_complete,
         )
         raise typer.Exit(run_validate(root, options, output, console, err_console))

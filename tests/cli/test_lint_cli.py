@@ -120,3 +120,19 @@ def test_every_lint_rule_has_a_summary() -> None:
 
     assert len(LINT_RULES) >= len(RULES)
     assert all(rule.startswith("lint-") for rule in LINT_RULES)
+
+
+def test_lint_knows_the_server_as_validate_does(tmp_path: Path) -> None:
+    from tests.config.validate_helpers import make_model
+    from tests.config.validate_helpers import python_config as config_with
+
+    make_model(tmp_path, config=config_with("instance_group [ { kind: KIND_GPU gpus: [ 3 ] } ]"))
+
+    def lint(*flags: str) -> tuple[int, str]:
+        result = RUNNER.invoke(make_app(), ["lint", str(tmp_path), "--format", "json", *flags])
+        return result.exit_code, result.output
+
+    assert lint()[0] == 1  # a CPU server by default: KIND_GPU cannot load
+    assert lint("--target", "gpu")[0] == 0
+    code, output = lint("--target", "gpu", "--gpus", "2")
+    assert code == 1 and "invalid or unsupported gpu id 3" in output
