@@ -4,6 +4,7 @@ its own ``execute`` call; cancellation and instance death while queued; the fram
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,26 @@ class TritonPythonModel:
 """
 
 
+# execute waits for the file "gate<INPUT0>" next to the model, then answers INPUT0
+PER_REQUEST_GATES = """
+import os
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            gate = os.path.join(os.path.dirname(__file__), f"gate{int(x.flat[0])}")
+            while not os.path.exists(gate):
+                time.sleep(0.001)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+        return responses
+"""
+
+
 def row(value: float) -> BackendRequest:
     return request({"INPUT0": np.full((1, 4), value, np.float32)})
 
@@ -66,6 +87,9 @@ def count_messages(backend: PythonBackend, instance: int = 0) -> list[str]:
 
 async def test_queued_batches_share_one_message_and_keep_their_execute(tmp_path: Path) -> None:
     backend = await load(tmp_path, "gated", GATED)
+    # merging as for fast batches, however long the first one waits for its gate on a busy
+    # machine (slow batches go one per message: the next test)
+    backend._queues.slow_batch_s = math.inf
     sent = count_messages(backend)
     first = asyncio.ensure_future(backend.execute(0, [row(100)]))
     await asyncio.sleep(0)  # the first batch is at the process, which waits for the gate
@@ -86,6 +110,32 @@ async def test_queued_batches_share_one_message_and_keep_their_execute(tmp_path:
             expected = np.full((1, 4), 10 * i + j + size, np.float32)
             np.testing.assert_array_equal(one.outputs[0].data, expected)
     assert sent == ["execute x1", "execute x4"]
+    await backend.unload()
+
+
+async def test_after_a_slow_batch_each_queued_batch_is_answered_when_it_ran(
+    tmp_path: Path,
+) -> None:
+    """Triton answers each request when its execution ends: batches queued behind a slow one
+    go one per message, so an answer does not wait for the batches merged after it (a 2 s
+    model answered the 2nd of 10 queued requests after 20 s)."""
+    backend = await load(tmp_path, "slow", PER_REQUEST_GATES)
+    sent = count_messages(backend)
+    gates = tmp_path / "slow" / "1"
+    first = asyncio.ensure_future(backend.execute(0, [row(1)]))
+    await asyncio.sleep(0)
+    queued = [asyncio.ensure_future(backend.execute(0, [row(i)])) for i in (2, 3)]
+    await asyncio.sleep(0.2)  # the first batch is slow: it waits at least this long
+    (gates / "gate2").touch()
+    (gates / "gate1").touch()
+    assert (await first)[0][0].error is None
+    (second,), _ = await asyncio.wait_for(queued[0], 60)  # while the third waits for its gate
+    np.testing.assert_array_equal(second.outputs[0].data, np.full((1, 4), 2, np.float32))
+    assert not queued[1].done()
+    (gates / "gate3").touch()
+    (third,), _ = await queued[1]
+    np.testing.assert_array_equal(third.outputs[0].data, np.full((1, 4), 3, np.float32))
+    assert sent == ["execute x1", "execute x1", "execute x1"]
     await backend.unload()
 
 

@@ -9,7 +9,11 @@ Every message to an instance process (:mod:`repokit.backends.python.messages`) g
   never sent;
 - merging: when a reply arrives, every ``execute`` message that queued up meanwhile goes out in
   ONE message (up to :data:`MERGE_LIMIT_BYTES` of tensors); the process still runs each batch
-  on its own, in order;
+  on its own, in order, and the answers come back together. Not for an instance whose last
+  batches took :data:`SLOW_BATCH_S` or more each: there merging saves nothing worth having and
+  would hold each answer until the last batch of the message ran (Triton answers each request
+  when its execution ends; with a 2 s model, L0_metrics saw the 2nd of 10 queued requests
+  answered after 20 s);
 - hang timers: with an execute timeout, an ``execute`` message without a reply in time has its
   process killed (the backend's ``on_hung``);
 - ``--rate-limit``: an ``execute`` message goes only while the instance holds its resources
@@ -36,6 +40,9 @@ from repokit.backends.python.messages import ERROR, EXECUTE, NO_TIMING, OK
 # Queued batches are merged into one message up to this many tensor bytes: merging saves the
 # per-message costs of small requests; large tensors gain nothing from it.
 MERGE_LIMIT_BYTES = 1024 * 1024
+# Batches that take this long each (wall time at the instance, per message) are sent one per
+# message: a message's per-message costs are tens of microseconds.
+SLOW_BATCH_S = 0.05
 # Messages at an instance process at a time. A batch of several requests (the dynamic batcher's)
 # may go while another message is there: it waits in the process's socket, so the process
 # starts it the moment it has answered the first, without a round trip through the server.
@@ -77,6 +84,10 @@ class InstanceQueues:
         self._loop: asyncio.AbstractEventLoop | None = None  # the server's (set on first use)
         self.rate_slots: RateSlots | None = None  # --rate-limit: the model's slots
         self._asked: set[int] = set()  # --rate-limit: places waiting for resources here
+        # execute messages at each instance (by id): when each went and how many batches
+        self._sent: dict[int, deque[tuple[float, int]]] = {}
+        self._slow: set[int] = set()  # instances (by id) whose batches take slow_batch_s
+        self.slow_batch_s = SLOW_BATCH_S
 
     def call(
         self, instance: QueuedInstance, op: str, payload: Any, size: int = 0
@@ -141,13 +152,16 @@ class InstanceQueues:
                 if total > MERGE_LIMIT_BYTES:
                     break
                 count += 1
-            if self.rate_slots is not None:  # one batch per turn at the resources
-                count = 1
+            if self.rate_slots is not None or id(instance) in self._slow:
+                count = 1  # one batch per turn at the resources; or per slow batch
             sent = [item for item in queue[:count] if not item[2].done()]
             del queue[:count]
             message = (EXECUTE, [item[1] for item in sent])
         channel = instance.channel
         assert channel is not None
+        if message[0] == EXECUTE:
+            loop = self._loop or asyncio.get_running_loop()
+            self._sent.setdefault(id(instance), deque()).append((loop.time(), len(sent)))
         instance.in_flight += 1
         if self._execute_timeout_s > 0:
             timer = None
@@ -162,6 +176,19 @@ class InstanceQueues:
         except Exception as exc:  # a payload that cannot be pickled
             error = f"failed to send the request(s) to model instance '{instance.name}': {exc}"
             self._delivered(instance, sent, (ERROR, error))
+
+    def _timed(self, instance: QueuedInstance) -> None:
+        """An execute message's reply arrived: whether the instance's batches are slow."""
+        key = id(instance)
+        sent = self._sent.get(key)
+        if not sent:
+            return
+        sent_at, batches = sent.popleft()
+        loop = self._loop or asyncio.get_running_loop()
+        if (loop.time() - sent_at) / max(batches, 1) >= self.slow_batch_s:
+            self._slow.add(key)
+        else:
+            self._slow.discard(key)
 
     def _rate_limited(self, instance: QueuedInstance) -> bool:
         """--rate-limit: whether the instance must wait before sending what it has queued. An
@@ -205,6 +232,8 @@ class InstanceQueues:
 
     def _delivered(self, instance: QueuedInstance, sent: list[Queued], reply: Any) -> None:
         instance.in_flight -= 1
+        if sent and sent[0][0] == EXECUTE:
+            self._timed(instance)
         slots = self.rate_slots
         if slots is not None and sent and sent[0][0] == EXECUTE:
             slot = slots.slot(instance.slot)
@@ -216,6 +245,8 @@ class InstanceQueues:
                 timer.cancel()
         if isinstance(reply, ipc.ChannelClosed):
             instance.dead = True
+            self._sent.pop(id(instance), None)
+            self._slow.discard(id(instance))
             failed = sent + instance.queue
             instance.queue = []
             for _, _, future, _ in failed:
