@@ -194,6 +194,26 @@ def autocomplete_onnx_config(
     return filled, ""
 
 
+_COUNTED_CONTROLS = (
+    mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START,
+    mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_END,
+    mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_READY,
+    mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID,
+)
+
+
+def expected_input_count(config: mc.ModelConfig) -> int:
+    """The number of model inputs Triton's onnxruntime backend expects (ModelInstanceState's
+    ``expected_input_cnt``): the config inputs that are not optional, one per batch input, one
+    per sequence control kind among start, end, ready and correlation id, one per state."""
+    count = sum(1 for io in config.input if not io.optional) + len(config.batch_input)
+    if config.HasField("sequence_batching"):
+        sequence = config.sequence_batching
+        kinds = {c.kind for control in sequence.control_input for c in control.control}
+        count += sum(1 for kind in _COUNTED_CONTROLS if kind in kinds) + len(sequence.state)
+    return count
+
+
 def _fed_inputs(config: mc.ModelConfig) -> set[str]:
     """Model inputs the server feeds besides config.input: controls, states, batch inputs."""
     names: set[str] = set()
@@ -253,7 +273,7 @@ class TensorChecker:
         """Triton's onnxruntime backend compares the counts first: every model input must be
         fed (config inputs, sequence controls and states, batch inputs) and nothing else."""
         names = {io.name for io in declared}
-        expected = len(declared) + len(_fed_inputs(self.config) - names)
+        expected = expected_input_count(self.config)
         if expected == len(actual) or (self.unfed_inputs_allowed and expected < len(actual)):
             return
         self.input_count_differs = True

@@ -236,3 +236,28 @@ def test_outputs_are_compared_with_their_inferred_shapes(tmp_path: Path) -> None
     """
     assert _rules(text % "2", path) == []
     assert ("onnx-output-dims-mismatch", "output[0].dims[0]") in _rules(text % "3", path)
+
+
+@pytest.mark.parametrize(
+    ("body", "count"),
+    [
+        ('input [ { name: "A" }, { name: "B" optional: true } ]', 1),  # optional: not counted
+        (
+            'input [ { name: "A" } ]\nbatch_input [ { kind: BATCH_ELEMENT_COUNT '
+            'target_name: "N" data_type: TYPE_FP32 source_input: "A" } ]',
+            2,
+        ),
+        (
+            'input [ { name: "A" } ]\nsequence_batching { control_input [\n'
+            '{ name: "S" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1] } ] },\n'
+            '{ name: "R" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [0, 1] } ] },\n'
+            '{ name: "C" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] } ]\n'
+            '  state [ { input_name: "IS" output_name: "OS" data_type: TYPE_FP32 dims: [1] } ] }',
+            5,
+        ),
+    ],
+)
+def test_the_input_count_is_the_onnxruntime_backends(body: str, count: int) -> None:
+    from repokit.config.onnx_io import expected_input_count
+
+    assert expected_input_count(_config(body)) == count
