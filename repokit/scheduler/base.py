@@ -24,7 +24,10 @@ class CancelledInQueue(asyncio.CancelledError):
     it as a failure with reason CANCELED, as Triton's schedulers answer such a request."""
 
 
-CANCELLED_MESSAGE = "Request was cancelled"
+# Triton 2.51 answers the requests its schedulers cancel (those queued on a cancelled or
+# ended sequence) with ``Status(Status::Code::CANCELLED)`` and no message: gRPC CANCELLED with
+# empty details, HTTP 400 ``{"error":""}``. Why is logged at --log-verbose 1.
+CANCELLED_MESSAGE = ""
 
 
 class ScheduledResult(NamedTuple):

@@ -47,6 +47,7 @@ CANCELED; a later request of that id needs START again.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,11 +84,12 @@ from repokit.scheduler.sequence_controls import (
     SequenceControls,
     missing_start_error,
 )
-from repokit.scheduler.sequence_slots import Dispatched, LiveSequence, SequenceSlots
+from repokit.scheduler.sequence_slots import Dispatched, LiveSequence, SeqEntry, SequenceSlots
 
 DEFAULT_IDLE_US = 1_000_000
 BACKLOG_TIMEOUT_MESSAGE = "timeout of the corresponding sequence has been expired"
-ENDED_MESSAGE = "Request was cancelled: its iterative sequence ended"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -216,8 +218,7 @@ class SequenceBatchScheduler(Scheduler):
             left = self.slots.cancel(seq, job)
             if left is None:
                 raise
-            for entry in left:
-                settle_error(entry.payload, RepokitError(Code.CANCELLED, CANCELLED_MESSAGE))
+            _answer_cancelled(seq.corrid, left)
             self._waker.poke()  # a backlogged sequence may have got the slot
             raise CancelledInQueue from None
 
@@ -341,8 +342,7 @@ class SequenceBatchScheduler(Scheduler):
             settle_error(job, missing_start_error(seq.corrid, self.slots.model))
             return True
         if not end:
-            for left in self.slots.end(seq):
-                settle_error(left.payload, RepokitError(Code.CANCELLED, ENDED_MESSAGE))
+            _answer_cancelled(seq.corrid, self.slots.end(seq))
         return False
 
     def _shown_states(self, request: BackendRequest) -> frozenset[str]:
@@ -398,6 +398,15 @@ class SequenceBatchScheduler(Scheduler):
 def settle_error(job: _Job, error: RepokitError) -> None:
     if not job.future.done():
         job.future.set_exception(error)
+
+
+def _answer_cancelled(corrid: int | str, left: Sequence[SeqEntry[_Job]]) -> None:
+    """Answer a cancelled (or ended iterative) sequence's queued requests CANCELLED, with
+    Triton's empty message and its --log-verbose 1 line saying why."""
+    if left and log.isEnabledFor(logging.DEBUG):
+        log.debug("Releasing canceled sequence CORRID %s", corrid)
+    for entry in left:
+        settle_error(entry.payload, RepokitError(Code.CANCELLED, CANCELLED_MESSAGE))
 
 
 def _fail_all(seq: LiveSequence[_Job], error: RepokitError) -> None:

@@ -469,10 +469,11 @@ def test_idle_sequence_expires(
 def test_cancelling_a_queued_sequence_request_cancels_the_sequence(
     server: ServerThread, repo: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Triton 2.51 (L0_request_cancellation scheduler_test): a client cancels one of two
-    requests queued behind its sequence's running request; both are answered CANCELLED and
-    counted as failures with reason CANCELED; the running request still completes. The
-    cancellation is logged at --log-verbose 1 as Triton's gRPC frontend logs it."""
+    """Triton 2.51 (L0_request_cancellation scheduler_test): a client cancels one of three
+    requests queued behind its sequence's running request; all are answered CANCELLED, with
+    Triton's empty message (gRPC CANCELLED, HTTP 400 ``{"error":""}``), and counted as
+    failures with reason CANCELED; the running request still completes. The cancellation is
+    logged at --log-verbose 1 as Triton's gRPC frontend and sequence batcher log it."""
     model = "gated_sequence"
     gate = repo / model / "gate"
     gate.unlink(missing_ok=True)
@@ -490,7 +491,14 @@ def test_cancelling_a_queued_sequence_request_cancels_the_sequence(
     def keep(answer: dict[str, Any]) -> Callable[[Any, Any], None]:
         return lambda result, error: answer.update(result=result, error=error)
 
-    with ThreadPoolExecutor(1) as pool:
+    def over_http() -> requests.Response:
+        body = {
+            "parameters": {"sequence_id": 7},
+            "inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [2] * 4}],
+        }
+        return requests.post(f"http://{server.http_url}/v2/models/{model}/infer", json=body, timeout=60)
+
+    with ThreadPoolExecutor(2) as pool:
         running = pool.submit(client.infer, model, inputs(-1), sequence_id=7, sequence_start=True)
         until(lambda: version.inflight == 1, "the sequence's first request runs")
         queued = [
@@ -500,14 +508,23 @@ def test_cancelling_a_queued_sequence_request_cancels_the_sequence(
             lambda: version.scheduler is not None and version.scheduler.pending_count == 2,
             "2 queued",
         )
-        with caplog.at_level(VERBOSE, logger="repokit.frontends.grpc.servicer"):
+        http_answer = pool.submit(over_http)
+        until(lambda: version.scheduler.pending_count == 3, "3 queued")  # type: ignore[union-attr]
+        with (
+            caplog.at_level(VERBOSE, logger="repokit.frontends.grpc.servicer"),
+            caplog.at_level(VERBOSE, logger="repokit.scheduler.sequence_batch"),
+        ):
             queued[0].cancel()
             until(lambda: "error" in answers[1], "the other queued request is answered")
+            answered = http_answer.result(timeout=60)
         if serve_workers() == 1:  # with frontend workers the gRPC line is a worker's log
             assert "Cancellation notification received for ModelInferHandler" in caplog.text
+        assert "Releasing canceled sequence CORRID 7" in caplog.text
         assert answers[1]["error"].status() == "StatusCode.CANCELLED"
+        assert answers[1]["error"].message() == ""
         assert answers[1]["result"] is None
-        until(lambda: _failures(server, model, "CANCELED") == before + 2, "2 CANCELED")
+        assert (answered.status_code, answered.json()) == (400, {"error": ""})
+        until(lambda: _failures(server, model, "CANCELED") == before + 3, "3 CANCELED")
         gate.touch()
         assert running.result(timeout=60).as_numpy("OUTPUT0").tolist() == [[-1.0] * 4]
     with pytest.raises(InferenceServerException, match="START flag"):
