@@ -496,7 +496,8 @@ def test_cancelling_a_queued_sequence_request_cancels_the_sequence(
             "parameters": {"sequence_id": 7},
             "inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [2] * 4}],
         }
-        return requests.post(f"http://{server.http_url}/v2/models/{model}/infer", json=body, timeout=60)
+        url = f"http://{server.http_url}/v2/models/{model}/infer"
+        return requests.post(url, json=body, timeout=60)
 
     with ThreadPoolExecutor(2) as pool:
         running = pool.submit(client.infer, model, inputs(-1), sequence_id=7, sequence_start=True)
