@@ -1,22 +1,24 @@
 """HTTP throughput, side by side in one run: real Triton 2.51, repokit, and a bare Sanic handler
 doing the same JSON work (the ceiling of the stack). Run by hand, not a test:
 
-    .venv/bin/python benchmarks/http_vs_triton.py [--duration 10]
+    .venv/bin/python benchmarks/http_vs_triton.py [--duration 5] [--rounds 3]
 
 Load generator: wrk (Debian package) with Lua scripts that POST
   * add_sub as JSON (FP32[1,16] twice) at concurrency 8,
   * add_sub_onnx, the same requests on onnxruntime (repokit only: this Triton has no onnxruntime
     backend, so its column shows the python add_sub's figure for reference),
   * identity with a 1 MB FP32 binary tensor at concurrency 4.
-Prints requests/s per server and the ratios repokit/Triton and repokit/bare-Sanic. Triton runs
-from tools/triton_reference.py with this run's own log file.
+The rounds alternate the servers (their order reversed every other round, so a drift of the
+machine's speed hits each alike). Prints every run's requests/s, the medians, the ratio of
+medians against Triton, each server's CPU per request (its whole process tree: Triton's and
+repokit's python backend stubs included) and repokit/bare-Sanic. Triton runs from
+tools/triton_reference.py with this run's own log file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -25,10 +27,12 @@ from pathlib import Path
 
 import numpy as np
 from _common import (
+    Rounds,
     Wrk,
     copy_models,
     free_port,
     machine,
+    process_tree_cpu,
     require_tools,
     run_wrk,
     running_repokit,
@@ -114,12 +118,6 @@ def make_payloads(workdir: Path) -> dict[str, tuple[Path, dict[str, str]]]:
     }
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of one process (all its threads, not its children)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure(url: str, body: Path, headers: dict[str, str], conns: int, seconds: int) -> Wrk:
     script = write_wrk_post_script(body.with_suffix(".lua"), body, headers)
     return run_wrk(url, script, conns, seconds)
@@ -127,7 +125,10 @@ def measure(url: str, body: Path, headers: dict[str, str], conns: int, seconds: 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--duration", type=int, default=5)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds (each runs every server)"
+    )
     args = parser.parse_args()
     require_tools("wrk", install="wrk")
     workdir = Path(tempfile.mkdtemp(prefix="repokit-bench-"))
@@ -145,53 +146,59 @@ def main() -> None:
             bare = f"http://127.0.0.1:{bare_port}"
             wait_ready(bare, timeout=60, any_status=True)
             servers = {
-                "triton": reference.url,
-                "repokit": f"http://127.0.0.1:{ports['http']}",
-                "bare-sanic": bare,
+                "triton": (reference.url, reference.pid),
+                "repokit": (f"http://127.0.0.1:{ports['http']}", repokit.pid),
+                "bare-sanic": (bare, bare_sanic.pid),
             }
-            report(servers, payloads, repokit.pid, args.duration)
+            rounds = run_rounds(servers, payloads, args.duration, args.rounds)
     finally:
         stop_processes([bare_sanic])
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def report(
-    servers: dict[str, str],
-    payloads: dict[str, tuple[Path, dict[str, str]]],
-    repokit_pid: int,
-    duration: int,
-) -> None:
-    scenarios = [("add_sub", 8), ("add_sub_onnx", 8), ("identity", 4)]
-    results: dict[tuple[str, str], float] = {}
-    cpu_per_request: dict[str, float] = {}  # repokit's server process, microseconds
-    for model, conns in scenarios:
-        body, headers = payloads[model]
-        for name, base in servers.items():
-            served = "add_sub" if model == "add_sub_onnx" and name != "repokit" else model
-            if served != model:  # Triton and bare Sanic: the python add_sub's figure
-                results[(model, name)] = results[(served, name)]
-                continue
-            url = f"{base}/v2/models/{served}/infer"
-            measure(url, body, headers, conns, 2)  # warm-up
-            cpu_before = cpu_seconds(repokit_pid)
-            run = measure(url, body, headers, conns, duration)
-            if name == "repokit":
-                used = cpu_seconds(repokit_pid) - cpu_before
-                cpu_per_request[model] = 1e6 * used / max(1, run.total)
-            results[(model, name)] = run.rate
     print(machine())
+    print(f"wrk {args.duration} s per run; {args.rounds} rounds, the servers' order alternating")
+    print(rounds.render())
     print(
-        f"{'scenario':<24}{'triton':>10}{'repokit':>10}{'bare':>10}{'rk/triton':>11}"
-        f"{'rk/bare':>9}{'rk cpu us/req':>15}"
+        "cpu: each server's process tree (Triton and repokit with their python backend stubs); "
+        "add_sub_onnx: Triton and bare Sanic show the python add_sub's runs"
     )
-    for model, conns in scenarios:
-        t, r, b = (results[(model, n)] for n in ("triton", "repokit", "bare-sanic"))
-        label = f"{model} c={conns}"
-        print(
-            f"{label:<24}{t:>10.0f}{r:>10.0f}{b:>10.0f}{r / t:>11.2f}{r / b:>9.2f}"
-            f"{cpu_per_request[model]:>15.1f}"
+    for workload in dict.fromkeys(w for w, _ in rounds.runs):
+        rk, bare_rate = (
+            rounds.median(workload, "repokit")[0],
+            rounds.median(workload, "bare-sanic")[0],
         )
-    print("rk cpu: the repokit server process only (python backend stubs not included)")
+        if rk > 0 and bare_rate > 0:
+            print(f"{workload}: repokit/bare-sanic {rk / bare_rate:.2f}")
+
+
+def run_rounds(
+    servers: dict[str, tuple[str, int]],
+    payloads: dict[str, tuple[Path, dict[str, str]]],
+    duration: int,
+    rounds: int,
+) -> Rounds:
+    """Every workload on every server, ``rounds`` times; the servers' order is reversed every
+    other round, so a drift of the machine's speed does not favour one of them."""
+    scenarios = [("add_sub", 8), ("add_sub_onnx", 8), ("identity", 4)]
+    result = Rounds()
+    names = list(servers)
+    for round_index in range(rounds):
+        order = names if round_index % 2 == 0 else names[::-1]
+        for model, conns in scenarios:
+            body, headers = payloads[model]
+            label = f"{model} c={conns}"
+            for name in order:
+                base, pid = servers[name]
+                served = "add_sub" if model == "add_sub_onnx" and name != "repokit" else model
+                if served != model:  # Triton and bare Sanic: this round's python add_sub run
+                    result.add(label, name, *result.runs[(f"{served} c={conns}", name)][-1])
+                    continue
+                url = f"{base}/v2/models/{served}/infer"
+                measure(url, body, headers, conns, 1)  # warm-up
+                cpu_before = process_tree_cpu(pid)
+                run = measure(url, body, headers, conns, duration)
+                cpu_us = 1e6 * (process_tree_cpu(pid) - cpu_before) / max(1, run.total)
+                result.add(label, name, run.rate, cpu_us)
+    return result
 
 
 if __name__ == "__main__":
