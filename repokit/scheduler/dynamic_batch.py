@@ -30,7 +30,11 @@ load splits for good into groups that never meet (c=8 into two batches of 4, c=3
 requests pending (``instance_freed``), the pending batch may wait for as many new arrivals as
 the instance just answered, for at most one ``max_queue_delay_microseconds`` or the time that
 batch took to execute if longer (without the grace, those arrivals would wait one execution
-behind the pending batch); it goes at once when it becomes full or reaches a preferred size.
+behind the pending batch), but never more than :data:`GRACE_MAX_NS` beyond the queue delay:
+clients come back within a round trip whatever the model's speed, and for a slow model a
+grace as long as its execution held the pending requests a whole execution longer than Triton
+does (L0_metrics test_dynamic_batch_scheduler: 2 s); it goes at once when it becomes full or
+reaches a preferred size.
 A grace that runs out of time (the answered clients did not come back: an open-loop load,
 clients that think) turns the grace off for the next 4 free instances, then 8, 16, ... up to
 256, and one that fills in time resets that. ``max_queue_delay_microseconds`` 0 has no grace,
@@ -52,6 +56,9 @@ T = TypeVar("T")
 
 GRACE_BACKOFF_FIRST = 4  # free instances without a grace after one that ran out of time
 GRACE_BACKOFF_MAX = 256
+# the longest a grace waits past max_queue_delay for the answered clients to come back (a
+# client's round trip on a loaded machine, not the model's execution time)
+GRACE_MAX_NS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -150,7 +157,7 @@ class BatchPlanner(Generic[T]):
         if self._grace_skip:
             self._grace_skip -= 1
             return
-        self._grace_end_ns = now_ns + max(delay_ns, ran_ns)
+        self._grace_end_ns = now_ns + max(delay_ns, min(ran_ns, GRACE_MAX_NS))
         self._grace_arrivals = self.queues.arrivals + answered
 
     def _in_grace(self, now_ns: int) -> bool:

@@ -8,6 +8,7 @@ import asyncio
 
 from repokit.scheduler.dynamic_batch import (
     GRACE_BACKOFF_FIRST,
+    GRACE_MAX_NS,
     BatchPlanner,
     DynamicBatchSettings,
 )
@@ -59,6 +60,18 @@ def test_the_grace_lasts_as_long_as_the_batch_that_just_ran_when_that_is_longer(
     assert decision.batch == [] and decision.wake_at_ns == 2000 * US
     assert p.poll(1999 * US).batch == []
     assert len(p.poll(2000 * US).batch) == 3  # nobody came back in time: it goes as it is
+
+
+def test_a_slow_model_holds_pending_requests_no_longer_than_the_grace_limit() -> None:
+    """A 2 s execution does not make the pending batch wait 2 s for clients that do not come
+    back (Triton's L0_metrics test_dynamic_batch_scheduler sends its requests at once)."""
+    p = planner(delay_us=500)
+    add(p, 3, 0)
+    p.instance_freed(0, answered=4, ran_ns=2_000_000_000)
+    decision = p.poll(0)
+    assert decision.batch == [] and decision.wake_at_ns == GRACE_MAX_NS
+    assert p.poll(GRACE_MAX_NS - 1).batch == []
+    assert len(p.poll(GRACE_MAX_NS).batch) == 3
 
 
 def test_a_batch_that_fills_during_the_grace_goes_at_once() -> None:
