@@ -156,8 +156,8 @@ NOT_APPLICABLE: dict[str, str] = {
     "L0_socket": "starts servers on fixed ports with conflicting or disabled endpoints (the"
     " tool runs one server on 8000-8002 and waits for HTTP): its start/refuse matrix and the"
     " --reuse-*-port cases were checked by hand in a network namespace (all as test.sh"
-    " expects but --http-address -47 --allow-http 0: Triton binds its metrics to the"
-    " address inet_addr makes of it, repokit refuses the address)",
+    " expects; --http-address -47 --allow-http 0 starts both: Triton's metrics listen on"
+    " 255.255.255.255, what inet_addr makes of it, repokit's on 0.0.0.0)",
     "L0_infer_reshape plan models": "test_ff2 and test_ff4 also run TensorRT plan models with"
     " their own reshapes (_trt_reshape): they fail on both",
     "L0_batch_input savedmodel, plan, libtorch": "TensorFlow, TensorRT and torch models; onnx"

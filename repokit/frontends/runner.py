@@ -16,6 +16,7 @@ import gc
 import inspect
 import logging
 import signal
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -116,6 +117,7 @@ class ServerHandle:
     settings: ServeSettings
     http_port: int | None = None
     metrics_port: int | None = None
+    metrics_host: str = ""  # where the metrics listen (metrics_host(settings))
     grpc_port: int | None = None
     _http: HttpServer | None = None
     _grpc: Any = None
@@ -141,7 +143,7 @@ class ServerHandle:
         if self.grpc_port is not None:
             out.append(("gRPC", f"{s.grpc_address}:{self.grpc_port}"))
         if self.metrics_port is not None:
-            out.append(("Metrics", f"{s.metrics_address or s.http_address}:{self.metrics_port}"))
+            out.append(("Metrics", f"{self.metrics_host}:{self.metrics_port}"))
         return out
 
     async def stop(self) -> None:
@@ -218,6 +220,41 @@ def startup_failures(service: InferenceService) -> list[str]:
     ]
 
 
+def metrics_host(settings: ServeSettings) -> str:
+    """Where the metrics service listens: ``--metrics-address``, else the HTTP address, as
+    tritonserver. With HTTP disabled, an HTTP address that names no host (qa/L0_socket's
+    ``--http-address -47 --allow-http 0``, which tritonserver starts with) is not used: the
+    metrics listen on 0.0.0.0, tritonserver's default without HTTP, and a warning says so."""
+    if settings.metrics_address:
+        return settings.metrics_address
+    host = settings.http_address
+    if settings.allow_http or _names_a_host(host):
+        return host
+    _log.warning(
+        "--http-address '%s' is not an address and HTTP is disabled: the metrics service "
+        "listens on 0.0.0.0 (set --metrics-address to choose)",
+        host,
+    )
+    return "0.0.0.0"
+
+
+def _names_a_host(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError):
+        return False
+    return True
+
+
+def _bind(service: str, host: str, port: int, reuse_port: bool) -> socket.socket:
+    """``bind_socket`` whose failure names the service and its address."""
+    try:
+        return bind_socket(host, port, reuse_port=reuse_port)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise OSError(f"failed to start {service} service at {host}:{port}: {reason}") from None
+
+
 async def start_server(
     settings: ServeSettings, service_factory: ServiceFactory | None = None
 ) -> ServerHandle:
@@ -237,16 +274,18 @@ async def start_server(
             handle.http_port, handle.grpc_port = pool.http_port, pool.grpc_port
         elif settings.allow_http:
             http, _frontend = create_http_server(service, settings, access_log=settings.access_log)
-            sock = bind_socket(
-                settings.http_address, settings.http_port, reuse_port=settings.reuse_http_port
+            sock = _bind(
+                "HTTP", settings.http_address, settings.http_port, settings.reuse_http_port
             )
             handle._http = http
             handle.http_port = await http.start(sock)
         if settings.allow_metrics:
             metrics = create_metrics_server(service)
-            host = settings.metrics_address or settings.http_address
             handle._metrics = metrics
-            handle.metrics_port = await metrics.start(bind_socket(host, settings.metrics_port))
+            host = handle.metrics_host = metrics_host(settings)
+            handle.metrics_port = await metrics.start(
+                _bind("Metrics", host, settings.metrics_port, False)
+            )
         # --- gRPC hook: the gRPC frontend (repokit/frontends/grpc/) shares this loop --------
         if settings.allow_grpc and settings.workers <= 1:
             grpc_server = create_grpc_server(service, settings)

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,12 +33,15 @@ def _repo(tmp_path: Path, *models: str) -> Path:
 
 
 class Served:
-    def __init__(self, process: subprocess.Popen[str], ports: dict[str, int]) -> None:
+    def __init__(
+        self, process: subprocess.Popen[str], ports: dict[str, int], lines: list[str]
+    ) -> None:
         self.process = process
         self.ports = ports
+        self.lines = lines  # the output until the last service started
 
 
-def _start(*args: str, timeout: float = 60.0) -> Served:
+def _start(*args: str, timeout: float = 60.0, services: int = 3) -> Served:
     env = {**os.environ, "COLUMNS": "200"}
     process = subprocess.Popen(
         [sys.executable, "-m", "repokit", "serve", *args],
@@ -50,7 +54,7 @@ def _start(*args: str, timeout: float = 60.0) -> Served:
     ports: dict[str, int] = {}
     deadline = time.monotonic() + timeout
     lines: list[str] = []
-    while time.monotonic() < deadline and len(ports) < 3:
+    while time.monotonic() < deadline and len(ports) < services:
         line = process.stdout.readline()
         if not line:
             break
@@ -58,10 +62,10 @@ def _start(*args: str, timeout: float = 60.0) -> Served:
         match = STARTED.search(line)
         if match:
             ports[match.group(1)] = int(match.group(3))
-    if len(ports) < 3:
+    if len(ports) < services:
         process.kill()
         pytest.fail("server did not start:\n" + "".join(lines))
-    return Served(process, ports)
+    return Served(process, ports, lines)
 
 
 @pytest.fixture
@@ -95,6 +99,55 @@ def test_serves_http_grpc_metrics_and_exits_0_on_sigterm(served: Served) -> None
 def test_sigint_also_exits_0(served: Served) -> None:
     served.process.send_signal(signal.SIGINT)
     assert served.process.wait(timeout=30) == 0
+
+
+def test_a_bad_http_address_is_ignored_when_http_is_disabled(tmp_path: Path) -> None:
+    """qa/L0_socket: tritonserver starts with ``--http-address -47 --allow-http 0``. The metrics
+    default to the HTTP address, which names no host: they listen on 0.0.0.0 (a warning)."""
+    s = _start(
+        str(_repo(tmp_path, "add_sub")), "--http-address", "-47", "--allow-http", "0",
+        "--grpc-port", "0", "--metrics-port", "0", "--grpc-address", "127.0.0.1",
+        services=2,
+    )  # fmt: skip
+    try:
+        assert "HTTPService" not in s.ports
+        assert "--http-address '-47' is not an address and HTTP is disabled" in "".join(s.lines)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{s.ports['Metrics Service']}/metrics")
+        assert b"nv_inference_count" in metrics.read()
+        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{s.ports['GRPCInferenceService']}")
+        assert grpc.is_server_ready()
+        grpc.close()
+        s.process.send_signal(signal.SIGTERM)
+        assert s.process.wait(timeout=30) == 0
+    finally:
+        if s.process.poll() is None:
+            s.process.kill()
+            s.process.wait()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--http-address", "-47"], "failed to start HTTP service at -47:0: "),
+        (
+            ["--allow-http", "0", "--metrics-address", "-48"],
+            "failed to start Metrics service at -48:0: ",
+        ),
+    ],
+)
+def test_an_address_that_names_no_host_stops_the_start(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "repokit", "serve", str(_repo(tmp_path, "add_sub")),
+         "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert f"error: creating server: {message}" in result.stderr
 
 
 def test_grpc_tls_flags(tmp_path: Path) -> None:
