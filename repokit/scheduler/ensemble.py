@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from repokit.backends.base import BackendRequest, BackendResult, Timing
@@ -200,13 +200,8 @@ class EnsembleScheduler(Scheduler):
         return await self._run(request, batch, time.perf_counter_ns())
 
     async def _run(self, request: BackendRequest, batch: int, submitted_ns: int) -> ScheduledResult:
-        # None: an absent tensor (an optional input not given, an output a step did not make)
-        tensors: dict[str, InferTensor | None] = dict(request.inputs)
-        # the batch size of the request that made each tensor (0: no batching); the ensemble's
-        # inputs: ``batch``
-        batches = dict.fromkeys(tensors, batch)
-        for name in self._optional:
-            tensors.setdefault(name, None)
+        values = _Values.of_request(request, batch, self._optional)
+        tensors = values.tensors
         waiting = list(self._steps_for(request.requested_outputs))
         running: dict[asyncio.Task[tuple[ScheduledResult, int]], EnsembleStep] = {}
         totals = _TimingSum()
@@ -220,27 +215,27 @@ class EnsembleScheduler(Scheduler):
                     # a chain: run the only runnable step inline (no task, no asyncio.wait)
                     step = ready[0]
                     waiting.remove(step)
-                    called = await self._call(step, request, tensors, batches)
-                    error = self._take(step, called, tensors, batches, totals)
+                    called = await self._call(step, request, values)
+                    error = self._take(step, called, values, totals)
                     if error is not None:
                         return ScheduledResult(error, queue_ns, totals.timing())
                     continue
                 for step in ready:
                     waiting.remove(step)
-                    task = asyncio.create_task(self._call(step, request, tensors, batches))
+                    task = asyncio.create_task(self._call(step, request, values))
                     running[task] = step
                 if not running:
                     break
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     step = running.pop(task)
-                    error = self._take(step, task.result(), tensors, batches, totals)
+                    error = self._take(step, task.result(), values, totals)
                     if error is not None:
                         return ScheduledResult(error, max(queue_ns, 0), totals.timing())
         finally:
             for task in running:
                 task.cancel()
-        result = self._result(request, tensors, batches)
+        result = self._result(request, values)
         if result is None:
             missing = [n for n in request.requested_outputs or self._outputs if n not in tensors]
             result = BackendResult(
@@ -251,12 +246,12 @@ class EnsembleScheduler(Scheduler):
     def _result(
         self,
         request: BackendRequest,
-        tensors: dict[str, InferTensor | None],
-        batches: dict[str, int],
+        values: _Values,
     ) -> BackendResult | None:
         """The response of a request whose steps ran: its requested outputs (shaped for the
         ensemble's batching); None when no step made one of them."""
         wanted = request.requested_outputs or self._outputs
+        tensors, batches = values.tensors, values.batches
         if any(name not in tensors for name in wanted):
             return None
         outputs = []
@@ -289,16 +284,11 @@ class EnsembleScheduler(Scheduler):
         control = request.control
         assert control is not None and control.sink is not None
         sink = control.sink
-        tensors: dict[str, InferTensor | None] = dict(request.inputs)
-        batches = dict.fromkeys(tensors, batch)
-        for name in self._optional:
-            tensors.setdefault(name, None)
+        values = _Values.of_request(request, batch, self._optional)
         totals = _TimingSum()
         queue_ns = time.perf_counter_ns() - submitted_ns
         try:
-            await self._branch(
-                request, tensors, batches, self._steps_for(request.requested_outputs), totals
-            )
+            await self._branch(request, values, self._steps_for(request.requested_outputs), totals)
         except RepokitError as exc:  # prefixed with the ensemble's name already
             sink(BackendResult(error=exc), True)
             return ScheduledResult(BackendResult(), queue_ns, totals.timing())
@@ -308,29 +298,28 @@ class EnsembleScheduler(Scheduler):
     async def _branch(
         self,
         request: BackendRequest,
-        tensors: dict[str, InferTensor | None],
-        batches: dict[str, int],
+        values: _Values,
         waiting: tuple[EnsembleStep, ...],
         totals: _TimingSum,
     ) -> None:
         control = request.control
         assert control is not None and control.sink is not None
         while True:
-            ready = [s for s in waiting if s.needs <= tensors.keys()]
+            ready = [s for s in waiting if s.needs <= values.tensors.keys()]
             if not ready:
                 break
             step = ready[0]
             waiting = tuple(s for s in waiting if s is not step)
             model = self._describe(step.model_name, step.model_version) if self._describe else None
             if model is None or not model.decoupled:
-                called = await self._call(step, request, tensors, batches)
-                failed = self._take(step, called, tensors, batches, totals)
+                called = await self._call(step, request, values)
+                failed = self._take(step, called, values, totals)
                 if failed is not None and failed.error is not None:
                     raise failed.error
                 continue
-            await self._fan_out(step, request, tensors, batches, waiting, totals)
+            await self._fan_out(step, request, values, waiting, totals)
             return
-        result = self._result(request, tensors, batches)
+        result = self._result(request, values)
         if result is not None and result.outputs:
             control.sink(result, False)
 
@@ -338,8 +327,7 @@ class EnsembleScheduler(Scheduler):
         self,
         step: EnsembleStep,
         request: BackendRequest,
-        tensors: dict[str, InferTensor | None],
-        batches: dict[str, int],
+        values: _Values,
         waiting: tuple[EnsembleStep, ...],
         totals: _TimingSum,
     ) -> None:
@@ -348,10 +336,8 @@ class EnsembleScheduler(Scheduler):
         step_control = RequestControl(sink=lambda result, final: queue.put_nowait((result, final)))
         assert request.control is not None
         request.control.on_cancel(step_control.cancel)
-        batch = self._step_request(step, request, tensors, batches)[1]
-        task = asyncio.ensure_future(
-            self._call(step, request, tensors, batches, control=step_control)
-        )
+        batch = self._step_request(step, request, values)[1]
+        task = asyncio.ensure_future(self._call(step, request, values, control=step_control))
         task.add_done_callback(lambda _: queue.put_nowait(None))
         branches: list[asyncio.Task[None]] = []
         executed = final = False
@@ -371,12 +357,10 @@ class EnsembleScheduler(Scheduler):
                     continue
                 if result.error is not None:
                     raise self._prefixed(result.error)
-                forked, forked_batches = dict(tensors), dict(batches)
-                self._route(step, result, forked, forked_batches, batch)
+                forked = values.fork()
+                self._route(step, result, forked, batch)
                 branches.append(
-                    asyncio.ensure_future(
-                        self._branch(request, forked, forked_batches, waiting, totals)
-                    )
+                    asyncio.ensure_future(self._branch(request, forked, waiting, totals))
                 )
             await asyncio.gather(*branches)
         finally:
@@ -400,31 +384,30 @@ class EnsembleScheduler(Scheduler):
         self,
         step: EnsembleStep,
         called: tuple[ScheduledResult, int],
-        tensors: dict[str, InferTensor | None],
-        batches: dict[str, int],
+        values: _Values,
         totals: _TimingSum,
     ) -> BackendResult | None:
-        """Route a finished step's outputs into ``tensors`` (the ones it did not produce as
+        """Route a finished step's outputs into ``values`` (the ones it did not produce as
         absent) with the step request's batch size; its error result, if it failed."""
         scheduled, batch = called
         totals.add(scheduled.timing)
         result = scheduled.result
         if result.error is not None:
             return BackendResult(error=self._prefixed(result.error))
-        self._route(step, result, tensors, batches, batch)
+        self._route(step, result, values, batch)
         return None
 
     @staticmethod
     def _route(
         step: EnsembleStep,
         result: BackendResult,
-        tensors: dict[str, InferTensor | None],
-        batches: dict[str, int],
+        values: _Values,
         batch: int,
     ) -> None:
-        """A step's outputs into ``tensors`` (those it did not produce as absent), made by a
+        """A step's outputs into ``values`` (those it did not produce as absent), made by a
         request of batch size ``batch``."""
         routes = step.routes
+        tensors, batches = values.tensors, values.batches
         for out in result.outputs:
             target = routes.get(out.name)
             if target is not None:
@@ -439,13 +422,12 @@ class EnsembleScheduler(Scheduler):
         self,
         step: EnsembleStep,
         request: BackendRequest,
-        tensors: dict[str, InferTensor | None],
-        batches: dict[str, int],
+        values: _Values,
         control: RequestControl | None = None,
     ) -> tuple[ScheduledResult, int]:
         """Run a step; its result and its request's batch size (0: the model does not batch).
         ``control``: a decoupled step's (its responses go to its sink)."""
-        step_request, batch = self._step_request(step, request, tensors, batches)
+        step_request, batch = self._step_request(step, request, values)
         step_request.control = control
         limit = self._limits.get(step.index)
         try:
@@ -462,8 +444,7 @@ class EnsembleScheduler(Scheduler):
         self,
         step: EnsembleStep,
         request: BackendRequest,
-        tensors: dict[str, InferTensor | None],
-        batches: dict[str, int],
+        values: _Values,
     ) -> tuple[BackendRequest, int]:
         """A step's request and its batch size (0: the model does not batch)."""
         model = (
@@ -473,6 +454,7 @@ class EnsembleScheduler(Scheduler):
         )
         inputs = {}
         batch = 0
+        tensors, batches = values.tensors, values.batches
         for model_input, name in step.input_map:
             given = tensors[name]
             if given is None:  # an absent tensor: the (optional) input is left out
@@ -505,6 +487,32 @@ class EnsembleScheduler(Scheduler):
 
 
 _NO_TIME = Timing()
+
+
+class _Values:
+    """The tensors of one ensemble request (or of one branch of a decoupled one) so far, by
+    ensemble tensor name (None: absent, an optional input not given or an output a step did
+    not make), and the batch size of the request that made each (0: no batching)."""
+
+    __slots__ = ("batches", "tensors")
+
+    def __init__(self, tensors: dict[str, InferTensor | None], batches: dict[str, int]) -> None:
+        self.tensors = tensors
+        self.batches = batches
+
+    @classmethod
+    def of_request(cls, request: BackendRequest, batch: int, optional: Iterable[str]) -> _Values:
+        """The ensemble's inputs (made with the request's ``batch``), its optional inputs
+        not given as absent."""
+        tensors: dict[str, InferTensor | None] = dict(request.inputs)
+        batches = dict.fromkeys(tensors, batch)
+        for name in optional:
+            tensors.setdefault(name, None)
+        return cls(tensors, batches)
+
+    def fork(self) -> _Values:
+        """A copy a branch goes on with (what it adds, the others do not see)."""
+        return _Values(dict(self.tensors), dict(self.batches))
 
 
 class _TimingSum:
