@@ -77,6 +77,13 @@ QA_PATHS = (
     "qa/L0_dyna_sequence_batcher",
     "qa/L0_sequence_corrid_batcher",
     "qa/L0_implicit_state/implicit_state.py",
+    # tools/triton_qa_options.py
+    "qa/L0_data_compression",
+    "qa/L0_backend_config",
+    "qa/L0_custom_model_config",
+    "qa/L0_config_json",
+    "qa/L0_secure_grpc",
+    "qa/L0_trace",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -1584,7 +1591,15 @@ def scenarios() -> list[Scenario]:
         *operability(),
         *request_scenarios(),
         *_scheduling(),
+        *_options(),
     ]
+
+
+def _options() -> list[Scenario]:
+    from tools import triton_qa_options  # imports this module
+
+    NOT_APPLICABLE.update(triton_qa_options.NOT_APPLICABLE)
+    return triton_qa_options.scenarios()
 
 
 def operability() -> list[Scenario]:
