@@ -115,19 +115,24 @@ def response_cache_notes(byte_size: str | None) -> list[str]:
 
 def parse_backend_config(specs: Iterable[str]) -> dict[str, dict[str, str]]:
     """``--backend-config <backend>,<setting>=<value>`` (or ``<setting>=<value>`` for every
-    backend, kept under ""), as tritonserver parses it."""
+    backend, kept under ""), as tritonserver parses it: the backend name ends at the first
+    comma, the setting at the first ``=`` after it; an empty backend name (a leading comma),
+    setting or value is refused with tritonserver's message."""
     parsed: dict[str, dict[str, str]] = {}
     for spec in specs:
-        head, sep, value = spec.partition("=")
-        if not sep:
+        comma = spec.find(",")
+        if comma == 0:
+            raise ValueError(
+                "No backend specified. --backend-config option format is <backend name>,"
+                f"<setting>=<value> or <setting>=<value>. Got {spec}"
+            )
+        equals = spec.find("=", comma + 1)
+        setting, value = spec[comma + 1 : equals], spec[equals + 1 :]
+        if equals < 0 or not setting or not value:
             raise ValueError(
                 f"--backend-config option format is '<backend name>,<setting>=<value>'. Got {spec}"
             )
-        backend, comma, setting = head.partition(",")
-        if not comma:
-            backend, setting = "", head
-        if not setting:
-            raise ValueError(f"--backend-config setting name is empty in '{spec}'")
+        backend = spec[:comma] if comma > 0 else ""
         parsed.setdefault(backend, {})[setting] = value
     return parsed
 

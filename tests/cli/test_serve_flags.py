@@ -253,6 +253,13 @@ def test_log_file_takes_the_log(tmp_path: Path) -> None:
         (["--log-format", "xml"], "invalid argument for --log-format, got: xml"),
         (["--log-info", "maybe"], "--log-info expects true or false"),
         (["--backend-config", "python,stub-timeout-seconds"], "--backend-config option format"),
+        # qa/L0_backend_config: a leading comma, an empty value (global or per backend)
+        (["--backend-config", ",default-max-batch-size=3"], "No backend specified. --backend-co"),
+        (["--backend-config", "default-max-batch-size="], "--backend-config option format is"),
+        (["--backend-config", "python,stub-timeout-seconds="], "--backend-config option format"),
+        (["--backend-config", "python,=3"], "--backend-config option format is"),
+        # qa/L0_custom_model_config: an empty name is refused, not taken as "no name"
+        (["--model-config-name="], "empty argument for --model-config-name"),
         (["--model-load-thread-count", "0"], "--model-load-thread-count must be at least 1"),
         (["--no-such-flag", "1"], "No such option"),
         (["--metrics-config", "summary_latencies=maybe"], "summary_latencies expects true"),
