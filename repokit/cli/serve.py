@@ -135,7 +135,7 @@ def serve(
     allow_client_shm: Annotated[str, typer.Option(metavar="BOOL")] = "false",
     strict_model_config: Annotated[str | None, typer.Option(metavar="BOOL")] = None,
     disable_auto_complete_config: bool = False,
-    model_config_name: str = "",
+    model_config_name: str | None = None,
     python_execute_timeout_secs: Annotated[
         float, typer.Option(help="Kill and restart a python instance whose execute runs longer.")
     ] = 0.0,
@@ -305,6 +305,8 @@ def serve(
         raise typer.BadParameter(f"invalid argument for --log-format, got: {log_format}")
     if log_verbose < 0:
         raise typer.BadParameter("--log-verbose must not be negative")
+    if model_config_name == "":
+        raise typer.BadParameter("empty argument for --model-config-name")
     try:
         parse_restricted_apis(http_restricted_api or [])
         parse_restricted_protocols(grpc_restricted_protocol or [])
@@ -350,7 +352,7 @@ def serve(
             strict_readiness=parse_bool(strict_readiness, "--strict-readiness"),
             exit_timeout_secs=exit_timeout_secs,
             strict_model_config=disable_auto_complete_config or bool(strict),
-            model_config_name=model_config_name,
+            model_config_name=model_config_name or "",
             allow_client_shm=parse_bool(allow_client_shm, "--allow-client-shm"),
             http_max_input_size=http_max_input_size,
             repository_poll_secs=repository_poll_secs,
