@@ -545,7 +545,7 @@ def backend_config() -> list[Scenario]:
                 repokit_flags=[f"--backend-config=onnxruntime,default-max-batch-size={size}"],
             )
         )
-    config_runs = (
+    config_runs: tuple[tuple[str, list[str], int, dict[str, str]], ...] = (
         ("default_configs", [], 4, {}),
         (
             "global_configs",
@@ -560,8 +560,8 @@ def backend_config() -> list[Scenario]:
             {"a": "0", "y": "0", "z": "0"},
         ),
     )
-    for name, specs, at_least, wanted in config_runs:
-        flags = [f"--backend-config={spec}" for spec in specs]
+    for name, given, at_least, wanted in config_runs:
+        flags = [f"--backend-config={spec}" for spec in given]
         found.append(
             Scenario(
                 f"{suite}/{name}",
