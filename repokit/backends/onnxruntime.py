@@ -37,6 +37,7 @@ from repokit.backends.base import (
     Timing,
     instance_count,
 )
+from repokit.config.onnx_io import DEFAULT_MAX_BATCH_SIZE
 from repokit.config.onnx_shapes import shape_problem
 from repokit.errors import Code, RepokitError
 from repokit.protocol import datatypes
@@ -99,6 +100,7 @@ class OnnxRuntimeBackend(Backend):
         super().__init__(context)
         self._sessions: list[Any] = []
         self._executor: ThreadPoolExecutor | None = None
+        self._default_max_batch_size = DEFAULT_MAX_BATCH_SIZE
         self._configure(context.config)
         # per instance: runs in a row that took < INLINE_BELOW_NS; no executor run in flight
         self._quick = [0] * self._count
@@ -118,6 +120,18 @@ class OnnxRuntimeBackend(Backend):
     @property
     def instance_count(self) -> int:
         return self._count
+
+    def configure(self, settings: dict[str, str]) -> None:
+        """``--backend-config [onnxruntime,]default-max-batch-size=N``: the max_batch_size
+        autofill gives a model that can batch and whose config sets none (Triton's default
+        is 4; 0 or less: no batching)."""
+        text = settings.get("default-max-batch-size")
+        if text is None:
+            return
+        try:
+            self._default_max_batch_size = int(text.strip())
+        except ValueError:
+            raise ValueError(f"default-max-batch-size must be an integer, got '{text}'") from None
 
     # --- load / unload --------------------------------------------------------------------
     async def load(self) -> None:
@@ -162,7 +176,9 @@ class OnnxRuntimeBackend(Backend):
             raise RepokitError(Code.INTERNAL, str(exc)) from None
         completed = mc.ModelConfig()
         completed.CopyFrom(self.context.config)
-        filled, failure = autocomplete_onnx_config(completed, signature)
+        filled, failure = autocomplete_onnx_config(
+            completed, signature, self._default_max_batch_size
+        )
         if failure:
             raise RepokitError(Code.INVALID_ARG, failure)
         adopt = self.on_config_completed

@@ -50,6 +50,9 @@ INERT_PYTHON_SETTINGS: dict[str, str] = {
     "stub-timeout-seconds": "",  # honoured (see repokit.backends.python.backend)
 }
 
+# settings of --backend-config [onnxruntime,]<setting>=<value> the onnxruntime backend uses
+HONOURED_SETTINGS = frozenset({"default-max-batch-size"})
+
 
 def parse_metrics_config(
     specs: Iterable[str], allow_cpu: bool, interval_ms: float
@@ -147,6 +150,8 @@ def backend_config_notes(config: dict[str, dict[str, str]]) -> list[str]:
         if backend == "python":
             continue
         for setting in settings:
+            if setting in HONOURED_SETTINGS and backend in ("", "onnxruntime"):
+                continue
             where = f"{backend},{setting}" if backend else setting
             notes.append(f"--backend-config {where} has no effect on this server")
     return notes

@@ -437,3 +437,16 @@ def test_verbose_logging_names_each_http_request(tmp_path: Path) -> None:
     assert _count(log, "HTTP request: 0 /metrics") == 1, log
     assert _count(log, "HTTP request: 2 /v2/logging") == 1, log  # logged before it applies
     assert "/v2/health/ready" not in log
+
+
+def test_default_max_batch_size_is_not_called_inert() -> None:
+    """onnxruntime's autofill uses default-max-batch-size (global or its own); a setting no
+    backend here reads is still noted as having no effect."""
+    from repokit.cli.serve_flags import backend_config_notes, parse_backend_config
+
+    config = parse_backend_config(
+        ["default-max-batch-size=6", "onnxruntime,default-max-batch-size=8", "tensorflow,x=1"]
+    )
+    assert backend_config_notes(config) == [
+        "--backend-config tensorflow,x has no effect on this server"
+    ]

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
 
 from repokit.paths import default_sample_repository
@@ -43,3 +44,45 @@ def test_strict_mode_needs_a_config(tmp_path: Path) -> None:
         index = {e["name"]: e for e in client.get_model_repository_index()}
         assert index["onnx_auto"]["state"] == "UNAVAILABLE"
         assert "config.pbtxt" in index["onnx_auto"]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("backend_config", "size"),
+    [
+        ({"": {"default-max-batch-size": "6"}}, 6),
+        ({"onnxruntime": {"default-max-batch-size": "5"}}, 5),
+        # the backend's own setting wins over the global one (qa/L0_backend_config)
+        ({"": {"default-max-batch-size": "7"}, "onnxruntime": {"default-max-batch-size": "8"}}, 8),
+    ],
+)
+def test_default_max_batch_size_comes_from_the_backend_config(
+    tmp_path: Path, backend_config: dict[str, dict[str, str]], size: int
+) -> None:
+    """--backend-config [onnxruntime,]default-max-batch-size=N is the max_batch_size autofill
+    gives a model that can batch, with a dynamic batcher, as Triton's onnxruntime backend."""
+    with running_server(_repo(tmp_path), backend_config=backend_config) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        config = client.get_model_config("onnx_auto")
+        assert config["max_batch_size"] == size
+        assert config["dynamic_batching"]["preferred_batch_size"] == [size]
+
+
+def test_default_max_batch_size_zero_turns_batching_off(tmp_path: Path) -> None:
+    backend_config = {"onnxruntime": {"default-max-batch-size": "0"}}
+    with running_server(_repo(tmp_path), backend_config=backend_config) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        config = client.get_model_config("onnx_auto")
+        assert config["max_batch_size"] == 0
+        assert "dynamic_batching" not in config
+        assert client.get_model_metadata("onnx_auto")["inputs"][0]["shape"] == [-1, 16]
+
+
+def test_default_max_batch_size_must_be_a_number(tmp_path: Path) -> None:
+    backend_config = {"onnxruntime": {"default-max-batch-size": "lots"}}
+    with running_server(_repo(tmp_path), backend_config=backend_config) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        index = {e["name"]: e for e in client.get_model_repository_index()}
+        assert index["onnx_auto"]["state"] == "UNAVAILABLE"
+        assert (
+            "default-max-batch-size must be an integer, got 'lots'" in index["onnx_auto"]["reason"]
+        )
