@@ -33,6 +33,7 @@ from typing import Any
 
 from repokit.backends.base import Backend, BackendRequest, ModelContext
 from repokit.backends.server_api import ServerApi
+from repokit.config.onnx_io import DEFAULT_MAX_BATCH_SIZE
 from repokit.config.override_paths import override_path_problem
 from repokit.config.parse import ConfigParseError, parse_json
 from repokit.core.config_json import config_to_json
@@ -109,14 +110,46 @@ class ModelRecord:
         return [s for s in self.versions.values() if s.state == READY and s.loaded is not None]
 
 
-def _configured_backend_factory(config: dict[str, dict[str, str]]) -> BackendFactory:
-    """Backends from the registry, each given its ``--backend-config`` settings."""
+DEFAULT_MAX_BATCH_SIZE_SETTING = "default-max-batch-size"  # Triton core's one default
+
+
+def _configured_backend_factory(
+    config: dict[str, dict[str, str]], *, auto_complete: bool = True
+) -> BackendFactory:
+    """Backends from the registry, each given its ``--backend-config`` settings (the global
+    ones, then its own over them). As Triton's core, each model's load logs (verbose) whether
+    default-max-batch-size was set or takes its default, and each backend's first model the
+    settings the backend gets ("backend configuration:")."""
+    announced: set[str] = set()
 
     def create(context: ModelContext) -> Backend:
         from repokit.backends.registry import backend_name, create_backend
 
         backend = create_backend(context)
-        settings = {**config.get("", {}), **config.get(backend_name(context.config), {})}
+        name = backend_name(context.config)
+        settings = {**config.get("", {}), **config.get(name, {})}
+        size = settings.get(DEFAULT_MAX_BATCH_SIZE_SETTING)
+        if size is not None:
+            log.debug(
+                "Found overwritten default setting: %s,%s", DEFAULT_MAX_BATCH_SIZE_SETTING, size
+            )
+        else:
+            log.debug(
+                "Adding default backend config setting: %s,%d",
+                DEFAULT_MAX_BATCH_SIZE_SETTING,
+                DEFAULT_MAX_BATCH_SIZE,
+            )
+        if name not in announced and log.isEnabledFor(logging.DEBUG):
+            announced.add(name)
+            cmdline = {
+                "auto-complete-config": "true" if auto_complete else "false",
+                DEFAULT_MAX_BATCH_SIZE_SETTING: str(DEFAULT_MAX_BATCH_SIZE),
+                **settings,
+            }
+            log.debug(
+                "backend configuration:\n%s",
+                json.dumps({"cmdline": cmdline}, separators=(",", ":")),
+            )
         if settings:
             try:
                 backend.configure(settings)
@@ -210,7 +243,9 @@ class ModelManager:
         scheduler_factory: SchedulerFactory | None = None,
     ) -> None:
         self._settings = settings
-        factory = backend_factory or _configured_backend_factory(settings.backend_config)
+        factory = backend_factory or _configured_backend_factory(
+            settings.backend_config, auto_complete=not settings.strict_model_config
+        )
         timeout = settings.python_execute_timeout_secs
         self._backend_factory: BackendFactory = (
             factory

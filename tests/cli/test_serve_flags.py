@@ -450,3 +450,37 @@ def test_default_max_batch_size_is_not_called_inert() -> None:
     assert backend_config_notes(config) == [
         "--backend-config tensorflow,x has no effect on this server"
     ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        ([], "Adding default backend config setting: default-max-batch-size,4"),
+        (["--backend-config=default-max-batch-size=6"], "Found overwritten default setting:"
+         " default-max-batch-size,6"),
+        (["--backend-config=default-max-batch-size=7",
+          "--backend-config=python,default-max-batch-size=8"],
+         "Found overwritten default setting: default-max-batch-size,8"),
+    ],
+)  # fmt: skip
+def test_verbose_log_says_which_default_max_batch_size_a_model_gets(
+    tmp_path: Path, flags: list[str], line: str
+) -> None:
+    """qa/L0_backend_config greps these lines of Triton's core (one per model load) and the
+    "backend configuration:" JSON a backend logs with the settings it gets."""
+    repo = tmp_path / "models"
+    write_model(repo, "plain", "y = x", count=1)
+    server = ServeProcess(str(repo), *PORT_FLAGS, "--log-verbose=1", "--backend-config=python,"
+                          "stub-timeout-seconds=10", *flags)  # fmt: skip
+    try:
+        server.process.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+    finally:
+        server.kill()
+    assert _count(server.text, line) == 1, server.text
+    found = re.search(r'"backend configuration:\\n(\{.*\})"$', server.text, re.MULTILINE)
+    assert found, server.text
+    cmdline = json.loads(found.group(1).replace('\\"', '"'))["cmdline"]
+    assert cmdline["stub-timeout-seconds"] == "10"
+    assert cmdline["auto-complete-config"] == "true"
+    assert cmdline["default-max-batch-size"] == line.rsplit(",", 1)[1]
