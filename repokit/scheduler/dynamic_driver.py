@@ -93,6 +93,7 @@ class DynamicBatchScheduler(Scheduler):
     ) -> None:
         config = config if config is not None else backend.context.config
         self._backend = backend
+        self._name = backend.context.name
         self._clock = clock
         self._merge = merge_batches
         self._settings = settings or DynamicBatchSettings.from_config(config)
@@ -133,6 +134,8 @@ class DynamicBatchScheduler(Scheduler):
 
     # --- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
+        # Triton's verbose line (one per model; its batcher is a thread, here asyncio tasks)
+        log.debug("Starting dynamic-batcher thread for %s at default nice...", self._name)
         self._loop = asyncio.get_running_loop()
         self._running = True
         self._stopping = False
@@ -145,6 +148,8 @@ class DynamicBatchScheduler(Scheduler):
 
     async def stop(self) -> None:
         """Finish what is queued (ignoring the queue delay), then stop the workers."""
+        if self._running:
+            log.debug("Stopping dynamic-batcher thread for %s...", self._name)
         self._stopping = True
         self._waker.poke()
         if self._workers:

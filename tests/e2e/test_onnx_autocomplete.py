@@ -3,6 +3,7 @@ would complete from the model file (autofill on, the default)."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from repokit.core.settings import LogSettings
 from repokit.paths import default_sample_repository
 from tests.frontends.http.server_thread import running_server
 
@@ -56,25 +58,37 @@ def test_strict_mode_needs_a_config(tmp_path: Path) -> None:
     ],
 )
 def test_default_max_batch_size_comes_from_the_backend_config(
-    tmp_path: Path, backend_config: dict[str, dict[str, str]], size: int
+    tmp_path: Path,
+    backend_config: dict[str, dict[str, str]],
+    size: int,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """--backend-config [onnxruntime,]default-max-batch-size=N is the max_batch_size autofill
     gives a model that can batch, with a dynamic batcher, as Triton's onnxruntime backend."""
-    with running_server(_repo(tmp_path), backend_config=backend_config) as server:
+    caplog.set_level(logging.DEBUG, logger="repokit")
+    verbose = LogSettings(log_verbose_level=1)
+    with running_server(_repo(tmp_path), backend_config=backend_config, log=verbose) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         config = client.get_model_config("onnx_auto")
         assert config["max_batch_size"] == size
         assert config["dynamic_batching"]["preferred_batch_size"] == [size]
+    # Triton's verbose line, which qa/L0_backend_config greps
+    assert "Starting dynamic-batcher thread for onnx_auto at default nice..." in caplog.messages
 
 
-def test_default_max_batch_size_zero_turns_batching_off(tmp_path: Path) -> None:
+def test_default_max_batch_size_zero_turns_batching_off(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="repokit")
     backend_config = {"onnxruntime": {"default-max-batch-size": "0"}}
-    with running_server(_repo(tmp_path), backend_config=backend_config) as server:
+    verbose = LogSettings(log_verbose_level=1)
+    with running_server(_repo(tmp_path), backend_config=backend_config, log=verbose) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         config = client.get_model_config("onnx_auto")
         assert config["max_batch_size"] == 0
         assert "dynamic_batching" not in config
         assert client.get_model_metadata("onnx_auto")["inputs"][0]["shape"] == [-1, 16]
+    assert not [m for m in caplog.messages if "dynamic-batcher" in m]
 
 
 def test_default_max_batch_size_must_be_a_number(tmp_path: Path) -> None:
