@@ -1551,6 +1551,8 @@ def lifecycle_python() -> list[Scenario]:
                        runner="unittest")],
             flags=["--model-control-mode=explicit", "--load-model=*"],
             verbose=False,
+            # test.sh's: the stub's __pycache__ would make every version look modified
+            env={"PYTHONDONTWRITEBYTECODE": "True"},
         ),
     ]  # fmt: skip
 

@@ -52,6 +52,7 @@ from repokit.core.model_source import (
     fingerprint,
     model_directories,
     read_model,
+    version_stamps,
 )
 from repokit.core.request_checks import ModelIO
 from repokit.core.response_cache import ResponseCache
@@ -105,6 +106,7 @@ class ModelRecord:
     fingerprint: str = ""
     private_dir: Path | None = None  # temp dir holding `file:` load parameters
     dependencies: tuple[str, ...] = ()  # ensemble composing models
+    version_stamps: dict[int, str] = field(default_factory=dict)  # of the versions loaded
 
     def ready(self) -> list[VersionStatus]:
         return [s for s in self.versions.values() if s.state == READY and s.loaded is not None]
@@ -632,7 +634,15 @@ class ModelManager:
         async with self._lock(name):
             if not force and self._unchanged(name, stamp, private, retry_failed):
                 return  # loaded meanwhile by a concurrent request (e.g. for an ensemble)
-            await self._install(name, definition, stamp, private, dependencies, dependency_error)
+            await self._install(
+                name,
+                definition,
+                stamp,
+                private,
+                dependencies,
+                dependency_error,
+                reusable=override is None and private is None,
+            )
 
     def _unchanged(
         self, name: str, stamp: str, private: Path | None, retry_failed: bool = True
@@ -724,10 +734,8 @@ class ModelManager:
                 reason = await self._try_start(loaded, dependency_error)
         if reason:
             log.error("failed to load '%s' version %d: %s", loaded.name, loaded.version, reason)
-        else:
-            if log.isEnabledFor(logging.DEBUG):  # --log-verbose 1, as Triton's backends
-                log.debug("model configuration:\n%s", json.dumps(loaded.config_json, indent=4))
-            log.info("successfully loaded '%s'", loaded.name)
+        elif log.isEnabledFor(logging.DEBUG):  # --log-verbose 1, as Triton's backends
+            log.debug("model configuration:\n%s", json.dumps(loaded.config_json, indent=4))
         return reason
 
     async def _try_start(self, loaded: LoadedVersion, dependency_error: str) -> str:
@@ -759,13 +767,21 @@ class ModelManager:
         private: Path | None,
         dependencies: tuple[str, ...],
         dependency_error: str,
+        *,
+        reusable: bool = False,
     ) -> None:
         record = self._record(name)
         reloading = bool(record.ready())
         if not reloading:
             record.reason, record.known = "", True
             record.versions = {v: VersionStatus(v, LOADING) for v in definition.versions}
-        fresh = {v: self._new_version(definition, v) for v in definition.versions}
+        stamps = version_stamps(definition.directory, self._config_entry(definition))
+        kept = self._kept_versions(record, definition, stamps) if reloading and reusable else {}
+        for number, loaded in kept.items():  # Triton logs each version of the load
+            log.info("loading: %s:%d", name, number)
+            loaded.config = definition.config  # its new version_policy, as Triton updates it
+            loaded.config_json = config_to_json(definition.config)
+        fresh = {v: self._new_version(definition, v) for v in definition.versions if v not in kept}
         reasons = await asyncio.gather(
             *(self._start_version(loaded, dependency_error) for loaded in fresh.values())
         )
@@ -782,9 +798,10 @@ class ModelManager:
         record.versions = {
             v: VersionStatus(v, UNAVAILABLE, failures[v])
             if v in failures
-            else VersionStatus(v, READY, "", fresh[v])
+            else VersionStatus(v, READY, "", kept[v] if v in kept else fresh[v])
             for v in definition.versions
         }
+        record.version_stamps = stamps
         record.known, record.reason = True, ""
         for number, loaded in fresh.items():
             if number not in failures and loaded.backend is not None:
@@ -793,7 +810,9 @@ class ModelManager:
                 )
         record.private_dir = private
         record.dependencies = dependencies
-        retired = [s.loaded for s in old.values() if s.loaded is not None]
+        retired = [
+            s.loaded for v, s in old.items() if s.loaded is not None and s.loaded is not kept.get(v)
+        ]
         for number in old:
             if number not in record.versions:
                 record.versions[number] = VersionStatus(number, UNLOADING)
@@ -805,6 +824,43 @@ class ModelManager:
             shutil.rmtree(old_private.parent, ignore_errors=True)
         if failures:
             raise _load_failed(name, failures)
+        log.info("successfully loaded '%s'", name)  # once a load, as Triton's OnLoadFinal
+
+    def _config_entry(self, definition: ModelDefinition) -> str:
+        """The model folder's entry that holds the config its load read."""
+        custom = self._settings.model_config_name
+        if custom and (definition.directory / "configs" / f"{custom}.pbtxt").is_file():
+            return "configs"
+        return "config.pbtxt"
+
+    @staticmethod
+    def _kept_versions(
+        record: ModelRecord, definition: ModelDefinition, stamps: dict[int, str]
+    ) -> dict[int, LoadedVersion]:
+        """The serving versions a reload keeps as they are (not loaded again), as Triton 2.51:
+        not an ensemble, the version's files and the model folder's other files unchanged
+        since it loaded, and a config that differs at most in ``version_policy``. (Triton also
+        keeps them through an ``instance_group`` change, updating the instances in place;
+        repokit loads such versions again.)"""
+        if record.private_dir is not None:
+            return {}
+        wanted = mc.ModelConfig()
+        wanted.CopyFrom(definition.config)
+        wanted.ClearField("version_policy")
+        kept: dict[int, LoadedVersion] = {}
+        for number in definition.versions:
+            status = record.versions.get(number)
+            loaded = status.loaded if status is not None and status.state == READY else None
+            if loaded is None or loaded.is_ensemble:
+                continue
+            if not stamps.get(number) or record.version_stamps.get(number) != stamps[number]:
+                continue
+            serving = mc.ModelConfig()
+            serving.CopyFrom(loaded.config)
+            serving.ClearField("version_policy")
+            if serving == wanted:
+                kept[number] = loaded
+        return kept
 
     def _version_failed(self, name: str, number: int, loaded: LoadedVersion, reason: str) -> None:
         """A serving version's backend gave up (its instances keep dying): UNAVAILABLE with

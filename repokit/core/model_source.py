@@ -83,6 +83,41 @@ def fingerprint(directory: Path) -> str:
     return digest.hexdigest()
 
 
+def version_stamps(directory: Path, config_entry: str) -> dict[int, str]:
+    """Per version folder, a digest of its files and of the model folder's other files (not
+    the config's entry ``config_entry``, not other versions): what Triton 2.51 compares to
+    keep a serving version through a reload (``IsModelVersionModified``). ``__pycache__``
+    folders do not count, as in :func:`fingerprint`."""
+    shared: list[str] = []
+    versions: dict[int, str] = {}
+    try:
+        entries = sorted(os.listdir(directory))
+    except OSError:
+        return {}
+    for entry in entries:
+        if entry == config_entry or entry == "__pycache__":
+            continue
+        stamp = (
+            fingerprint(directory / entry)
+            if (directory / entry).is_dir()
+            else _file_stamp(directory / entry)
+        )
+        if entry.isdigit():
+            versions[int(entry)] = stamp
+        else:
+            shared.append(f"{entry}\0{stamp}")
+    common = "\n".join(shared)
+    return {number: f"{stamp}\n{common}" for number, stamp in versions.items()}
+
+
+def _file_stamp(path: Path) -> str:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return ""
+    return f"{info.st_size}\0{info.st_mtime_ns}"
+
+
 def read_model(
     name: str,
     directory: Path,

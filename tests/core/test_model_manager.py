@@ -356,8 +356,13 @@ async def test_poll_mode_rescans(tmp_path: Path, controls: Controls) -> None:
         await svc.manager.poll_once()
         assert svc.model_ready("identity")
         assert controls.loads["identity"] == 1
-        # fixed and changed: reloaded
-        config.write_text(good.replace("dims: [ -1 ] }", "dims: [ -1 ] }", 1) + "\n# edit\n")
+        # fixed with only a comment more: the same config, the version is kept (Triton 2.51)
+        config.write_text(good + "\n# edit\n")
+        await svc.manager.poll_once()
+        assert svc.model_ready("identity")
+        assert controls.loads["identity"] == 1
+        # changed: reloaded
+        config.write_text(good + '\nparameters { key: "edited" value: { string_value: "1" } }\n')
         await svc.manager.poll_once()
         assert controls.loads["identity"] == 2
         # a new model appears, another disappears
