@@ -84,6 +84,13 @@ QA_PATHS = (
     "qa/L0_config_json",
     "qa/L0_secure_grpc",
     "qa/L0_trace",
+    # tools/triton_qa_reliability.py
+    "qa/L0_grpc_state_cleanup",
+    "qa/L0_sequence_stress",
+    "qa/L0_client_nobatch",
+    "qa/L0_output_name",
+    "qa/L0_passive_instance",
+    "qa/L0_infer/infer_test.py",
 )
 
 Layout = Callable[[Path, Path], None]  # (qa root, model repository) -> None
@@ -1594,6 +1601,7 @@ def scenarios() -> list[Scenario]:
         *request_scenarios(),
         *_scheduling(),
         *_options(),
+        *_reliability(),
     ]
 
 
@@ -1602,6 +1610,13 @@ def _options() -> list[Scenario]:
 
     NOT_APPLICABLE.update(triton_qa_options.NOT_APPLICABLE)
     return triton_qa_options.scenarios()
+
+
+def _reliability() -> list[Scenario]:
+    from tools import triton_qa_reliability  # imports this module
+
+    NOT_APPLICABLE.update(triton_qa_reliability.NOT_APPLICABLE)
+    return triton_qa_reliability.scenarios()
 
 
 def operability() -> list[Scenario]:
