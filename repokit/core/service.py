@@ -109,12 +109,17 @@ class InferenceService:
         await self.manager.start()
         self._live = True
 
+    def refuse_new_requests(self) -> None:
+        """From now on new requests get UNAVAILABLE "Server exiting" (those continuing a
+        started sequence still run); :meth:`stop` does this first too."""
+        self._exiting = True
+
     async def stop(self, deadline: float | None = None) -> bool:
         """Refuse new requests (UNAVAILABLE "Server exiting"), wait for in-flight ones and open
         streams until ``deadline`` (time.monotonic(); default: exit_timeout_secs from now),
         unload every model (finalize runs), logging each step as tritonserver does. Requests
         still running at the deadline fail when their instances are stopped: then False."""
-        self._exiting = True
+        self.refuse_new_requests()
         if deadline is None:
             deadline = time.monotonic() + max(0.0, self.settings.exit_timeout_secs)
         log.info("Waiting for in-flight requests to complete.")

@@ -128,8 +128,15 @@ class ServerHandle:
     _stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
 
     def request_stop(self) -> None:
-        """Ask :func:`run_server` to shut down (as SIGTERM does)."""
+        """Ask :func:`run_server` to shut down (as SIGTERM does). Unless open HTTP connections
+        are to be served first (or worker processes hold them), new requests are refused from
+        this moment, as tritonserver's models stop taking requests when the signal lands: the
+        shutdown sequence starts a few loop turns later, and requests arriving meanwhile (a
+        client that goes on sending after the signal) would still have run."""
         self._stop_requested.set()
+        http = self._http if self.settings.wait_for_http_connections else None
+        if self._pool is None and (http is None or http.open_connections() == 0):
+            self.service.refuse_new_requests()
 
     async def wait_stop_requested(self) -> None:
         await self._stop_requested.wait()
