@@ -91,7 +91,10 @@ class Target:
     log_path: Path = field(default_factory=Path)
     extra_env: dict[str, str] = field(default_factory=dict)
 
-    def start(self, repository: Path, flags: list[str], log_name: str) -> None:
+    def start(
+        self, repository: Path, flags: list[str], log_name: str, cwd: Path | None = None
+    ) -> None:
+        """Start the server (in ``cwd`` when given: test.sh's folder, for relative paths)."""
         env = {**os.environ, **self.extra_env}
         if self.kind == "repokit":
             self.log_path = self.workdir / f"{log_name}.log"
@@ -109,7 +112,12 @@ class Target:
             ]
             with self.log_path.open("wb") as log:
                 self.proc = subprocess.Popen(
-                    command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                    command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                    cwd=cwd,
                 )
             self.pid = self.proc.pid
             return
@@ -125,6 +133,7 @@ class Target:
                     stderr=subprocess.STDOUT,
                     env=installation.environment(env),
                     start_new_session=True,
+                    cwd=cwd,
                 )
             self.pid = self.proc.pid
             return
@@ -519,7 +528,7 @@ def run_scenario(scenario: Scenario, qa: Path, target: Target, workdir: Path) ->
     outcomes: list[Outcome] = []
     try:
         flags = [placed(flag, qa, cwd) for flag in scenario.flags_for(target.kind)]
-        target.start(repository, flags, log_name)
+        target.start(repository, flags, log_name, cwd if scenario.server_in_cwd else None)
     except (subprocess.CalledProcessError, OSError, ValueError) as exc:
         return [Outcome(f"{label}::server", "ERROR", f"could not start: {exc}")]
     env["SERVER_LOG"] = str(target.log_path)

@@ -31,6 +31,7 @@ from tools.triton_qa_suites import (
     PytestRun,
     Scenario,
     ScriptRun,
+    Step,
     _delayed_identity,
     append,
     identity_stand_ins,
@@ -44,15 +45,22 @@ NOT_APPLICABLE: dict[str, str] = {
     "L0_secure_grpc C++ client": "../clients/simple_grpc_infer_client is a C++ program; the"
     " python and asyncio clients run",
     "L0_backend_config tensorflow, onnxruntime on Triton": "the TensorFlow trials need a"
-    " savedmodel backend (neither server has one); this Triton has no onnxruntime backend: the"
-    " onnxruntime trials run on repokit only",
+    " savedmodel backend (neither server has one; positive_0 and positive_2 set tensorflow's"
+    " default-max-batch-size, which only a TensorFlow model's load logs: they fail on both);"
+    " this Triton has no onnxruntime backend: the onnxruntime trials run on repokit only; the"
+    " 'backend configuration' trials run on a python model",
+    "L0_backend_config backend configuration counts": "Triton's backends also get"
+    " backend-directory and min-compute-capability (4 defaults, test.sh wants at least 4);"
+    " repokit's backends are built in and use no GPU, so its JSON has auto-complete-config and"
+    " default-max-batch-size and the settings given (deliberate; a verbose log line only)",
     "L0_trace (on Triton)": "this Triton (from its python package) is built without tracing:"
     " the scenarios run on repokit only; their flags and messages follow Triton 2.51's"
     " docs/user_guide/trace.md and src/tracer.cc",
-    "L0_trace trace-file counts, OpenTelemetry, custom backend tracing": "the requests are sent"
-    " by the C++ simple_http/grpc_infer_client programs and counted in the trace files by"
-    " trace_summary; the OpenTelemetry trials download an otelcol collector binary;"
-    " custom_identity_int32 traces custom activities of Triton's C++ identity backend",
+    "L0_trace OpenTelemetry, BLS, custom backend tracing": "the OpenTelemetry trials download"
+    " an otelcol collector binary; the BLS trials need the ensemble of qa_ensemble_model_"
+    "repository; custom_identity_int32 traces custom activities of Triton's C++ identity"
+    " backend. The trace-file counts run: the C++ simple clients' one HTTP and one gRPC"
+    " request per loop are sent with tritonclient, the files counted as trace_summary counts",
     "L0_sagemaker": "SageMaker's endpoints (/ping, /invocations, /models on port 8080, the"
     " 'serve' script): repokit accepts --allow-sagemaker and friends but has no such endpoint",
     "L0_vertex_ai": "Vertex AI's endpoints (AIP_HTTP_PORT, AIP_PREDICT_ROUTE ...): repokit"
@@ -612,17 +620,87 @@ def _settings(**values: str) -> dict[str, int]:
     return {re.escape(f'"{key}":{value}'): 1 for key, value in values.items()}
 
 
-def trace() -> list[Scenario]:
-    """The trace settings API and --trace-config on repokit: trace_endpoint_test.py, the
-    settings test.sh reads back after its updates, out-of-range values refused, and settings
-    of a model that is not loaded refused."""
-    suite = "L0_trace"
-    level = '["TIMESTAMPS"]'
+# test.sh's send_inference_requests: its C++ simple_http_infer_client and
+# simple_grpc_infer_client N times each; each sends one request to model simple (INT32
+# INPUT0/INPUT1 [1, 16]) and checks the sum and difference. The python examples send two
+# requests per run, so this does what the C++ clients do with tritonclient.
+TRAFFIC = """
+import sys
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+a = np.arange(16, dtype=np.int32).reshape(1, 16)
+b = np.ones((1, 16), dtype=np.int32)
+for _ in range(int(sys.argv[1])):
+    for module, url in ((httpclient, "localhost:8000"), (grpcclient, "localhost:8001")):
+        client = module.InferenceServerClient(url)
+        inputs = [module.InferInput("INPUT0", [1, 16], "INT32"),
+                  module.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        result = client.infer("simple", inputs)
+        if not (np.array_equal(result.as_numpy("OUTPUT0"), a + b)
+                and np.array_equal(result.as_numpy("OUTPUT1"), a - b)):
+            sys.exit(f"wrong answer over {url}")
+        client.close()
+"""
+
+FILE_EXISTS = (
+    "import os, sys; sys.exit(0 if os.path.exists(sys.argv[1]) else sys.argv[1] + ' missing')"
+)
+
+
+def traffic(name: str, pairs: int) -> ScriptRun:
+    return ScriptRun(name, ("-c", TRAFFIC, str(pairs)))
+
+
+def traced(file: str, requests: int) -> list[LogCheck]:
+    """test.sh's trace_summary counts of a trace file written by the time the server stopped:
+    COMPUTE_INPUT_END timestamps and traces of model simple, ``requests`` of each."""
+    label = file.replace(".", "_")
     return [
-        Scenario(
-            f"{suite}/off_to_min",
-            suite,
-            _trace_models,
+        LogCheck(f"{label}_compute_input_end", r'"name":\s*"COMPUTE_INPUT_END"',
+                 exactly=requests, log_file=file),
+        LogCheck(f"{label}_simple", r'"model_name":\s*"simple"', exactly=requests,
+                 log_file=file),
+    ]  # fmt: skip
+
+
+def _trace_run(
+    name: str, flags: list[str], steps: list[Step], checks: list[LogCheck] | None = None
+) -> Scenario:
+    return Scenario(
+        f"L0_trace/{name}",
+        "L0_trace",
+        _trace_models,
+        steps,
+        flags=flags,
+        log_checks=checks or [],
+        repo_dir="trace_models",
+        verbose=False,
+        server_in_cwd=True,  # trace files are named relative to it, as test.sh's server
+    )
+
+
+def _trace_flags(file: str, level: str, rate: str) -> list[str]:
+    return ["--trace-config", f"triton,file={file}", "--trace-config", f"level={level}",
+            "--trace-config", f"rate={rate}"]  # fmt: skip
+
+
+SIMPLE_SETTING = "/v2/models/simple/trace/setting"
+LEVEL = '["TIMESTAMPS"]'
+
+
+def trace() -> list[Scenario]:
+    """test.sh's server runs about the trace settings API and --trace-config, on repokit:
+    settings read back after each update, traces written for the requests sent (the trace
+    files counted after the server stopped), trace_count running out, out-of-range values
+    refused, trace_endpoint_test.py, and settings of a model that is not loaded refused."""
+    level = LEVEL
+    return [
+        _trace_run(
+            "off_to_min",
+            _trace_flags("trace_off_to_min.log", "OFF", "1"),
             [
                 curl(
                     "enable_global",
@@ -636,26 +714,17 @@ def trace() -> list[Scenario]:
                     ),
                     body='{"trace_level":["TIMESTAMPS"]}',
                 ),
+                traffic("requests", 10),
             ],
-            flags=[
-                "--trace-config",
-                "triton,file=trace_off_to_min.log",
-                "--trace-config",
-                "level=OFF",
-                "--trace-config",
-                "rate=1",
-            ],
-            repo_dir="trace_models",
-            verbose=False,
+            traced("trace_off_to_min.log", 20),
         ),
-        Scenario(
-            f"{suite}/model_setting",
-            suite,
-            _trace_models,
+        _trace_run(
+            "model_setting",
+            _trace_flags("global_trace.log", "TIMESTAMPS", "6"),
             [
                 curl(
                     "trace_file_refused",
-                    "/v2/models/simple/trace/setting",
+                    SIMPLE_SETTING,
                     {
                         re.escape(
                             '"error":"trace file location can not be updated through network'
@@ -667,7 +736,7 @@ def trace() -> list[Scenario]:
                 ),
                 curl(
                     "log_frequency",
-                    "/v2/models/simple/trace/setting",
+                    SIMPLE_SETTING,
                     _settings(
                         trace_level=level,
                         trace_rate='"6"',
@@ -678,82 +747,121 @@ def trace() -> list[Scenario]:
                     ),
                     body='{"log_frequency":"2"}',
                 ),
-                curl("rate_1", "/v2/models/simple/trace/setting", {}, body='{"trace_rate":"1"}'),
+                traffic("requests", 10),
+            ],
+            [*traced("global_trace.log.0", 2), *traced("global_trace.log.1", 1)],
+        ),
+        _trace_run(
+            "update_clear",
+            _trace_flags("global_trace.log", "TIMESTAMPS", "6"),
+            [
+                curl("rate_1", SIMPLE_SETTING, {}, body='{"trace_rate":"1"}'),
                 curl(
                     "level_off",
-                    "/v2/models/simple/trace/setting",
+                    SIMPLE_SETTING,
                     _settings(
                         trace_level='["OFF"]',
                         trace_rate='"1"',
                         trace_count='"-1"',
-                        log_frequency='"2"',
+                        log_frequency='"0"',
+                        trace_file='"global_trace.log"',
+                        trace_mode='"triton"',
                     ),
                     body='{"trace_level":["OFF"]}',
                 ),
+                traffic("requests_off", 10),
                 curl(
                     "level_cleared",
-                    "/v2/models/simple/trace/setting",
+                    SIMPLE_SETTING,
                     _settings(
                         trace_level=level,
                         trace_rate='"1"',
                         trace_count='"-1"',
+                        log_frequency='"0"',
                         trace_file='"global_trace.log"',
                         trace_mode='"triton"',
                     ),
                     body='{"trace_level":null}',
                 ),
+                traffic("requests_cleared", 5),
+            ],
+            traced("global_trace.log", 10),
+        ),
+        _trace_run(
+            "trace_count",
+            _trace_flags("global_count.log", "TIMESTAMPS", "1"),
+            [
+                traffic("requests", 10),
+                curl(
+                    "settings",
+                    SIMPLE_SETTING,
+                    _settings(
+                        trace_level=level,
+                        trace_rate='"1"',
+                        trace_count='"-1"',
+                        log_frequency='"0"',
+                        trace_file='"global_count.log"',
+                        trace_mode='"triton"',
+                    ),
+                ),
+                curl(
+                    "count_5",
+                    "/v2/trace/setting",
+                    _settings(
+                        trace_level=level,
+                        trace_rate='"1"',
+                        trace_count='"5"',
+                        log_frequency='"0"',
+                        trace_file='"global_count.log"',
+                        trace_mode='"triton"',
+                    ),
+                    body='{"trace_count":"5"}',
+                ),
+                traffic("requests_counted", 10),
+                curl(
+                    "count_0",
+                    SIMPLE_SETTING,
+                    _settings(
+                        trace_level=level,
+                        trace_rate='"1"',
+                        trace_count='"0"',
+                        log_frequency='"0"',
+                        trace_file='"global_count.log"',
+                        trace_mode='"triton"',
+                    ),
+                ),
+                ScriptRun("indexed_file_written", ("-c", FILE_EXISTS, "global_count.log.0")),
                 *(
                     curl(
                         f"{setting}_out_of_range",
-                        "/v2/models/simple/trace/setting",
+                        SIMPLE_SETTING,
                         {},
                         body=f'{{"{setting}":"10000000000"}}',
                         fails=True,
                     )
                     for setting in ("trace_count", "trace_rate", "log_frequency")
                 ),
-                curl(
-                    "global_count",
-                    "/v2/trace/setting",
-                    _settings(trace_count='"5"', trace_rate='"6"'),
-                    body='{"trace_count":"5"}',
-                ),
             ],
-            flags=[
-                "--trace-config",
-                "triton,file=global_trace.log",
-                "--trace-config",
-                "level=TIMESTAMPS",
-                "--trace-config",
-                "rate=6",
-            ],
-            repo_dir="trace_models",
-            verbose=False,
+            [*traced("global_count.log", 20), *traced("global_count.log.0", 5)],
         ),
-        Scenario(
-            f"{suite}/trace_endpoint_test",
-            suite,
-            _trace_models,
+        _trace_run(
+            "trace_endpoint_test",
+            _trace_flags("global_unittest.log", "TIMESTAMPS", "1"),
             [PytestRun("trace_endpoint_test.py", runner="unittest")],
-            flags=[
-                "--trace-config",
-                "triton,file=global_unittest.log",
-                "--trace-config",
-                "level=TIMESTAMPS",
-                "--trace-config",
-                "rate=1",
-            ],
-            repo_dir="trace_models",
-            verbose=False,
         ),
-        Scenario(
-            f"{suite}/trace_config",
-            suite,
-            _trace_models,
+        _trace_run(
+            "trace_config",
+            [
+                "--trace-config=triton,file=bls_trace.log",
+                "--trace-config=level=TIMESTAMPS",
+                "--trace-config=rate=4",
+                "--trace-config=count=6",
+                "--trace-config=mode=triton",
+            ],
             [
                 curl(
                     "settings",
-                    "/v2/models/simple/trace/setting",
+                    SIMPLE_SETTING,
                     _settings(
                         trace_level=level,
                         trace_rate='"4"',
@@ -764,20 +872,10 @@ def trace() -> list[Scenario]:
                     ),
                 )
             ],
-            flags=[
-                "--trace-config=triton,file=bls_trace.log",
-                "--trace-config=level=TIMESTAMPS",
-                "--trace-config=rate=4",
-                "--trace-config=count=6",
-                "--trace-config=mode=triton",
-            ],
-            repo_dir="trace_models",
-            verbose=False,
         ),
-        Scenario(
-            f"{suite}/nonexistent_model",
-            suite,
-            _trace_models,
+        _trace_run(
+            "nonexistent_model",
+            ["--model-control-mode=explicit"],
             [
                 HttpCall("load", "POST", "/v2/repository/models/simple/load", ""),
                 curl("get_missing", "/v2/models/does-not-exist/trace/setting", {}, fails=True),
@@ -788,34 +886,15 @@ def trace() -> list[Scenario]:
                     body='{"log_frequency":"1"}',
                     fails=True,
                 ),
-                curl("get_loaded", "/v2/models/simple/trace/setting", {}),
-                curl(
-                    "post_loaded",
-                    "/v2/models/simple/trace/setting",
-                    {},
-                    body='{"log_frequency":"1"}',
-                ),
+                curl("get_loaded", SIMPLE_SETTING, {}),
+                curl("post_loaded", SIMPLE_SETTING, {}, body='{"log_frequency":"1"}'),
                 HttpCall("unload", "POST", "/v2/repository/models/simple/unload", ""),
-                curl("get_unloaded", "/v2/models/simple/trace/setting", {}, fails=True),
-                curl(
-                    "post_unloaded",
-                    "/v2/models/simple/trace/setting",
-                    {},
-                    body='{"log_frequency":"1"}',
-                    fails=True,
-                ),
+                curl("get_unloaded", SIMPLE_SETTING, {}, fails=True),
+                curl("post_unloaded", SIMPLE_SETTING, {}, body='{"log_frequency":"1"}', fails=True),
                 HttpCall("reload", "POST", "/v2/repository/models/simple/load", ""),
-                curl("get_reloaded", "/v2/models/simple/trace/setting", {}),
-                curl(
-                    "post_reloaded",
-                    "/v2/models/simple/trace/setting",
-                    {},
-                    body='{"log_frequency":"1"}',
-                ),
+                curl("get_reloaded", SIMPLE_SETTING, {}),
+                curl("post_reloaded", SIMPLE_SETTING, {}, body='{"log_frequency":"1"}'),
             ],
-            flags=["--model-control-mode=explicit"],
-            repo_dir="trace_models",
-            verbose=False,
         ),
     ]
 

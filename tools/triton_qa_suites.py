@@ -376,6 +376,7 @@ class Scenario:
     verbose: bool = True  # --log-verbose=1, as most test.sh files
     heavy: bool = False  # run only when -k names it (gigabytes of memory, minutes)
     repokit_flags: list[str] = field(default_factory=list)  # what Triton 2.51 does by default
+    server_in_cwd: bool = False  # start the server in the test's folder (relative paths)
 
     def flags_for(self, kind: str) -> list[str]:
         common = [*(["--log-verbose=1"] if self.verbose else []), *self.flags]
