@@ -1603,7 +1603,15 @@ def scenarios() -> list[Scenario]:
         *_scheduling(),
         *_options(),
         *_reliability(),
+        *_leftovers(),
     ]
+
+
+def _leftovers() -> list[Scenario]:
+    from tools import triton_qa_leftovers  # imports this module
+
+    NOT_APPLICABLE.update(triton_qa_leftovers.NOT_APPLICABLE)
+    return triton_qa_leftovers.scenarios()
 
 
 def _options() -> list[Scenario]:

@@ -1,0 +1,105 @@
+"""More of qa/L0_lifecycle as scenarios for ``triton_qa.py``: the cases whose models are the
+suite's ``identity_zero_1_int32`` (Triton's test-only identity backend with a 10 s
+``creation_delay_sec``) stood in for by a python model that sleeps as long in ``initialize``,
+beside the suite's python models. Nothing here is Triton's text: the tests and configs are
+read from a git dir at run time.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tools.triton_qa_suites import IDENTITY_STAND_IN, PytestRun, Scenario, append, rename, sed
+
+LC = "L0_lifecycle"
+
+NOT_APPLICABLE: dict[str, str] = {
+    "L0_lifecycle identity reload cases": "test_model_availability_on_reload(_2, _3) and"
+    " test_model_reload_fail make new version folders of identity_zero_1_int32 while the"
+    " server runs (os.mkdir, no files): Triton's identity backend needs none, a python"
+    " stand-in needs its model.py there (test_model_reload_fail also needs a GPU)",
+    "L0_lifecycle stress and custom cases": "test_concurrent_same_model_load_unload_stress"
+    " loads and unloads 32 x 1024 times (a python stand-in starts a process each time: hours"
+    " on 2 cores); test_concurrent_model_load_unload's ensemble steps are Triton's C++"
+    " custom_zero_1_float32",
+    "L0_lifecycle other models": "the rest load TensorFlow, TensorRT, torch or onnx models"
+    " from Triton's DATADIR (this Triton has none of those backends)",
+}
+
+# the identity backend's creation_delay_sec, as the stand-in's initialize
+DELAYED_CREATION_STAND_IN = IDENTITY_STAND_IN.replace(
+    '        config = json.loads(args["model_config"])\n',
+    '        config = json.loads(args["model_config"])\n'
+    '        delay = config.get("parameters", {}).get("creation_delay_sec", {})\n'
+    '        import time\n\n        time.sleep(float(delay.get("string_value", "0")))\n',
+)
+
+
+def _delayed_identity(source: Path, folder: Path, name: str) -> None:
+    """``cp -r identity_zero_1_int32 FOLDER && mkdir FOLDER/1`` (renamed ``name``), its
+    backend a python stand-in that sleeps the config's creation_delay_sec while it loads."""
+    shutil.copytree(source, folder)
+    config = folder / "config.pbtxt"
+    rename(config, name)
+    sed(config, r'^backend: "identity"', 'backend: "python"')
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "1" / "model.py").write_text(DELAYED_CREATION_STAND_IN)
+
+
+def _python_identity(qa: Path, folder: Path, name: str, *init: str) -> None:
+    """``cp -r python_models/identity_fp32 FOLDER`` renamed, model.py moved into 1/ with
+    ``init`` lines appended to its class."""
+    shutil.copytree(qa / "python_models" / "identity_fp32", folder)
+    rename(folder / "config.pbtxt", name)
+    (folder / "1").mkdir()
+    (folder / "model.py").rename(folder / "1" / "model.py")
+    if init:
+        append(folder / "1" / "model.py", *init)
+
+
+def _load_speedup(qa: Path, repo: Path) -> None:
+    """test.sh: two delayed identity models and two python identities sleeping 10 s."""
+    source = qa / LC / "identity_zero_1_int32"
+    for n in (1, 2):
+        _delayed_identity(source, repo / f"identity_zero_1_int32_{n}", f"identity_zero_1_int32_{n}")
+        name = f"python_identity_fp32_{n}"
+        _python_identity(
+            qa,
+            repo / name,
+            name,
+            "    def initialize(self, args):",
+            "        import time",
+            "        time.sleep(10)",
+        )
+
+
+def _same_name_loads(qa: Path, repo: Path) -> None:
+    """test.sh: models/identity_model (the delayed identity) and models_v2/identity_model (the
+    python identity), which the test swaps in while the first load runs."""
+    _delayed_identity(qa / LC / "identity_zero_1_int32", repo / "identity_model", "identity_model")
+    _python_identity(qa, repo.parent / "models_v2" / "identity_model", "identity_model")
+
+
+def scenarios() -> list[Scenario]:
+    explicit = ["--model-control-mode=explicit"]
+    return [
+        Scenario(
+            f"{LC}/test_concurrent_model_load_speedup",
+            LC,
+            _load_speedup,
+            [PytestRun("lifecycle_test.py::LifeCycleTest::test_concurrent_model_load_speedup",
+                       runner="unittest")],
+            flags=explicit,
+            verbose=False,
+        ),
+        Scenario(
+            f"{LC}/test_concurrent_model_load",
+            LC,
+            _same_name_loads,
+            [PytestRun("lifecycle_test.py::LifeCycleTest::test_concurrent_model_load",
+                       runner="unittest")],
+            flags=explicit,
+            verbose=False,
+        ),
+    ]  # fmt: skip
