@@ -17,8 +17,9 @@ import typer
 
 from repokit.cli.output import examples, make_console, print_error
 
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
+# the words tritonserver 2.51 takes for a bool flag, in any case (its ParseOption<bool>)
+_TRUE = {"true", "1", "on"}
+_FALSE = {"false", "0", "off"}
 
 
 def parse_bool(value: str, flag: str) -> bool:
@@ -27,7 +28,10 @@ def parse_bool(value: str, flag: str) -> bool:
         return True
     if lowered in _FALSE:
         return False
-    raise typer.BadParameter(f"{flag} expects true or false, got '{value}'")
+    raise typer.BadParameter(
+        f"{flag} expects true or false (or on/off, 1/0), got '{value}': "
+        f"invalid value for bool option: {value}"
+    )
 
 
 _INERT_PANEL = "tritonserver flags without effect here"
@@ -307,6 +311,10 @@ def serve(
         raise typer.BadParameter("--log-verbose must not be negative")
     if model_config_name == "":
         raise typer.BadParameter("empty argument for --model-config-name")
+    if load_model and model_control_mode.lower() != "explicit":
+        raise typer.BadParameter(  # tritonserver's message
+            "Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
+        )
     try:
         parse_restricted_apis(http_restricted_api or [])
         parse_restricted_protocols(grpc_restricted_protocol or [])

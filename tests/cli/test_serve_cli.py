@@ -173,6 +173,16 @@ def test_grpc_tls_flags(tmp_path: Path) -> None:
         (["--grpc-infer-response-compression-level", "max"], "none, low, medium or high"),
         (["--grpc-use-ssl=true"], "--grpc-server-cert and --grpc-server-key"),
         (["--allow-client-shm", "maybe"], "expects true or false"),
+        (["--strict-readiness=no"], "invalid value for bool option: no"),  # as tritonserver
+        (["--exit-on-error", "yes"], "invalid value for bool option: yes"),
+        (
+            ["--load-model=*"],
+            "Use of '--load-model' requires setting '--model-control-mode=explicit' as well.",
+        ),
+        (
+            ["--model-control-mode=poll", "--load-model=add_sub"],
+            "requires setting '--model-control-mode=explicit'",
+        ),
         (["--http-max-input-size", "0"], "must be greater than 0"),
     ],
 )
