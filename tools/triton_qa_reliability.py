@@ -45,10 +45,10 @@ NOT_APPLICABLE: dict[str, str] = {
     " onnx ones (several hundred models): python stand-ins for all of them are more python"
     " processes than this machine runs; qa_variable_model_repository's onnx models run in"
     " L0_batcher's VARIABLE scenarios",
-    "L0_infer graphdef, savedmodel, libtorch, plan, python_dlpack, openvino, ensembles": (
-        "TensorFlow, torch, TensorRT and OpenVINO models, dlpack models need torch; the ensembles"
-        " (ENSEMBLES=1) are built on the graphdef and savedmodel models. BACKENDS=python and"
-        " BACKENDS=onnx run with ENSEMBLES=0, on the CPU only (TARGET=cpu)"
+    "L0_infer graphdef, savedmodel, libtorch, plan, python_dlpack, openvino": (
+        "TensorFlow, torch, TensorRT and OpenVINO models, dlpack models need torch."
+        " BACKENDS=python runs with ENSEMBLES=0 (the test makes no python ensembles),"
+        " BACKENDS=onnx with ENSEMBLES=0 and 1 (repokit only), on the CPU only (TARGET=cpu)"
     ),
     "L0_infer shared memory, valgrind": "L0_infer_shm/L0_infer_cudashm/L0_infer_valgrind"
     " copies of the suite (CUDA shared memory, valgrind)",
@@ -453,6 +453,22 @@ def _infer_onnx_models(qa: Path, repo: Path) -> None:
             append(repo / source.name / "config.pbtxt", "instance_group [ { kind: KIND_CPU }]")
 
 
+def _infer_onnx_ensembles(qa: Path, repo: Path) -> None:
+    """test.sh's repository for BACKENDS=onnx ENSEMBLES=1: the onnx models, the onnx ensembles
+    of qa_ensemble_model_repository (gen_qa_models.py --ensemble: simple_, sequence_ and fan_
+    onnx_*) and its nop_ models (Triton's identity backend: python identities)."""
+    _infer_onnx_models(qa, repo)
+    generated = _generated(
+        qa, repo, "gen_qa_models.py", "qa_ensemble_model_repository", "--ensemble"
+    )
+    for source in sorted(generated.iterdir()):
+        if "onnx" in source.name or source.name.startswith("nop_"):
+            shutil.copytree(source, repo / source.name)
+            (repo / source.name / "1").mkdir(exist_ok=True)  # create_nop_version_dir
+        if source.name.startswith("nop_"):
+            _python_model(repo / source.name, IDENTITY_STAND_IN)
+
+
 def infer() -> list[Scenario]:
     flags = ["--exit-timeout-secs=600"]
     python_flags = [
@@ -476,6 +492,16 @@ def infer() -> list[Scenario]:
             _infer_onnx_models,
             [PytestRun("infer_test.py", runner="unittest", timeout=1800,
                        env={"BACKENDS": "onnx", "ENSEMBLES": "0"})],
+            flags=flags,
+            verbose=False,
+            start_timeout=600,
+        ),
+        Scenario(
+            "L0_infer[onnx,ensembles]",
+            "L0_infer",
+            _infer_onnx_ensembles,
+            [PytestRun("infer_test.py", runner="unittest", timeout=3600,
+                       env={"BACKENDS": "onnx", "ENSEMBLES": "1"})],
             flags=flags,
             verbose=False,
             start_timeout=600,
