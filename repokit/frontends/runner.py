@@ -134,6 +134,11 @@ class ServerHandle:
         shutdown sequence starts a few loop turns later, and requests arriving meanwhile (a
         client that goes on sending after the signal) would still have run."""
         self._stop_requested.set()
+        self.stop_taking_requests()
+
+    def stop_taking_requests(self) -> None:
+        """The first step of :meth:`request_stop` alone (no asyncio call: a signal handler may
+        run it between two bytecodes of the loop's own code)."""
         http = self._http if self.settings.wait_for_http_connections else None
         if self._pool is None and (http is None or http.open_connections() == 0):
             self.service.refuse_new_requests()
@@ -339,11 +344,20 @@ async def run_server(
         for handle in target:
             handle.request_stop()
 
+    def on_signal_now(_number: int, _frame: object) -> None:
+        # Python runs this in the main thread at once, between two bytecodes; the loop learns
+        # of the signal (on_signal) only after the callbacks it has already queued, among them
+        # requests that arrived with the signal: those are refused from here
+        for handle in target:
+            handle.stop_taking_requests()
+
     installed: list[signal.Signals] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, on_signal, int(sig))
             installed.append(sig)
+            # the loop's wakeup fd stays set: on_signal still runs as the loop reads it
+            signal.signal(sig, on_signal_now)
         except (NotImplementedError, RuntimeError):  # pragma: no cover - non-main thread
             pass
     try:

@@ -5,6 +5,9 @@ refused); open HTTP connections are still served first, as before."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.frontends.http.server_thread import ServerThread, copy_models, running_server
+from repokit.errors import RepokitError
+from repokit.frontends.runner import ServerHandle, run_server
+from tests.frontends.http.server_thread import (
+    ServerThread,
+    copy_models,
+    running_server,
+    serve_settings,
+)
 
 
 def _add_sub(client: Any, module: Any) -> Any:
@@ -56,3 +66,24 @@ def test_open_http_connections_keep_the_server_answering_after_the_stop_request(
         assert _add_sub(grpc, grpcclient)[0, 1] == 2.0
         http.close()
         grpc.close()
+
+
+def test_a_signal_refuses_new_requests_before_the_loop_reads_it(tmp_path: Path) -> None:
+    """The loop runs its signal handlers after the callbacks it already queued (requests that
+    came in with the signal); the refusal itself comes at once, in the main thread."""
+    repo = copy_models(tmp_path / "models", ("add_sub",))
+    settings = serve_settings(repo, allow_grpc=True, workers=1, wait_for_http_connections=True)
+    seen: list[str] = []
+
+    async def ready(handle: ServerHandle) -> None:
+        main = threading.main_thread().ident
+        assert main is not None
+        signal.pthread_kill(main, signal.SIGTERM)
+        try:  # no await since the signal: the loop has not read it yet
+            handle.service.server_ready()
+            seen.append("still taking requests")
+        except RepokitError as refused:
+            seen.append(refused.message)
+
+    assert asyncio.run(run_server(settings, ready)) is True
+    assert seen == ["Server exiting"]
