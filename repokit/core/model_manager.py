@@ -743,6 +743,8 @@ class ModelManager:
             return dependency_error
         try:
             loaded.labels = read_labels(loaded.directory, loaded.config)
+            if loaded.config.platform == "ensemble":
+                self._inherit_step_labels(loaded)
             await loaded.start(
                 self._backend_factory,
                 self._scheduler_factory,
@@ -758,6 +760,27 @@ class ModelManager:
             log.exception("loading %s version %d failed", loaded.name, loaded.version)
             return f"{type(exc).__name__}: {exc}"
         return ""
+
+    def _inherit_step_labels(self, loaded: LoadedVersion) -> None:
+        """An ensemble output without a label_filename of its own classifies with the labels of
+        the composing model's output it is mapped from, as Triton completes an ensemble's label
+        provider when it loads (its steps are loaded by then)."""
+        missing = {o.name for o in loaded.config.output if not loaded.labels.get(o.name)}
+        namespace = str(loaded.directory.parent)
+        for step in loaded.config.ensemble_scheduling.step:
+            for key, value in step.output_map.items():
+                if value not in missing:
+                    continue
+                name = step.model_name
+                if self._settings.model_namespacing:
+                    name = self._key_in(name, namespace)
+                version = str(step.model_version) if step.model_version >= 0 else ""
+                try:
+                    composing = self.get(name, version)
+                except RepokitError:
+                    continue
+                if composing.labels.get(key):
+                    loaded.labels[value] = list(composing.labels[key])
 
     async def _install(
         self,
