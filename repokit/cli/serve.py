@@ -34,6 +34,22 @@ def parse_bool(value: str, flag: str) -> bool:
     )
 
 
+def parse_verbose(value: str) -> int:
+    """--log-verbose: a level, or true (1) / false (0) as tritonserver 2.51 takes it."""
+    lowered = value.strip().lower()
+    if lowered in ("true", "false"):
+        return int(lowered == "true")
+    try:
+        level = int(lowered)
+    except ValueError:
+        raise typer.BadParameter(
+            f"--log-verbose expects a level (0, 1, 2 ...) or true/false, got '{value}'"
+        ) from None
+    if level < 0:
+        raise typer.BadParameter("--log-verbose must not be negative")
+    return level
+
+
 _INERT_PANEL = "tritonserver flags without effect here"
 _Inert = Annotated[
     str | None, typer.Option(metavar="VALUE", rich_help_panel=_INERT_PANEL, show_default=False)
@@ -145,8 +161,9 @@ def serve(
     ] = 0.0,
     server_id: Annotated[str, typer.Option("--id")] = "triton",
     log_verbose: Annotated[
-        int, typer.Option(metavar="N", help="1: requests, batches, errors with their cause.")
-    ] = 0,
+        str,
+        typer.Option(metavar="N", help="1 (or true): requests, batches, errors with their cause."),
+    ] = "0",
     log_info: Annotated[str, typer.Option(metavar="BOOL")] = "true",
     log_warning: Annotated[str, typer.Option(metavar="BOOL")] = "true",
     log_error: Annotated[str, typer.Option(metavar="BOOL")] = "true",
@@ -307,8 +324,7 @@ def serve(
         raise typer.BadParameter("--http-max-input-size must be greater than 0")
     if log_format not in ("default", "ISO8601"):
         raise typer.BadParameter(f"invalid argument for --log-format, got: {log_format}")
-    if log_verbose < 0:
-        raise typer.BadParameter("--log-verbose must not be negative")
+    verbose = parse_verbose(log_verbose)
     if model_config_name == "":
         raise typer.BadParameter("empty argument for --model-config-name")
     if load_model and model_control_mode.lower() != "explicit":
@@ -350,7 +366,7 @@ def serve(
             log_info=parse_bool(log_info, "--log-info"),
             log_warning=parse_bool(log_warning, "--log-warning"),
             log_error=parse_bool(log_error, "--log-error"),
-            log_verbose_level=log_verbose,
+            log_verbose_level=verbose,
             log_format=log_format,  # type: ignore[arg-type]
         )
         core = ServerSettings(

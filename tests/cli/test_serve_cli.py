@@ -174,6 +174,8 @@ def test_grpc_tls_flags(tmp_path: Path) -> None:
         (["--grpc-use-ssl=true"], "--grpc-server-cert and --grpc-server-key"),
         (["--allow-client-shm", "maybe"], "expects true or false"),
         (["--strict-readiness=no"], "invalid value for bool option: no"),  # as tritonserver
+        (["--log-verbose=loud"], "--log-verbose expects a level (0, 1, 2 ...) or true/false"),
+        (["--log-verbose=-1"], "--log-verbose must not be negative"),
         (["--exit-on-error", "yes"], "invalid value for bool option: yes"),
         (
             ["--load-model=*"],

@@ -418,11 +418,12 @@ def test_the_deprecated_strict_model_config_flag_is_warned_about(
     assert [line for line in run.stderr.splitlines() if line.startswith("Warning: ")] == expected
 
 
-def test_verbose_logging_names_each_http_request(tmp_path: Path) -> None:
+@pytest.mark.parametrize("level", ["1", "true"])  # tritonserver 2.51 takes true as 1
+def test_verbose_logging_names_each_http_request(tmp_path: Path, level: str) -> None:
     """tritonserver at --log-verbose 1 logs 'HTTP request: <method> <path>' for every request
     on the HTTP and metrics ports (libevhtp's method numbers: GET 0, POST 2); L0_logging
     counts them. Nothing is logged for them without verbose logging."""
-    server = ServeProcess(str(_logging_repo(tmp_path)), *PORT_FLAGS, "--log-verbose=1")
+    server = ServeProcess(str(_logging_repo(tmp_path)), *PORT_FLAGS, f"--log-verbose={level}")
     address = server.url("HTTPService")
     try:
         assert _post(address, "/v2/models/logs/infer", INFER_BODY)[0] == 200
