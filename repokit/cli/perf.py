@@ -30,11 +30,12 @@ from repokit.cli.output import (
 from repokit.perf.errors import GENERIC_ERROR, OPTION_ERROR, PerfError
 from repokit.perf.options import (
     PerfOptions,
-    parse_concurrency_range,
+    deprecated_concurrency,
     parse_endpoint,
     parse_header,
     parse_id_range,
     parse_rate_range,
+    parse_request_parameter,
     parse_shape,
 )
 from repokit.perf.report import LevelResult, PerfReport
@@ -66,6 +67,15 @@ def _spread(values: list[float]) -> str:
     return f"{(max(last) / min(last) - 1) * 100:.1f}%"
 
 
+def pa_heading(label: str) -> str:
+    """perf_analyzer's line before a level: 'Request concurrency: 4' or 'Request Rate: 40
+    inference requests per seconds' (sic)."""
+    kind, _, value = label.rpartition(" ")
+    if kind == "concurrency":
+        return f"Request concurrency: {value}"
+    return f"Request Rate: {value} inference requests per seconds"
+
+
 class LiveView:
     """Observer rendering the current window with rich.Live (cli is the only rich user)."""
 
@@ -76,6 +86,8 @@ class LiveView:
         self.live: Live | None = None
 
     def level_started(self, label: str) -> None:
+        if self.verbose:  # perf_analyzer's heading of each level, which scripts grep for
+            self.console.print(pa_heading(label), markup=False, highlight=False)
         if not self.console.is_terminal:  # piped: only the per-level lines and the table
             return
         self.live = Live(
@@ -425,6 +437,50 @@ def register(app: typer.Typer) -> None:
         ssl_https_private_key_type: Annotated[
             str, typer.Option("--ssl-https-private-key-type", help="PEM (DER is refused).")
         ] = "PEM",
+        sync: Annotated[
+            bool, typer.Option("--sync", help="One connection per concurrent request (default).")
+        ] = False,
+        serial_sequences: Annotated[
+            bool,
+            typer.Option(
+                "--serial-sequences",
+                help="A sequence's requests never overlap (always so in repokit perf).",
+            ),
+        ] = False,
+        request_count: Annotated[
+            int,
+            typer.Option(
+                "--request-count", help="Measure one window of this many requests (no stability)."
+            ),
+        ] = 0,
+        request_parameter: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--request-parameter", help="name:value:type (string, int, bool); gRPC only."
+            ),
+        ] = None,
+        trace_level: Annotated[
+            str | None,
+            typer.Option("--trace-level", help="Server trace level: OFF, TIMESTAMPS, TENSORS."),
+        ] = None,
+        trace_rate: Annotated[int | None, typer.Option("--trace-rate")] = None,
+        trace_count: Annotated[int | None, typer.Option("--trace-count")] = None,
+        log_frequency: Annotated[int | None, typer.Option("--log-frequency")] = None,
+        threads: Annotated[
+            int | None, typer.Option("-t", help="Deprecated: --concurrency-range N.")
+        ] = None,
+        max_concurrency: Annotated[
+            int | None, typer.Option("-c", help="Deprecated: the end of -d's range.")
+        ] = None,
+        dynamic: Annotated[
+            bool, typer.Option("-d", help="Deprecated: --concurrency-range <-t>:<-c>.")
+        ] = False,
+        zero_input: Annotated[bool, typer.Option("-z", help="Deprecated: --input-data zero.")] = (
+            False
+        ),
+        data_directory: Annotated[
+            list[str] | None, typer.Option("--data-directory", help="Deprecated: --input-data.")
+        ] = None,
     ) -> None:
         """Measure throughput and latency until stable (perf_analyzer's method)."""
         if ctx.invoked_subcommand is not None:
@@ -433,15 +489,33 @@ def register(app: typer.Typer) -> None:
         try:
             if not model:
                 raise PerfError("-m (model name) is required", OPTION_ERROR)
+            sources = [*(input_data or []), *(data_directory or [])]
+            if zero_input:
+                if sources:
+                    raise PerfError(
+                        "-z cannot be combined with --input-data or --data-directory",
+                        OPTION_ERROR,
+                    )
+                sources = ["zero"]
+            trace = {
+                key: str(value)
+                for key, value in (
+                    ("trace_level", trace_level),
+                    ("trace_rate", trace_rate),
+                    ("trace_count", trace_count),
+                    ("log_frequency", log_frequency),
+                )
+                if value is not None
+            }
             options = PerfOptions(
                 model=model,
                 version=version,
                 url=",".join(url or []),
                 protocol=protocol,
                 batch_size=batch_size,
-                concurrency_range=parse_concurrency_range(concurrency_range)
-                if concurrency_range
-                else None,
+                concurrency_range=deprecated_concurrency(
+                    concurrency_range, threads, max_concurrency, dynamic
+                ),
                 request_rate_range=parse_rate_range(request_rate_range)
                 if request_rate_range
                 else None,
@@ -452,15 +526,15 @@ def register(app: typer.Typer) -> None:
                 async_mode=async_mode,
                 streaming=streaming,
                 endpoint=parse_endpoint(endpoint, streaming),
-                measurement_mode=measurement_mode,
+                measurement_mode="count_windows" if request_count > 0 else measurement_mode,
                 measurement_interval_ms=measurement_interval,
-                measurement_request_count=measurement_request_count,
+                measurement_request_count=request_count or measurement_request_count,
                 stability_percentage=stability_percentage,
-                max_trials=max_trials,
+                max_trials=1 if request_count > 0 else max_trials,
                 percentile=percentile,
                 warmup_request_count=warmup_request_count,
                 shapes=dict(parse_shape(s) for s in shape or []),
-                input_data=list(input_data or []),
+                input_data=sources,
                 string_length=string_length,
                 string_data=string_data,
                 sequence_length=sequence_length or 20,
@@ -482,6 +556,11 @@ def register(app: typer.Typer) -> None:
                 plot_file=plot,
                 binary_search=binary_search,
                 verbose=verbose,
+                forced_sync=sync,
+                serial_sequences=serial_sequences,
+                request_parameters=dict(map(parse_request_parameter, request_parameter or [])),
+                trace_settings=trace,
+                request_count=request_count,
                 tls=TlsOptions(
                     grpc_use_ssl=ssl_grpc_use_ssl,
                     grpc_root_certifications_file=ssl_grpc_root_certifications_file,

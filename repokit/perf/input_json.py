@@ -63,10 +63,31 @@ def load_json_file(path: Path) -> dict[str, Any]:
     return document
 
 
+def _shape_text(shape: Any) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _check_supplied_shape(
+    shape: tuple[int, ...], spec: TensorSpec, shapes: dict[str, list[int]], where: str
+) -> None:
+    """A shape in the file must fit the model's input shape with --shape applied (-1 fits
+    any size), in perf_analyzer's words."""
+    model_shape = tuple(shapes.get(spec.name, spec.dims))
+    if len(shape) != len(model_shape) or any(
+        m >= 0 and m != d for m, d in zip(model_shape, shape, strict=True)
+    ):
+        raise option_error(
+            f'{where}: The supplied shape of {_shape_text(shape)} for input "{spec.name}" is '
+            f"incompatible with the model's input shape of {_shape_text(model_shape)}"
+        )
+
+
 def _tensor(
     value: Any, spec: TensorSpec, shapes: dict[str, list[int]], where: str, model: str
 ) -> Array:
     shape_given = value.get("shape") if isinstance(value, dict) else None
+    if shape_given is not None:
+        _check_supplied_shape(tuple(shape_given), spec, shapes, where)
     shape = tuple(shape_given) if shape_given is not None else resolve_shape(spec, shapes)
     try:
         if isinstance(value, dict) and "b64" in value:
@@ -125,6 +146,8 @@ def _step(
     tensors: dict[str, Array] = {}
     for spec in info.inputs:
         if spec.name not in entry:
+            if spec.name in info.optional_inputs:
+                continue
             raise option_error(f"{where}: input '{spec.name}' is missing")
         tensors[spec.name] = _tensor(
             entry[spec.name], spec, shapes, f"{where}.{spec.name}", info.name
@@ -145,13 +168,58 @@ def _expected(entry: dict[str, Any], info: ModelInfo, where: str) -> dict[str, A
         content = value.get("content", value) if isinstance(value, dict) else value
         if isinstance(value, dict) and "b64" in value:
             raise option_error(f"{where}.{name}: validation_data must be values, not b64")
+        count = _count(content)
+        if spec.datatype != "BYTES" and spec.dims and min(spec.dims) >= 0:
+            itemsize = wire_dtype(spec.datatype).itemsize
+            want = math.prod(spec.dims)
+            if count != want:  # perf_analyzer's words, in batch-1 bytes
+                raise option_error(
+                    f"{where}: mismatch in the data provided for {name}. Expected: "
+                    f"{want * itemsize} bytes, Got: {count * itemsize} bytes (output "
+                    f"'{name}' has shape {list(spec.dims)})"
+                )
         try:
-            out[name] = array_from_json(
-                spec.datatype, (_count(content),), content, input_name=name
-            ).reshape(-1)
+            out[name] = array_from_json(spec.datatype, (count,), content, input_name=name).reshape(
+                -1
+            )
         except RepokitError as exc:
             raise option_error(f"{where}.{name}: {exc.message}") from None
     return out
+
+
+NOT_ALIGNED = "The 'validation_data' field doesn't align with 'data' field in the json file"
+
+
+def _check_aligned(path: Path, data: list[Any], validation: list[Any] | None) -> None:
+    """validation_data has one entry per data entry (and per step of a sequence)."""
+    if validation is None:
+        return
+    if len(validation) != len(data):
+        raise option_error(
+            f"{path}: {NOT_ALIGNED}: $.validation_data has {len(validation)} entries but "
+            f"$.data has {len(data)}"
+        )
+    for i, (item, expected) in enumerate(zip(data, validation, strict=True)):
+        if isinstance(item, list) != isinstance(expected, list) or (
+            isinstance(item, list) and len(item) != len(expected)
+        ):
+            raise option_error(
+                f"{path}: {NOT_ALIGNED}: $.validation_data[{i}] does not match the steps of "
+                f"$.data[{i}]"
+            )
+
+
+def check_batchable(streams: list[list[Sample]], batch_size: int) -> None:
+    """perf_analyzer batches consecutive entries: with -b above 1 each entry must give the same
+    inputs (an optional input left out of some entries cannot be batched)."""
+    if batch_size <= 1:
+        return
+    names = {frozenset(s.tensors) for stream in streams for s in stream}
+    if len(names) > 1:
+        raise option_error(
+            "For batch sizes larger than 1, the same set of inputs must be specified for each "
+            "batch. You cannot use different set of optional inputs for each individual batch."
+        )
 
 
 def json_dataset(paths: list[Path], info: ModelInfo, shapes: dict[str, list[int]]) -> DataSet:
@@ -161,11 +229,7 @@ def json_dataset(paths: list[Path], info: ModelInfo, shapes: dict[str, list[int]
         document = load_json_file(path)
         data = document["data"]
         validation = document.get("validation_data")
-        if validation is not None and len(validation) != len(data):
-            raise option_error(
-                f"{path}: $.validation_data has {len(validation)} entries but $.data has "
-                f"{len(data)}; they must match one to one"
-            )
+        _check_aligned(path, data, validation)
         for i, item in enumerate(data):
             expected_item = validation[i] if validation is not None else None
             if isinstance(item, list):

@@ -44,22 +44,27 @@ class DataSet:
         return [s for stream in self.streams for s in stream]
 
 
-def resolve_shape(spec: TensorSpec, shapes: dict[str, list[int]]) -> tuple[int, ...] | None:
+def resolve_shape(
+    spec: TensorSpec, shapes: dict[str, list[int]], model: str = ""
+) -> tuple[int, ...] | None:
     """The input's batch-1 shape; None while a variable dim has no value."""
     given = shapes.get(spec.name)
     if given is None:
         return None if any(d < 0 for d in spec.dims) else spec.dims
+    # the words of the server's refusal (what perf_analyzer, which sends it, then shows)
+    unexpected = f"unexpected shape for input '{spec.name}' for model '{model}': " if model else ""
     if len(given) != len(spec.dims) and spec.dims != (-1,):
         raise option_error(
-            f"--shape {spec.name}:{','.join(map(str, given))} has {len(given)} dims but input "
-            f"'{spec.name}' has {len(spec.dims)} ({list(spec.dims)}, batch dim excluded)"
+            f"{unexpected}--shape {spec.name}:{','.join(map(str, given))} has {len(given)} dims "
+            f"but input '{spec.name}' has {len(spec.dims)} ({list(spec.dims)}, batch dim "
+            "excluded)"
         )
     if len(given) == len(spec.dims):
         for model_dim, dim in zip(spec.dims, given, strict=True):
             if model_dim >= 0 and model_dim != dim:
                 raise option_error(
-                    f"--shape {spec.name}:{','.join(map(str, given))} conflicts with the "
-                    f"model's fixed dims {list(spec.dims)}"
+                    f"{unexpected}--shape {spec.name}:{','.join(map(str, given))} conflicts "
+                    f"with the model's fixed dims {list(spec.dims)}"
                 )
     return tuple(given)
 
@@ -79,6 +84,9 @@ def check_shape_names(info: ModelInfo, shapes: dict[str, list[int]]) -> None:
         if info.input(name) is None:
             names = ", ".join(t.name for t in info.inputs)
             raise option_error(f"--shape names unknown input '{name}'; model inputs: {names}")
+    for spec in info.inputs:
+        if spec.name in shapes:
+            resolve_shape(spec, shapes, info.name)
 
 
 def _random_strings(rng: np.random.Generator, count: int, length: int) -> Array:

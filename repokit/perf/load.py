@@ -90,7 +90,7 @@ class _LoadBase:
         if record and expected is not None:
             mismatch = outputs_match(timing.outputs, expected)
             if mismatch is not None:
-                self._fail(f"response validation failed: {mismatch}")
+                self._fail(f"Output doesn't match expected output: {mismatch}")
                 return False
         if record:
             self.log.add(

@@ -35,6 +35,7 @@ class ModelInfo:
     decoupled: bool = False
     response_cache: bool = False
     has_config: bool = True
+    optional_inputs: frozenset[str] = frozenset()  # config inputs with optional: true
 
     def input(self, name: str) -> TensorSpec | None:
         return next((t for t in self.inputs if t.name == name), None)
@@ -88,6 +89,11 @@ def build_model_info(
         decoupled=bool(policy.get("decoupled", False)),
         response_cache=bool(cache.get("enable", False)),
         has_config=has_config,
+        optional_inputs=frozenset(
+            str(entry.get("name", ""))
+            for entry in cfg.get("input") or []
+            if isinstance(entry, dict) and entry.get("optional")
+        ),
     )
 
 

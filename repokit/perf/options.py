@@ -100,6 +100,11 @@ class PerfOptions:
     tls: TlsOptions = field(default_factory=TlsOptions)
     workers: int = 1
     seed: int = 0
+    forced_sync: bool = False  # --sync: only checked against -a (sync is the default)
+    serial_sequences: bool = False  # --serial-sequences: a sequence's requests never overlap
+    request_parameters: dict[str, tuple[str, str]] = field(default_factory=dict)
+    trace_settings: dict[str, str] = field(default_factory=dict)  # --trace-level etc.
+    request_count: int = 0  # --request-count: one count window of exactly this many requests
 
     @property
     def server_urls(self) -> list[str]:
@@ -193,6 +198,50 @@ def parse_header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+REQUEST_PARAMETER_TYPES = ("string", "int", "bool")
+TRACE_LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
+
+
+def parse_request_parameter(text: str) -> tuple[str, tuple[str, str]]:
+    """``--request-parameter name:value:type`` (type string, int or bool)."""
+    parts = text.split(":")
+    if len(parts) != 3 or not parts[0]:
+        raise option_error(f"--request-parameter must be <name>:<value>:<type>, got '{text}'")
+    name, value, kind = parts[0], parts[1], parts[2].lower()
+    if kind not in REQUEST_PARAMETER_TYPES:
+        raise option_error(
+            f"--request-parameter type must be string, int or bool, got '{parts[2]}' in '{text}'"
+        )
+    if kind == "int":
+        try:
+            int(value)
+        except ValueError:
+            raise option_error(f"--request-parameter {name}: '{value}' is not an int") from None
+    if kind == "bool" and value.lower() not in ("true", "false"):
+        raise option_error(f"--request-parameter {name}: '{value}' is not true or false")
+    return name, (value, kind)
+
+
+def deprecated_concurrency(
+    concurrency_range: str | None, threads: int | None, max_concurrency: int | None, dynamic: bool
+) -> ConcurrencyRange | None:
+    """perf_analyzer's deprecated ``-t N`` (N concurrent requests), ``-d`` (step the concurrency
+    up from ``-t`` to ``-c``, 0 = until ``-l``) and ``-c``; not with ``--concurrency-range``."""
+    if threads is None and max_concurrency is None and not dynamic:
+        return parse_concurrency_range(concurrency_range) if concurrency_range else None
+    if concurrency_range:
+        raise option_error("Cannot use deprecated options (-t, -c, -d) with --concurrency-range")
+    start = 1 if threads is None else threads
+    if start < 1:
+        raise option_error(f"-t (concurrent requests) must be at least 1, got {start}")
+    if not dynamic:
+        return ConcurrencyRange(start, start, 1)
+    end = max_concurrency or 0
+    if end < 0:
+        raise option_error(f"-c (maximum concurrency) must not be negative, got {end}")
+    return ConcurrencyRange(start, end, 1)
+
+
 def _check_choice(value: str, choices: tuple[str, ...], option: str) -> None:
     if value not in choices:
         raise option_error(f"{option} must be one of {', '.join(choices)}; got '{value}'")
@@ -233,6 +282,27 @@ def _check_endpoints(o: PerfOptions) -> None:
             raise option_error(
                 "--collect-metrics scrapes one server's metrics: use it with one -u endpoint"
             )
+
+
+def _check_request_count(o: PerfOptions) -> None:
+    """perf_analyzer's rules for ``--request-count``: one level, at least as many requests as
+    the concurrency (or the rate)."""
+    if o.request_count < 0:
+        raise option_error(f"--request-count must not be negative, got {o.request_count}")
+    if not o.request_count:
+        return
+    c = o.concurrency_range
+    if c is not None:
+        if o.request_count < c.start:
+            raise option_error("--request-count can not be less than the concurrency")
+        if c.end != c.start:
+            raise option_error("--request-count needs a single concurrency, not a range")
+    r = o.request_rate_range
+    if r is not None:
+        if o.request_count < int(r.start):
+            raise option_error("--request-count can not be less than the request rate")
+        if r.end != r.start:
+            raise option_error("--request-count needs a single request rate, not a range")
 
 
 def validate_options(o: PerfOptions) -> None:
@@ -281,6 +351,14 @@ def validate_options(o: PerfOptions) -> None:
             raise option_error("--request-rate-range with end 0 needs --latency-threshold")
     if o.binary_search:
         _check_binary_search(o)
+    if o.async_mode and o.forced_sync:
+        raise option_error("Cannot specify --async and --sync simultaneously")
+    if o.request_parameters and o.protocol != "grpc":
+        raise option_error("--request-parameter is only supported with -i grpc")
+    level = o.trace_settings.get("trace_level")
+    if level is not None and level not in TRACE_LEVELS:
+        raise option_error(f"--trace-level must be one of {', '.join(TRACE_LEVELS)}; got '{level}'")
+    _check_request_count(o)
     validate_tls(o.tls, o.protocol)
     if o.request_intervals is not None and not o.request_intervals.is_file():
         raise option_error(f"--request-intervals file '{o.request_intervals}' does not exist")

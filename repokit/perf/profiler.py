@@ -268,7 +268,14 @@ class Profiler:
                 await run.load.start(share)
             return
         streams = deal_intervals(intervals, parts)
-        connections = split_connections(self.o.max_threads, parts)
+        # a sequence model keeps --num-of-sequences sequences going (one connection each, one
+        # request at a time), as perf_analyzer's request-rate modes do; more would hold more
+        # of the server's sequence slots than it may have (a backlogged sequence then idles
+        # past max_sequence_idle_microseconds and its next request lacks START)
+        sequences = self.session.sequences is not None
+        connections = split_connections(
+            self.o.num_of_sequences if sequences else self.o.max_threads, parts
+        )
         for run, stream, limit in zip(runs, streams, connections, strict=True):
             await run.load.start(stream, limit)
 
@@ -365,7 +372,8 @@ class Profiler:
                 boundaries.append(end)
                 self.observer.window_done(progress, summary)
                 start, cpu_start = end, cpu_end
-                stable = is_stable(windows, o.stability_percentage)
+                # --request-count: its one count window is the measurement, as in perf_analyzer
+                stable = bool(o.request_count) or is_stable(windows, o.stability_percentage)
                 if stable or exceeds_latency_threshold(windows, o.latency_threshold_ms):
                     break
         finally:
@@ -551,6 +559,7 @@ async def run_perf(
                         options.streaming,
                         options.tls,
                         endpoint=options.endpoint,
+                        request_parameters=dict(options.request_parameters),
                     ),
                     clock,
                 )
@@ -582,6 +591,8 @@ async def run_perf(
                     f"({wire_problem}); using the grpc library, which costs more client CPU per "
                     "request"
                 )
+            if options.trace_settings:
+                await each.update_trace_settings(options.trace_settings)
             sessions.append(await _prepare_endpoint(options, each, url, len(urls) > 1))
         session = sessions[0]
         for other in sessions[1:]:  # one correlation-ID series for the whole service

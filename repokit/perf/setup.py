@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from repokit.perf.errors import option_error
-from repokit.perf.input_json import json_dataset
+from repokit.perf.input_json import check_batchable, json_dataset
 from repokit.perf.inputs import (
     DataSet,
     batched,
@@ -91,6 +91,7 @@ async def prepare_session(options: PerfOptions, transport: Transport) -> Session
     check_shape_names(info, options.shapes)
     composing = await _composing(transport, info) if info.is_ensemble else []
     dataset = load_dataset(options, info)
+    check_batchable(dataset.streams, options.batch_size)
     batching = info.max_batch_size > 0
     types = {t.name: t.datatype for t in info.inputs}
     outputs = [(t.name, t.datatype) for t in info.outputs]

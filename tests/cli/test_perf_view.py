@@ -50,12 +50,24 @@ def test_piped_view_prints_plain_lines_and_verbose_adds_windows_and_server() -> 
     view.window_done(_progress(), _summary(1000.0))
     view.level_done(report.results[0])
     lines = out.getvalue().splitlines()
+    assert lines.pop(0) == "Request concurrency: 1"  # perf_analyzer's heading, with -v
     assert lines[0].startswith("  concurrency 4 window 3: 1,000.0 infer/s, ")
     assert lines[2] == (
         "  server: 10 inferences in 5 executions (avg batch 2.00), request 900 us, queue 100 us,"
         " compute input 200 us, infer 300 us, output 400 us"
     )
     assert "\x1b" not in out.getvalue()
+
+
+def test_verbose_view_heads_each_level_as_perf_analyzer_does() -> None:
+    out = io.StringIO()
+    view = LiveView(plain_console(file=out), 10.0, verbose=1)
+    view.level_started("request rate 40")
+    view.level_started("concurrency 8")
+    assert out.getvalue().splitlines() == [
+        "Request Rate: 40 inference requests per seconds",
+        "Request concurrency: 8",
+    ]
 
 
 def test_report_shows_average_batch_size_and_executions_piped_and_on_a_terminal() -> None:

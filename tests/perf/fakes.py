@@ -121,6 +121,9 @@ class FakeTransport:
     async def unregister_system_shm(self, name: str) -> None:
         pass
 
+    async def update_trace_settings(self, settings: dict[str, str]) -> None:
+        self.trace_settings = dict(settings)
+
     def prepare(
         self,
         model: str,

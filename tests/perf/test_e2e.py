@@ -111,7 +111,7 @@ def test_http_json_tensors_with_validation_data(server: ServerThread, tmp_path: 
     with pytest.raises(PerfError) as e:
         run_perf_blocking(_options(server, input_data=[str(wrong)]))
     assert e.value.exit_code == 99
-    assert "response validation failed: output 'OUTPUT0'" in e.value.message
+    assert "Output doesn't match expected output: output 'OUTPUT0'" in e.value.message
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -31,6 +31,8 @@ class TransportOptions:
     streaming: bool = False  # gRPC only
     tls: TlsOptions = field(default_factory=TlsOptions)  # --ssl-grpc-* / --ssl-https-*
     endpoint: str = "infer"  # HTTP only: infer, generate or generate_stream
+    # gRPC only: --request-parameter name -> (value, "string" | "int" | "bool")
+    request_parameters: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ class Transport(Protocol):
     async def register_system_shm(self, name: str, key: str, byte_size: int) -> None: ...
 
     async def unregister_system_shm(self, name: str) -> None: ...
+
+    async def update_trace_settings(self, settings: dict[str, str]) -> None: ...
 
     def prepare(
         self,

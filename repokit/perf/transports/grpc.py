@@ -453,6 +453,13 @@ class GrpcTransport:
             f"shared memory region '{name}' unregistered",
         )
 
+    async def update_trace_settings(self, settings: dict[str, str]) -> None:
+        """The server's global trace settings (--trace-level, --trace-rate, ...)."""
+        request = pb.TraceSettingRequest()
+        for key, value in settings.items():
+            request.settings[key].value.append(value)
+        await self._call("TraceSetting", request, "trace settings updated")
+
     def prepare(
         self,
         model: str,
@@ -465,6 +472,14 @@ class GrpcTransport:
         message = pb.ModelInferRequest(model_name=model, model_version=version)
         if decoupled:
             message.parameters["triton_enable_empty_final_response"].bool_param = True
+        for key, (value, kind) in self.options.request_parameters.items():
+            parameter = message.parameters[key]
+            if kind == "int":
+                parameter.int64_param = int(value)
+            elif kind == "bool":
+                parameter.bool_param = value.lower() == "true"
+            else:
+                parameter.string_param = value
         for name, (datatype, array) in inputs.items():
             tensor = message.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
             if shm is not None:

@@ -451,6 +451,16 @@ class HttpTransport:
     async def unregister_system_shm(self, name: str) -> None:
         await self._call("POST", f"/v2/systemsharedmemory/region/{quote(name, safe='')}/unregister")
 
+    async def update_trace_settings(self, settings: dict[str, str]) -> None:
+        """The server's global trace settings (--trace-level, --trace-rate, ...)."""
+        body_out: dict[str, Any] = {
+            key: [value] if key == "trace_level" else value for key, value in settings.items()
+        }  # Triton takes the level as a list and the others as strings
+        status, body = await self._call("POST", "/v2/trace/setting", body_out)
+        if status != 200:
+            message = body.get("error", body) if isinstance(body, dict) else body
+            raise PerfError(f"failed to update the server's trace settings: {message}")
+
     def prepare(
         self,
         model: str,
