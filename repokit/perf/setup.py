@@ -8,6 +8,7 @@ per sample with the transport.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from repokit.perf.options import PerfOptions
 from repokit.perf.shared_memory import SystemShm
 from repokit.perf.transports.base import Transport
 from repokit.perf.workload import SequenceSource, Workload
+from repokit.protocol.tensor_codec import wire_dtype
 
 MAX_ENSEMBLE_DEPTH = 8
 
@@ -61,6 +63,18 @@ def load_dataset(options: PerfOptions, info: ModelInfo) -> DataSet:
             raise option_error("--input-data takes one directory, or one or more JSON files")
         return directory_dataset(info, directories[0], options.shapes)
     return json_dataset(paths, info, options.shapes)
+
+
+def output_region_sizes(info: ModelInfo, options: PerfOptions) -> dict[str, int]:
+    """perf_analyzer's output regions: a fixed-size output's bytes for the batch, else
+    --output-shared-memory-size per batch item (BYTES and variable dims)."""
+    sizes: dict[str, int] = {}
+    for spec in info.outputs:
+        per_item = options.output_shared_memory_size
+        if spec.datatype != "BYTES" and all(d >= 0 for d in spec.dims):
+            per_item = max(math.prod(spec.dims) * wire_dtype(spec.datatype).itemsize, 1)
+        sizes[spec.name] = per_item * max(options.batch_size, 1)
+    return sizes
 
 
 async def _composing(transport: Transport, info: ModelInfo) -> list[str]:
@@ -99,9 +113,7 @@ async def prepare_session(options: PerfOptions, transport: Transport) -> Session
     output_regions: dict[str, tuple[str, int, int]] = {}
     if options.shared_memory == "system":
         shm = SystemShm(transport)
-        output_regions = await shm.output_regions(
-            [name for name, _ in outputs], options.output_shared_memory_size
-        )
+        output_regions = await shm.output_regions(output_region_sizes(info, options))
     streams: list[list[Any]] = []
     expected: list[list[Any]] = []
     index = 0

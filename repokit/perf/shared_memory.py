@@ -70,9 +70,10 @@ class SystemShm:
         await self.transport.register_system_shm(region.name, region.key, region.size)
         return ShmBinding(binding, outputs)
 
-    async def output_regions(self, names: list[str], size: int) -> dict[str, tuple[str, int, int]]:
+    async def output_regions(self, sizes: dict[str, int]) -> dict[str, tuple[str, int, int]]:
+        """One registered region per output, of the given byte size."""
         out: dict[str, tuple[str, int, int]] = {}
-        for i, name in enumerate(names):
+        for i, (name, size) in enumerate(sizes.items()):
             region = self._create(f"out{i}", size)
             await self.transport.register_system_shm(region.name, region.key, region.size)
             out[name] = (region.name, 0, size)

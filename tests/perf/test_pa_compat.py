@@ -29,6 +29,7 @@ from repokit.perf.options import (
     parse_request_parameter,
     validate_options,
 )
+from repokit.perf.setup import output_region_sizes
 from repokit.perf.transports.base import TransportOptions
 from repokit.perf.transports.grpc import GrpcTransport
 from tests.frontends.http.server_thread import ServerThread, copy_models, running_server
@@ -212,7 +213,8 @@ def test_request_rate_on_a_sequence_model_keeps_num_of_sequences_going() -> None
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     repo = copy_models(tmp_path_factory.mktemp("repo"), ("add_sub",))
     trace_file = tmp_path_factory.mktemp("trace") / "trace.json"
-    with running_server(repo, allow_grpc=True, trace=TraceStartup(file=str(trace_file))) as srv:
+    trace = TraceStartup(file=str(trace_file))
+    with running_server(repo, allow_grpc=True, allow_client_shm=True, trace=trace) as srv:
         yield srv
 
 
@@ -255,6 +257,31 @@ def test_cli_refuses_bad_combinations_with_exit_3(
     assert result.exit_code == 3, result.output
     assert expected in result.output
     assert "Traceback" not in result.output
+
+
+def test_output_regions_hold_fixed_size_outputs_for_the_batch() -> None:
+    info = _info(
+        outputs=[
+            TensorSpec("FIXED", "FP32", (1001,)),
+            TensorSpec("VARIABLE", "FP32", (-1,)),
+            TensorSpec("TEXT", "BYTES", (4,)),
+        ]
+    )
+    options = PerfOptions(model="m", batch_size=64, output_shared_memory_size=100)
+    assert output_region_sizes(info, options) == {
+        "FIXED": 64 * 1001 * 4,  # inception's 64 x 1001 scores: more than the 100 KiB default
+        "VARIABLE": 64 * 100,
+        "TEXT": 64 * 100,
+    }
+
+
+def test_system_shm_outputs_larger_than_output_shared_memory_size(server: ServerThread) -> None:
+    # add_sub's outputs are 16 FP32 (64 bytes) each, 512 for -b 8: the regions are sized from
+    # the model, as perf_analyzer sizes them, not from --output-shared-memory-size
+    result = _perf(
+        server, "--shared-memory", "system", "--output-shared-memory-size", "16", "-b", "8"
+    )
+    assert result.exit_code == 0, result.output
 
 
 def test_trace_options_update_the_servers_trace_settings(server: ServerThread) -> None:
