@@ -23,7 +23,7 @@ from typing import Any
 from repokit.perf.errors import option_error
 from repokit.perf.report import LevelResult, PerfReport
 from repokit.perf.server_stats import ServerBreakdown
-from repokit.perf.statistics import REPORTED_PERCENTILES
+from repokit.perf.statistics import REPORTED_PERCENTILES, response_times_of
 
 EXPORT_VERSION = "repokit-perf 1"
 
@@ -206,9 +206,15 @@ def profile_export(report: PerfReport) -> dict[str, Any]:
         records = result.records
         requests = []
         if records is not None:
-            for start, end in zip(records.start.tolist(), records.end.tolist(), strict=True):
+            times = response_times_of(records).tolist()
+            for start, end, each in zip(
+                records.start.tolist(), records.end.tolist(), times, strict=True
+            ):
+                # a decoupled model's stream: every response's arrival, as perf_analyzer
+                # exports them; one-response requests: their end
+                stamps = list(each) if each else [end]
                 requests.append(
-                    {"timestamp": start, "sequence_id": 0, "response_timestamps": [end]}
+                    {"timestamp": start, "sequence_id": 0, "response_timestamps": stamps}
                 )
         experiments.append(
             {

@@ -102,6 +102,7 @@ class _LoadBase:
                 delayed,
                 timing.first - timing.start if timing.first else 0,
                 timing.responses,
+                timing.response_times,
             )
         return True
 
@@ -203,7 +204,9 @@ class ThreadedConcurrencyLoad(_LoadBase):
             request = flat[position % count][0]
             position += 1
             log.sent += 1
-            start, sent, received, end, error, _, first, responses = infer(request, None, False)
+            start, sent, received, end, error, _, first, responses, times = infer(
+                request, None, False
+            )
             if error is not None:
                 self._fail(error)
                 break
@@ -214,6 +217,7 @@ class ThreadedConcurrencyLoad(_LoadBase):
                 end - received,
                 first=first - start if first else 0,
                 responses=responses,
+                response_times=times,
             )
         slot.position = position
 

@@ -44,6 +44,11 @@ class RecordBatch:
     first: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     # responses each request received (a decoupled model's stream: its non-empty responses)
     responses: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # each request's response arrival times (a decoupled model's stream), an object array of
+    # tuples; empty when no request of the batch had several responses
+    response_times: npt.NDArray[np.object_] = field(
+        default_factory=lambda: np.zeros(0, dtype=np.object_)
+    )
 
     @staticmethod
     def empty() -> RecordBatch:
@@ -64,6 +69,7 @@ class RecordBatch:
             self.delayed[mask],
             _firsts(self)[mask],
             _responses(self)[mask],
+            self.response_times[mask] if len(self.response_times) else self.response_times,
         )
 
     @staticmethod
@@ -79,11 +85,27 @@ class RecordBatch:
             np.concatenate([b.delayed for b in batches]),
             np.concatenate([_firsts(b) for b in batches]),
             np.concatenate([_responses(b) for b in batches]),
+            _concat_times(batches),
         )
 
     @property
     def latency(self) -> I64:
         return self.end - self.start
+
+
+def response_times_of(batch: RecordBatch) -> npt.NDArray[np.object_]:
+    """The batch's response-time tuples, one per request (empty tuples when it has none)."""
+    if len(batch.response_times) == len(batch):
+        return batch.response_times
+    out = np.empty(len(batch), dtype=np.object_)
+    out[:] = [()] * len(batch)
+    return out
+
+
+def _concat_times(batches: Sequence[RecordBatch]) -> npt.NDArray[np.object_]:
+    if not any(len(b.response_times) for b in batches):
+        return np.zeros(0, dtype=np.object_)
+    return np.concatenate([response_times_of(b) for b in batches])
 
 
 def _firsts(batch: RecordBatch) -> I64:
@@ -105,6 +127,7 @@ class RequestLog:
 
     def __init__(self) -> None:
         self._records: list[tuple[int, int, int, int, bool, bool, int, int]] = []
+        self._times: list[tuple[int, tuple[int, ...]]] = []  # (record index, response times)
         self._lock = threading.Lock()
         self.sent = 0  # requests handed to the transport (for the send-rate line)
 
@@ -118,8 +141,11 @@ class RequestLog:
         delayed: bool = False,
         first: int = 0,
         responses: int = 1,
+        response_times: tuple[int, ...] = (),
     ) -> None:
         with self._lock:
+            if response_times:
+                self._times.append((len(self._records), response_times))
             self._records.append((start, end, send, recv, sequence_end, delayed, first, responses))
 
     def __len__(self) -> int:
@@ -128,10 +154,17 @@ class RequestLog:
     def take(self) -> RecordBatch:
         with self._lock:
             records, self._records = self._records, []
+            times, self._times = self._times, []
         if not records:
             return RecordBatch.empty()
         table = np.array([r[:4] + r[6:] for r in records], dtype=np.int64)
         flags = np.array([r[4:6] for r in records], dtype=np.bool_)
+        response_times = np.zeros(0, dtype=np.object_)
+        if times:
+            response_times = np.empty(len(records), dtype=np.object_)
+            response_times[:] = [()] * len(records)
+            for index, values in times:
+                response_times[index] = values
         return RecordBatch(
             table[:, 0],
             table[:, 1],
@@ -141,6 +174,7 @@ class RequestLog:
             flags[:, 1],
             table[:, 4],
             table[:, 5],
+            response_times,
         )
 
 

@@ -65,9 +65,17 @@ def test_grpc_stream_reads_every_response_of_a_request(
             async_mode=async_mode,
             concurrency_range=ConcurrencyRange(2, 2, 1),
             input_data=[data],
+            profile_export_file=tmp_path / "export.json",
         )
     )
     assert report.exit_code == 0
+    # the export lists every response's arrival (qa/L0_perf_analyzer checks for more than one)
+    requests = json.loads((tmp_path / "export.json").read_text())["experiments"][0]["requests"]
+    assert requests
+    for request in requests:
+        stamps = request["response_timestamps"]
+        assert len(stamps) == TOKENS
+        assert request["timestamp"] < stamps[0] and stamps == sorted(stamps)
     summary = report.results[0].summary
     assert summary.request_count > 0
     assert summary.response_count == TOKENS * summary.request_count

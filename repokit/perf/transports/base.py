@@ -59,6 +59,9 @@ class InferTiming(NamedTuple):
     outputs: dict[str, npt.NDArray[Any]] | None = None
     first: int = 0  # when the first streamed response (generate_stream event) arrived; 0: none
     responses: int = 1  # responses received (a decoupled model's stream: the non-empty ones)
+    # a decoupled model's stream: when each non-empty response arrived (the profile export's
+    # response_timestamps); empty for one-response requests, whose time is ``end``
+    response_times: tuple[int, ...] = ()
 
 
 class PreparedRequest(Protocol):

@@ -69,6 +69,7 @@ class StreamReplies:
         self.first = 0
         self.last = 0
         self.count = 0
+        self.times: list[int] = []  # arrival of each response with outputs (decoupled)
         self.reply: pb.ModelInferResponse | None = None
 
     def add(self, raw: bytes, now: int) -> tuple[bool, str | None]:
@@ -87,6 +88,7 @@ class StreamReplies:
         if len(response.outputs):
             self.count += 1
             self.last = now
+            self.times.append(now)
             self.reply = response  # outputs are validated on the last one (as generate_stream)
         parameters = response.parameters
         return FINAL_PARAMETER in parameters and parameters[FINAL_PARAMETER].bool_param, None
@@ -97,7 +99,8 @@ class StreamReplies:
         if want_outputs:
             outputs = decode_grpc_outputs(self.reply) if self.reply is not None else {}
         first = self.first if self.decoupled else 0
-        return InferTiming(start, sent, received, end, None, outputs, first, self.count)
+        times = tuple(self.times) if self.decoupled else ()
+        return InferTiming(start, sent, received, end, None, outputs, first, self.count, times)
 
 
 def _to_dict(message: Any) -> dict[str, Any]:
