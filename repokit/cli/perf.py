@@ -463,6 +463,13 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--trace-level", help="Server trace level: OFF, TIMESTAMPS, TENSORS."),
         ] = None,
+        grpc_compression_algorithm: Annotated[
+            str,
+            typer.Option(
+                "--grpc-compression-algorithm",
+                help="gRPC requests compressed: none, gzip, deflate.",
+            ),
+        ] = "none",
         trace_rate: Annotated[int | None, typer.Option("--trace-rate")] = None,
         trace_count: Annotated[int | None, typer.Option("--trace-count")] = None,
         log_frequency: Annotated[int | None, typer.Option("--log-frequency")] = None,
@@ -561,6 +568,7 @@ def register(app: typer.Typer) -> None:
                 request_parameters=dict(map(parse_request_parameter, request_parameter or [])),
                 trace_settings=trace,
                 request_count=request_count,
+                grpc_compression=grpc_compression_algorithm,
                 tls=TlsOptions(
                     grpc_use_ssl=ssl_grpc_use_ssl,
                     grpc_root_certifications_file=ssl_grpc_root_certifications_file,

@@ -24,6 +24,7 @@ MEASUREMENT_MODES = ("time_windows", "count_windows")
 DISTRIBUTIONS = ("constant", "poisson")
 SHARED_MEMORY_KINDS = ("none", "system")
 TENSOR_FORMATS = ("binary", "json")
+COMPRESSIONS = ("none", "gzip", "deflate")
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class PerfOptions:
     request_parameters: dict[str, tuple[str, str]] = field(default_factory=dict)
     trace_settings: dict[str, str] = field(default_factory=dict)  # --trace-level etc.
     request_count: int = 0  # --request-count: one count window of exactly this many requests
+    grpc_compression: str = "none"  # --grpc-compression-algorithm
 
     @property
     def server_urls(self) -> list[str]:
@@ -353,6 +355,9 @@ def validate_options(o: PerfOptions) -> None:
         _check_binary_search(o)
     if o.async_mode and o.forced_sync:
         raise option_error("Cannot specify --async and --sync simultaneously")
+    _check_choice(o.grpc_compression, COMPRESSIONS, "--grpc-compression-algorithm")
+    if o.grpc_compression != "none" and o.protocol != "grpc":
+        raise option_error("--grpc-compression-algorithm is only allowed with -i grpc")
     if o.request_parameters and o.protocol != "grpc":
         raise option_error("--request-parameter is only supported with -i grpc")
     level = o.trace_settings.get("trace_level")

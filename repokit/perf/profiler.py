@@ -560,6 +560,7 @@ async def run_perf(
                         options.tls,
                         endpoint=options.endpoint,
                         request_parameters=dict(options.request_parameters),
+                        compression=options.grpc_compression,
                     ),
                     clock,
                 )

@@ -31,7 +31,7 @@ from repokit.perf.options import (
 )
 from repokit.perf.setup import output_region_sizes
 from repokit.perf.transports.base import TransportOptions
-from repokit.perf.transports.grpc import GrpcTransport
+from repokit.perf.transports.grpc import BlockingGrpcConnection, GrpcTransport
 from tests.frontends.http.server_thread import ServerThread, copy_models, running_server
 from tests.perf.fakes import FakeTransport
 from tests.perf.test_profiler import _options, _run
@@ -247,6 +247,8 @@ def test_cli_takes_perf_analyzers_deprecated_and_newer_options(server: ServerThr
         (["-z", "--input-data", "random"], "-z cannot be combined"),
         (["--request-parameter", "a:1:int"], "only supported with -i grpc"),
         (["--trace-level", "LOUD"], "--trace-level must be one of"),
+        (["--grpc-compression-algorithm", "gzip"], "only allowed with -i grpc"),
+        (["--grpc-compression-algorithm", "zstd"], "must be one of none, gzip, deflate"),
         (["--shape", "INPUT0:1,16"], "unexpected shape for input 'INPUT0' for model 'add_sub'"),
     ],
 )
@@ -282,6 +284,42 @@ def test_system_shm_outputs_larger_than_output_shared_memory_size(server: Server
         server, "--shared-memory", "system", "--output-shared-memory-size", "16", "-b", "8"
     )
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+@pytest.mark.parametrize("mode", [[], ["-a"]], ids=["sync", "async"])
+def test_grpc_compression_algorithm(server: ServerThread, algorithm: str, mode: list[str]) -> None:
+    result = CliRunner().invoke(
+        make_app(),
+        [
+            "perf",
+            "-m",
+            "add_sub",
+            "-u",
+            server.grpc_url,
+            "-i",
+            "grpc",
+            "-p",
+            "200",
+            "-s",
+            "1000",
+            "--grpc-compression-algorithm",
+            algorithm,
+            *mode,
+        ],
+        env={"COLUMNS": "300"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "concurrency 1:" in result.output
+    # compressed requests take the grpc library's channels, not the own HTTP/2 client
+    transport = GrpcTransport(
+        TransportOptions("grpc", server.grpc_url, compression=algorithm), lambda: 0
+    )
+    connection = transport.connect_blocking()
+    assert isinstance(connection, BlockingGrpcConnection)
+    connection.close()
+    for channel in transport._sync_channels:
+        channel.close()
 
 
 def test_trace_options_update_the_servers_trace_settings(server: ServerThread) -> None:

@@ -33,6 +33,7 @@ class TransportOptions:
     endpoint: str = "infer"  # HTTP only: infer, generate or generate_stream
     # gRPC only: --request-parameter name -> (value, "string" | "int" | "bool")
     request_parameters: dict[str, tuple[str, str]] = field(default_factory=dict)
+    compression: str = "none"  # gRPC only: --grpc-compression-algorithm none, gzip or deflate
 
 
 @dataclass(frozen=True)

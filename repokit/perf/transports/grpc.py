@@ -304,6 +304,9 @@ class WireGrpcConnection:
         self._wire.close()
 
 
+COMPRESSION = {"none": None, "gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}
+
+
 class GrpcTransport:
     def __init__(self, options: TransportOptions, clock: Callable[[], int]) -> None:
         self.options = options
@@ -319,6 +322,10 @@ class GrpcTransport:
         )
         self._wire_tls = grpc_wire_context(tls) if self.secure else None
         self._wire_probed = False
+        # compressed requests go through the grpc library (the own HTTP/2 client sends them
+        # uncompressed only)
+        self._compression = COMPRESSION[options.compression]
+        self._library_only = self._compression is not None
         self._channels: list[grpc.aio.Channel] = []
         self._sync_channels: list[grpc.Channel] = []
         self._next = itertools.count()
@@ -337,7 +344,7 @@ class GrpcTransport:
             await self.close()
             secure = " with TLS" if self.secure else ""
             raise PerfError(f"cannot connect to {self.target} over gRPC{secure}") from None
-        if not self._wire_probed:
+        if not self._wire_probed and not self._library_only:
             self._wire_probed = True
             self.wire_problem = await asyncio.to_thread(self._probe_wire)
 
@@ -362,7 +369,7 @@ class GrpcTransport:
 
     def supports_blocking(self) -> bool:
         """Worker threads can drive this transport (streaming needs the own HTTP/2 client)."""
-        return self.wire_problem is None or not self.options.streaming
+        return (self.wire_problem is None and not self._library_only) or not self.options.streaming
 
     async def close(self) -> None:
         for channel in self._channels:
@@ -374,7 +381,7 @@ class GrpcTransport:
 
     def connect_blocking(self) -> WireGrpcConnection | BlockingGrpcConnection:
         """A worker thread's own HTTP/2 connection, or (fallback) a synchronous grpc channel."""
-        if self.wire_problem is None:
+        if self.wire_problem is None and not self._library_only:
             try:
                 wire = WireConnection.open(self.host, self.port, tls=self._wire_tls)
                 return WireGrpcConnection(self, wire)
@@ -384,9 +391,16 @@ class GrpcTransport:
             for i in range(CHANNELS):
                 options = [*_CHANNEL_OPTIONS, ("repokit.perf.sync_channel", i)]
                 self._sync_channels.append(
-                    grpc.secure_channel(self.target, self._credentials, options=options)
+                    grpc.secure_channel(
+                        self.target,
+                        self._credentials,
+                        options=options,
+                        compression=self._compression,
+                    )
                     if self._credentials is not None
-                    else grpc.insecure_channel(self.target, options=options)
+                    else grpc.insecure_channel(
+                        self.target, options=options, compression=self._compression
+                    )
                 )
         channel = self._sync_channels[next(self._next) % len(self._sync_channels)]
         return BlockingGrpcConnection(self, channel)
@@ -394,9 +408,13 @@ class GrpcTransport:
     def _add_channel(self) -> None:
         options = [*_CHANNEL_OPTIONS, ("repokit.perf.channel", len(self._channels))]
         self._channels.append(
-            grpc.aio.secure_channel(self.target, self._credentials, options=options)
+            grpc.aio.secure_channel(
+                self.target, self._credentials, options=options, compression=self._compression
+            )
             if self._credentials is not None
-            else grpc.aio.insecure_channel(self.target, options=options)
+            else grpc.aio.insecure_channel(
+                self.target, options=options, compression=self._compression
+            )
         )
 
     async def connect(self) -> GrpcConnection:
