@@ -10,7 +10,16 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tools.triton_qa_suites import IDENTITY_STAND_IN, PytestRun, Scenario, append, rename, sed
+from tools.triton_qa_suites import (
+    IDENTITY_STAND_IN,
+    HttpCall,
+    Layout,
+    PytestRun,
+    Scenario,
+    append,
+    rename,
+    sed,
+)
 
 LC = "L0_lifecycle"
 
@@ -23,8 +32,12 @@ NOT_APPLICABLE: dict[str, str] = {
     " loads and unloads 32 x 1024 times (a python stand-in starts a process each time: hours"
     " on 2 cores); test_concurrent_model_load_unload's ensemble steps are Triton's C++"
     " custom_zero_1_float32",
+    "L0_lifecycle identity overrides": "test_model_config_overwite and"
+    " test_shutdown_while_background_unloading load a config override naming the identity"
+    " backend, which neither server has",
     "L0_lifecycle other models": "the rest load TensorFlow, TensorRT, torch or onnx models"
-    " from Triton's DATADIR (this Triton has none of those backends)",
+    " from Triton's DATADIR (this Triton has none of those backends); onnx in"
+    " test_concurrent_model_instance_load_sanity too (PARALLEL_BACKENDS is python here)",
 }
 
 # the identity backend's creation_delay_sec, as the stand-in's initialize
@@ -81,9 +94,67 @@ def _same_name_loads(qa: Path, repo: Path) -> None:
     _python_identity(qa, repo.parent / "models_v2" / "identity_model", "identity_model")
 
 
+def _auto_completed_identity(*init: str) -> Layout:
+    """test.sh: python_models/identity_fp32 with model.py in 1/ (``init`` appended) and its
+    config removed (the model's auto_complete_config makes it)."""
+
+    def lay(qa: Path, repo: Path) -> None:
+        _python_identity(qa, repo / "identity_fp32", "identity_fp32", *init)
+        (repo / "identity_fp32" / "config.pbtxt").unlink()
+
+    return lay
+
+
+def _sanity_models(qa: Path, repo: Path) -> None:
+    """test.sh's python_float32_float32_float32 (identity_fp32 without its config)."""
+    _python_identity(qa, repo / "python_float32_float32_float32", "python_float32_float32_float32")
+    (repo / "python_float32_float32_float32" / "config.pbtxt").unlink()
+
+
+def _retry_model(qa: Path, repo: Path) -> None:
+    shutil.copytree(qa / LC / "retry_model", repo / "retry_model")
+
+
 def scenarios() -> list[Scenario]:
     explicit = ["--model-control-mode=explicit"]
+    sleep_10 = ("    def initialize(self, args):", "        import time", "        time.sleep(10)")
     return [
+        Scenario(
+            f"{LC}/test_concurrent_model_instance_load_speedup",
+            LC,
+            _auto_completed_identity(*sleep_10),
+            [PytestRun("lifecycle_test.py::LifeCycleTest::"
+                       "test_concurrent_model_instance_load_speedup", runner="unittest")],
+            flags=explicit,
+            verbose=False,
+        ),
+        Scenario(
+            f"{LC}/test_concurrent_model_instance_load_sanity",
+            LC,
+            _sanity_models,
+            [PytestRun("lifecycle_test.py::LifeCycleTest::"
+                       "test_concurrent_model_instance_load_sanity", runner="unittest")],
+            flags=[*explicit, "--log-verbose=2"],
+            verbose=False,
+            env={"PARALLEL_BACKENDS": "python"},
+        ),
+        Scenario(  # the first load fails (the model's own doing): the server does not start
+            f"{LC}/test_load_retry/no_retry",
+            LC,
+            _retry_model,
+            flags=["--model-control-mode=none"],
+            expect_start=False,
+            verbose=False,
+        ),
+        Scenario(
+            f"{LC}/test_load_retry/retry",
+            LC,
+            _retry_model,
+            [HttpCall("retry_model_ready", "GET", "/v2/models/retry_model/ready")],
+            flags=["--model-control-mode=none", "--model-load-retry-count=1"],
+            verbose=False,
+            report_ready=True,  # the ready call adds a line only when it fails
+        ),
         Scenario(
             f"{LC}/test_concurrent_model_load_speedup",
             LC,

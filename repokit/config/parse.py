@@ -113,6 +113,10 @@ def _normalize_field(item: Any, field: descriptor.FieldDescriptor) -> Any:
         return item
     if field.is_repeated and isinstance(item, list):
         return [_normalize_scalar(v, field) for v in item]
+    if field.is_repeated and item is not None:
+        # Triton 2.51's JSON parser (protobuf's C++ JsonStringToMessage) takes one value for
+        # a repeated field as a list of it: qa/L0_lifecycle loads {"instance_group": {...}}
+        return [_normalize_scalar(item, field)]
     return _normalize_scalar(item, field)
 
 
