@@ -267,6 +267,14 @@ def render_compare(a: PerfReport, b: PerfReport, names: tuple[str, str], console
     print_table(console, table)
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from repokit.cli.main import version_text
+
+        make_console().out(version_text(), highlight=False)
+        raise typer.Exit(0)
+
+
 def _fail(console: Console, error: PerfError) -> None:
     print_error(console, error.message)
     raise typer.Exit(error.exit_code)
@@ -470,6 +478,19 @@ def register(app: typer.Typer) -> None:
                 help="gRPC requests compressed: none, gzip, deflate.",
             ),
         ] = "none",
+        service_kind: Annotated[
+            str,
+            typer.Option("--service-kind", help="triton (KServe v2 over -i http or grpc) only."),
+        ] = "triton",
+        show_version: Annotated[
+            bool,
+            typer.Option(
+                "--version",
+                help="Print repokit's version and exit.",
+                callback=_show_version,
+                is_eager=True,
+            ),
+        ] = False,
         trace_rate: Annotated[int | None, typer.Option("--trace-rate")] = None,
         trace_count: Annotated[int | None, typer.Option("--trace-count")] = None,
         log_frequency: Annotated[int | None, typer.Option("--log-frequency")] = None,
@@ -496,6 +517,12 @@ def register(app: typer.Typer) -> None:
         try:
             if not model:
                 raise PerfError("-m (model name) is required", OPTION_ERROR)
+            if service_kind != "triton":
+                raise PerfError(
+                    f"--service-kind {service_kind} is not supported: repokit perf loads KServe "
+                    "v2 (Triton) servers over HTTP or gRPC (--service-kind triton)",
+                    OPTION_ERROR,
+                )
             sources = [*(input_data or []), *(data_directory or [])]
             if zero_input:
                 if sources:

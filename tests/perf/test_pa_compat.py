@@ -234,9 +234,15 @@ def test_cli_takes_perf_analyzers_deprecated_and_newer_options(server: ServerThr
     result = _perf(server, "-d", "-t", "1", "-c", "2")
     assert result.exit_code == 0, result.output
     assert "concurrency 1:" in result.output and "concurrency 2:" in result.output
-    result = _perf(server, "--request-count", "30")
+    result = _perf(server, "--service-kind", "triton", "--request-count", "30")
     assert result.exit_code == 0, result.output
     assert "(stable, 1 windows)" in result.output
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(make_app(), ["perf", "--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("repokit ")
 
 
 @pytest.mark.parametrize(
@@ -248,6 +254,7 @@ def test_cli_takes_perf_analyzers_deprecated_and_newer_options(server: ServerThr
         (["--request-parameter", "a:1:int"], "only supported with -i grpc"),
         (["--trace-level", "LOUD"], "--trace-level must be one of"),
         (["--grpc-compression-algorithm", "gzip"], "only allowed with -i grpc"),
+        (["--service-kind", "torchserve"], "--service-kind torchserve is not supported"),
         (["--grpc-compression-algorithm", "zstd"], "must be one of none, gzip, deflate"),
         (["--shape", "INPUT0:1,16"], "unexpected shape for input 'INPUT0' for model 'add_sub'"),
     ],
