@@ -51,9 +51,22 @@ class _PerfGroup(RepokitGroup):
         try:
             return super().make_context(*args, **kwargs)
         except Exception as exc:  # click's UsageError (typer vendors click privately)
-            if getattr(exc, "exit_code", None) == 2:
-                exc.exit_code = OPTION_ERROR  # type: ignore[attr-defined]
+            _as_option_error(exc)
             raise
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        """A stray word ('No such command') is a bad option too: exit 3, not click's 2
+        (perf_analyzer's STABILITY_ERROR)."""
+        try:
+            return super().resolve_command(ctx, args)
+        except Exception as exc:
+            _as_option_error(exc)
+            raise
+
+
+def _as_option_error(exc: Exception) -> None:
+    if getattr(exc, "exit_code", None) == 2:
+        exc.exit_code = OPTION_ERROR  # type: ignore[attr-defined]
 
 
 def _us(ns: float) -> str:

@@ -255,6 +255,8 @@ def test_version() -> None:
         (["--trace-level", "LOUD"], "--trace-level must be one of"),
         (["--grpc-compression-algorithm", "gzip"], "only allowed with -i grpc"),
         (["--service-kind", "torchserve"], "--service-kind torchserve is not supported"),
+        # qa's '-i $PROTOCOL -m MODEL' with PROTOCOL unset leaves MODEL as a stray word
+        (["-i", "-m", "add_sub"], "No such command 'add_sub'"),
         (["--grpc-compression-algorithm", "zstd"], "must be one of none, gzip, deflate"),
         (["--shape", "INPUT0:1,16"], "unexpected shape for input 'INPUT0' for model 'add_sub'"),
     ],
