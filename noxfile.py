@@ -81,3 +81,12 @@ def triton_examples(session: nox.Session) -> None:
     $TRITON_SERVER_GIT); see tools/triton_examples.py."""
     session.install("-e", ".[dev]")
     session.run("python", "tools/triton_examples.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def triton_qa_perf(session: nox.Session) -> None:
+    """qa/L0_perf_analyzer's command lines run with repokit perf against repokit serve (and/or
+    real Triton): needs git dirs of triton-inference-server/server and /python_backend
+    ($TRITON_SERVER_GIT, $TRITON_PYTHON_BACKEND_GIT); see tools/triton_qa_perf.py."""
+    session.install("-e", ".[dev]")
+    session.run("python", "tools/triton_qa_perf.py", *session.posargs)

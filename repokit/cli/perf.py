@@ -491,6 +491,13 @@ def register(app: typer.Typer) -> None:
                 help="gRPC requests compressed: none, gzip, deflate.",
             ),
         ] = "none",
+        bls_composing_models: Annotated[
+            str,
+            typer.Option(
+                "--bls-composing-models",
+                help="Models a BLS model calls (a,b): their server figures under its own.",
+            ),
+        ] = "",
         service_kind: Annotated[
             str,
             typer.Option("--service-kind", help="triton (KServe v2 over -i http or grpc) only."),
@@ -609,6 +616,9 @@ def register(app: typer.Typer) -> None:
                 trace_settings=trace,
                 request_count=request_count,
                 grpc_compression=grpc_compression_algorithm,
+                bls_composing_models=[
+                    name.strip() for name in bls_composing_models.split(",") if name.strip()
+                ],
                 tls=TlsOptions(
                     grpc_use_ssl=ssl_grpc_use_ssl,
                     grpc_root_certifications_file=ssl_grpc_root_certifications_file,

@@ -107,6 +107,7 @@ class PerfOptions:
     trace_settings: dict[str, str] = field(default_factory=dict)  # --trace-level etc.
     request_count: int = 0  # --request-count: one count window of exactly this many requests
     grpc_compression: str = "none"  # --grpc-compression-algorithm
+    bls_composing_models: list[str] = field(default_factory=list)  # their server stats too
 
     @property
     def server_urls(self) -> list[str]:

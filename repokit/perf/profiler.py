@@ -408,6 +408,7 @@ class Profiler:
                 _sum_snapshots([run.snapshots[-1] for run in runs]),
                 o.model,
                 composing,
+                self.session.bls_models,
             )
         per_endpoint = []
         if len(runs) > 1:
@@ -415,7 +416,11 @@ class Profiler:
                 endpoint_server = None
                 if self.include_server_stats:
                     endpoint_server = window_breakdown(
-                        run.snapshots[-used - 1], run.snapshots[-1], o.model, composing
+                        run.snapshots[-used - 1],
+                        run.snapshots[-1],
+                        o.model,
+                        composing,
+                        self.session.bls_models,
                     )
                 per_endpoint.append(
                     EndpointResult(

@@ -144,7 +144,12 @@ def window_breakdown(
     end: dict[str, ServerCounters],
     model: str,
     composing: list[str],
+    own_work: frozenset[str] = frozenset(),
 ) -> ServerBreakdown:
+    """The level's server figures; an ensemble's queue and compute are its steps' sums.
+    ``own_work`` (--bls-composing-models) are listed under the model without replacing its
+    own figures: a BLS model computes itself, its calls included."""
+
     def delta(name: str) -> ServerCounters:
         return end.get(name, ServerCounters()) - start.get(name, ServerCounters())
 
@@ -153,6 +158,9 @@ def window_breakdown(
     if composing:
         parts = {name: delta(name) for name in composing}
         result.composing = {name: breakdown(c) for name, c in parts.items()}
+        parts = {name: c for name, c in parts.items() if name not in own_work}
+        if not parts:
+            return result
         per_request = max(top.success_count, 1)
         result.queue_ns = sum(c.queue_ns for c in parts.values()) // per_request
         result.compute_input_ns = sum(c.compute_input_ns for c in parts.values()) // per_request

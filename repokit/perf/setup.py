@@ -40,6 +40,7 @@ class Session:
     include_server_stats: bool
     composing_models: list[str]
     shm: SystemShm | None
+    bls_models: frozenset[str] = frozenset()  # --bls-composing-models
 
 
 def load_dataset(options: PerfOptions, info: ModelInfo) -> DataSet:
@@ -104,6 +105,13 @@ async def prepare_session(options: PerfOptions, transport: Transport) -> Session
     check_batch_size(info, options.batch_size)
     check_shape_names(info, options.shapes)
     composing = await _composing(transport, info) if info.is_ensemble else []
+    for name in options.bls_composing_models:
+        if await transport.model_config(name, "") is None:
+            raise option_error(
+                f"--bls-composing-models names '{name}', which the server does not have"
+            )
+        if name not in composing:
+            composing.append(name)
     dataset = load_dataset(options, info)
     check_batchable(dataset.streams, options.batch_size)
     batching = info.max_batch_size > 0
@@ -150,4 +158,5 @@ async def prepare_session(options: PerfOptions, transport: Transport) -> Session
             stream_lengths=[len(s) for s in streams],
             seed=options.seed,
         )
-    return Session(info, workload, sequences, include_stats, composing, shm)
+    bls = frozenset(options.bls_composing_models)
+    return Session(info, workload, sequences, include_stats, composing, shm, bls)

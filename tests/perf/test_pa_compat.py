@@ -29,6 +29,7 @@ from repokit.perf.options import (
     parse_request_parameter,
     validate_options,
 )
+from repokit.perf.profiler import run_perf_blocking
 from repokit.perf.setup import output_region_sizes
 from repokit.perf.transports.base import TransportOptions
 from repokit.perf.transports.grpc import BlockingGrpcConnection, GrpcTransport
@@ -209,9 +210,42 @@ def test_request_rate_on_a_sequence_model_keeps_num_of_sequences_going() -> None
     assert most <= 3
 
 
+BLS_MODEL = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            call = pb_utils.InferenceRequest(
+                model_name="add_sub",
+                requested_output_names=["OUTPUT0", "OUTPUT1"],
+                inputs=[
+                    pb_utils.get_input_tensor_by_name(request, "INPUT0"),
+                    pb_utils.get_input_tensor_by_name(request, "INPUT1"),
+                ],
+            )
+            answer = call.exec()
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+            responses.append(pb_utils.InferenceResponse(answer.output_tensors()))
+        return responses
+"""
+
+
+def _bls_model(repo: Path) -> None:
+    """bls_add_sub: add_sub's config, answered by calling add_sub over BLS."""
+    (repo / "bls_add_sub" / "1").mkdir(parents=True)
+    config = (repo / "add_sub" / "config.pbtxt").read_text()
+    config = config.replace('name: "add_sub"', 'name: "bls_add_sub"')
+    (repo / "bls_add_sub" / "config.pbtxt").write_text(config)
+    (repo / "bls_add_sub" / "1" / "model.py").write_text(BLS_MODEL)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     repo = copy_models(tmp_path_factory.mktemp("repo"), ("add_sub",))
+    _bls_model(repo)
     trace_file = tmp_path_factory.mktemp("trace") / "trace.json"
     trace = TraceStartup(file=str(trace_file))
     with running_server(repo, allow_grpc=True, allow_client_shm=True, trace=trace) as srv:
@@ -329,6 +363,32 @@ def test_grpc_compression_algorithm(server: ServerThread, algorithm: str, mode: 
     connection.close()
     for channel in transport._sync_channels:
         channel.close()
+
+
+def test_bls_composing_models_are_listed_under_the_bls_model(server: ServerThread) -> None:
+    options = PerfOptions(
+        model="bls_add_sub",
+        url=server.http_url,
+        measurement_interval_ms=200.0,
+        stability_percentage=1000.0,
+        max_trials=12,
+        bls_composing_models=["add_sub"],
+    )
+    report = run_perf_blocking(options)
+    assert report.exit_code == 0
+    assert report.composing_models == ["add_sub"]
+    [result] = report.results
+    assert result.server is not None
+    composing = result.server.composing["add_sub"]
+    # every BLS request made one add_sub call; the BLS model keeps its own compute time,
+    # which holds the call (an ensemble's would be replaced by its steps' sums)
+    # (the statistics are read while the load runs: a call may be counted before its request)
+    assert result.server.success_count > 0
+    assert abs(composing.success_count - result.server.success_count) <= 2
+    assert result.server.compute_infer_ns >= composing.compute_infer_ns
+    bad = _perf(server, "--bls-composing-models", "add_sub,nope")
+    assert bad.exit_code == 3, bad.output
+    assert "--bls-composing-models names 'nope', which the server does not have" in bad.output
 
 
 def test_trace_options_update_the_servers_trace_settings(server: ServerThread) -> None:
