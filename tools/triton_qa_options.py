@@ -53,14 +53,13 @@ NOT_APPLICABLE: dict[str, str] = {
     " backend-directory and min-compute-capability (4 defaults, test.sh wants at least 4);"
     " repokit's backends are built in and use no GPU, so its JSON has auto-complete-config and"
     " default-max-batch-size and the settings given (deliberate; a verbose log line only)",
-    "L0_trace (on Triton)": "this Triton (from its python package) is built without tracing:"
-    " the scenarios run on repokit only; their flags and messages follow Triton 2.51's"
-    " docs/user_guide/trace.md and src/tracer.cc",
     "L0_trace OpenTelemetry, BLS, custom backend tracing": "the OpenTelemetry trials download"
     " an otelcol collector binary; the BLS trials need the ensemble of qa_ensemble_model_"
     "repository; custom_identity_int32 traces custom activities of Triton's C++ identity"
-    " backend. The trace-file counts run: the C++ simple clients' one HTTP and one gRPC"
-    " request per loop are sent with tritonclient, the files counted as trace_summary counts",
+    " backend. The trace-file counts run on both: the C++ simple clients' one HTTP and one"
+    " gRPC request per loop are sent with tritonclient, the files counted as trace_summary"
+    " counts; simple is python_models/add_sub on its onnx config (no onnxruntime in this"
+    " Triton)",
     "L0_sagemaker": "SageMaker's endpoints (/ping, /invocations, /models on port 8080, the"
     " 'serve' script): repokit accepts --allow-sagemaker and friends but has no such endpoint",
     "L0_vertex_ai": "Vertex AI's endpoints (AIP_HTTP_PORT, AIP_PREDICT_ROUTE ...): repokit"
@@ -584,20 +583,22 @@ def backend_config() -> list[Scenario]:
     return found
 
 
-# --- L0_trace (repokit only) ---------------------------------------------------------------
+# --- L0_trace -----------------------------------------------------------------------------
 def _trace_models(qa: Path, repo: Path) -> None:
-    """test.sh's trace_models: simple and global_simple (onnx_int32_int32_int32, version 1),
-    input_all_required (the test's python model) and dynamic_batch (an 8 s identity model
-    with a queue of 8 rejected after 1 s, Triton's identity backend as a python stand-in)."""
+    """test.sh's trace_models: simple and global_simple (onnx_int32_int32_int32, version 1:
+    its config with ``backend: "python"`` and python_models/add_sub, as this Triton has no
+    onnxruntime backend), input_all_required (the test's python model) and dynamic_batch (an
+    8 s identity model with a queue of 8 rejected after 1 s, Triton's identity backend as a
+    python stand-in)."""
     source = _generated(qa) / "onnx_int32_int32_int32"
     for name in ("simple", "global_simple"):
         target = repo / name
-        target.mkdir(parents=True)
-        shutil.copytree(source / "1", target / "1")
+        (target / "1").mkdir(parents=True)
+        shutil.copy(qa / "python_models" / "add_sub" / "model.py", target / "1" / "model.py")
         shutil.copy(source / "output0_labels.txt", target)
-        text = re.sub(
-            r"^name:.*", f'name: "{name}"', (source / "config.pbtxt").read_text(), flags=re.M
-        )
+        text = (source / "config.pbtxt").read_text()
+        text = re.sub(r"^name:.*", f'name: "{name}"', text, flags=re.M)
+        text = re.sub(r"platform:.*", 'backend: "python"', text)
         (target / "config.pbtxt").write_text(text)
     shutil.copytree(qa / "L0_trace" / "models" / "input_all_required", repo / "input_all_required")
     folder = repo / "dynamic_batch"
@@ -692,7 +693,7 @@ LEVEL = '["TIMESTAMPS"]'
 
 
 def trace() -> list[Scenario]:
-    """test.sh's server runs about the trace settings API and --trace-config, on repokit:
+    """test.sh's server runs about the trace settings API and --trace-config:
     settings read back after each update, traces written for the requests sent (the trace
     files counted after the server stopped), trace_count running out, out-of-range values
     refused, trace_endpoint_test.py, and settings of a model that is not loaded refused."""
