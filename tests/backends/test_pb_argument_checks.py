@@ -116,3 +116,12 @@ def test_valid_calls_still_work() -> None:
     assert pb_utils.TritonError("x", pb_utils.TritonError.CANCELLED).code_name() == "CANCELLED"
     pb_utils.Logger.log("Level unspecified")
     pb_utils.Logger.log("warned", pb_utils.Logger.WARNING)
+
+
+def test_request_strings_may_be_bytes() -> None:
+    """pybind11 takes bytes for a std::string: a BLS model that reads the model to call from
+    a BYTES input (qa/python_models/bls_simple: ``model_name.as_numpy()[0]``) passes bytes."""
+    request = _request(model_name=b"m", request_id=b"r-1", requested_output_names=[b"o"])
+    assert request.model_name() == "m"
+    assert request.request_id() == "r-1"
+    assert request.requested_output_names() == {"o"}

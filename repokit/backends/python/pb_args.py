@@ -23,6 +23,17 @@ def is_str(value: Any) -> bool:
     return isinstance(value, str)
 
 
+def is_text(value: Any) -> bool:
+    """What a ``std::string`` argument takes from pybind11: a str or bytes (a BYTES tensor's
+    element, e.g. a model name read from an input, arrives as bytes)."""
+    return isinstance(value, (str, bytes))
+
+
+def as_text(value: str | bytes) -> str:
+    """A :func:`is_text` argument as a str (bytes as UTF-8, as the C++ side reads them)."""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
 def is_int(value: Any) -> bool:
     """What a C++ integer argument takes: ints (and numpy integers), not floats or None."""
     if isinstance(value, (float, np.floating)) or value is None or isinstance(value, str):

@@ -28,11 +28,13 @@ import numpy.typing as npt
 from repokit.backends.python import pb_bls
 from repokit.backends.python.pb_args import (
     MISSING,
+    as_text,
     incompatible_call,
     incompatible_constructor,
     is_int,
     is_list_of,
     is_str,
+    is_text,
 )
 from repokit.backends.python.pb_bls import ResponseIterator as ResponseIterator
 from repokit.backends.python.pb_bls import ResponseSender as InferenceResponseSender
@@ -311,10 +313,10 @@ class InferenceRequest:
         key: int = 0,
     ) -> None:
         if not (
-            is_str(model_name)
+            is_text(model_name)
             and is_list_of(inputs, Tensor, none_ok=True)
-            and is_list_of(requested_output_names, str)
-            and is_str(request_id)
+            and is_list_of(requested_output_names, (str, bytes))
+            and is_text(request_id)
             and correlation_id is not None
             and is_int(flags)
             and is_int(model_version)
@@ -330,6 +332,8 @@ class InferenceRequest:
                                model_version=model_version, timeout=timeout),
                 },
             )  # fmt: skip
+        model_name, request_id = as_text(model_name), as_text(request_id)
+        requested_output_names = [as_text(name) for name in requested_output_names]
         if any(tensor is None for tensor in inputs):
             raise TritonModelException(
                 f"Input tensor for request with id '{request_id}' and model name "
