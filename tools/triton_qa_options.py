@@ -53,13 +53,13 @@ NOT_APPLICABLE: dict[str, str] = {
     " backend-directory and min-compute-capability (4 defaults, test.sh wants at least 4);"
     " repokit's backends are built in and use no GPU, so its JSON has auto-complete-config and"
     " default-max-batch-size and the settings given (deliberate; a verbose log line only)",
-    "L0_trace OpenTelemetry, BLS, custom backend tracing": "the OpenTelemetry trials download"
-    " an otelcol collector binary; the BLS trials need the ensemble of qa_ensemble_model_"
-    "repository; custom_identity_int32 traces custom activities of Triton's C++ identity"
-    " backend. The trace-file counts run on both: the C++ simple clients' one HTTP and one"
-    " gRPC request per loop are sent with tritonclient, the files counted as trace_summary"
-    " counts; simple is python_models/add_sub on its onnx config (no onnxruntime in this"
-    " Triton)",
+    "L0_trace OpenTelemetry, custom backend tracing": "the OpenTelemetry trials download"
+    " an otelcol collector binary; custom_identity_int32 traces custom activities of Triton's"
+    " C++ identity backend. The BLS trial (trace_config) runs with the ensemble gen_qa_models.py"
+    " --ensemble writes. The trace-file counts run on both: the C++ simple clients' one HTTP"
+    " and one gRPC request per loop are sent with tritonclient, the files counted as"
+    " trace_summary counts; simple is python_models/add_sub on its onnx config (no"
+    " onnxruntime in this Triton)",
     "L0_sagemaker": "SageMaker's endpoints (/ping, /invocations, /models on port 8080, the"
     " 'serve' script): repokit accepts --allow-sagemaker and friends but has no such endpoint",
     "L0_vertex_ai": "Vertex AI's endpoints (AIP_HTTP_PORT, AIP_PREDICT_ROUTE ...): repokit"
@@ -616,6 +616,51 @@ def _trace_models(qa: Path, repo: Path) -> None:
     _delayed_identity(folder)
 
 
+ENSEMBLE_ADD_SUB = "ensemble_add_sub_int32_int32_int32"
+
+
+def _trace_bls_models(qa: Path, repo: Path) -> None:
+    """trace_models with test.sh's ensemble_add_sub_int32_int32_int32 (its DATADIR's
+    simple_onnx_int32_int32_int32 ensemble, version 1, its step renamed simple) and bls_simple
+    (python_models/bls_simple, no config: the model completes it)."""
+    _trace_models(qa, repo)
+    generated = qa.parent / "qa_ensemble_model_repository"
+    if not generated.exists():
+        subprocess.run(
+            [sys.executable, "gen_qa_models.py", "--ensemble", "--models_dir", str(generated)],
+            cwd=qa / "common",
+            check=True,
+            capture_output=True,
+        )
+    target = repo / ENSEMBLE_ADD_SUB
+    (target / "1").mkdir(parents=True)
+    text = (generated / "simple_onnx_int32_int32_int32" / "config.pbtxt").read_text()
+    text = re.sub(r"^name:.*", f'name: "{ENSEMBLE_ADD_SUB}"', text, flags=re.M)
+    (target / "config.pbtxt").write_text(re.sub(r"model_name:.*", 'model_name: "simple"', text))
+    (repo / "bls_simple" / "1").mkdir(parents=True)
+    shutil.copy(
+        qa / "python_models" / "bls_simple" / "bls_simple.py",
+        repo / "bls_simple" / "1" / "model.py",
+    )
+
+
+# opentelemetry_unittest.send_bls_request(model_name=...) N times: bls_simple calls the model
+BLS_REQUESTS = """
+import sys
+import numpy as np
+import tritonclient.http as httpclient
+for _ in range(int(sys.argv[2])):
+    with httpclient.InferenceServerClient("localhost:8000") as client:
+        inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"),
+                  httpclient.InferInput("INPUT1", [1, 16], "INT32"),
+                  httpclient.InferInput("MODEL_NAME", [1], "BYTES")]
+        inputs[0].set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+        inputs[1].set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+        inputs[2].set_data_from_numpy(np.array([sys.argv[1]], dtype=np.object_))
+        client.infer("bls_simple", inputs)
+"""
+
+
 def _settings(**values: str) -> dict[str, int]:
     """test.sh's ``grep -c '"key":"value"' curl.out`` == 1 for each setting."""
     return {re.escape(f'"{key}":{value}'): 1 for key, value in values.items()}
@@ -850,15 +895,10 @@ def trace() -> list[Scenario]:
             _trace_flags("global_unittest.log", "TIMESTAMPS", "1"),
             [PytestRun("trace_endpoint_test.py", runner="unittest")],
         ),
-        _trace_run(
-            "trace_config",
-            [
-                "--trace-config=triton,file=bls_trace.log",
-                "--trace-config=level=TIMESTAMPS",
-                "--trace-config=rate=4",
-                "--trace-config=count=6",
-                "--trace-config=mode=triton",
-            ],
+        Scenario(
+            "L0_trace/trace_config",
+            "L0_trace",
+            _trace_bls_models,
             [
                 curl(
                     "settings",
@@ -871,8 +911,40 @@ def trace() -> list[Scenario]:
                         trace_file='"bls_trace.log"',
                         trace_mode='"triton"',
                     ),
-                )
+                ),
+                ScriptRun("bls_requests", ("-c", BLS_REQUESTS, ENSEMBLE_ADD_SUB, "4")),
             ],
+            flags=[
+                "--trace-config=triton,file=bls_trace.log",
+                "--trace-config=level=TIMESTAMPS",
+                "--trace-config=rate=4",
+                "--trace-config=count=6",
+                "--trace-config=mode=triton",
+            ],
+            log_checks=[
+                LogCheck(
+                    "compute_input_end",
+                    r'"name":\s*"COMPUTE_INPUT_END"',
+                    exactly=2,
+                    log_file="bls_trace.log",
+                ),
+                LogCheck(
+                    "ensemble_traced",
+                    rf'"model_name":\s*"{ENSEMBLE_ADD_SUB}"',
+                    exactly=1,
+                    log_file="bls_trace.log",
+                ),
+                LogCheck(
+                    "simple_traced",
+                    r'"model_name":\s*"simple"',
+                    exactly=1,
+                    log_file="bls_trace.log",
+                ),
+                LogCheck("parent_ids", r"parent_id", exactly=2, log_file="bls_trace.log"),
+            ],
+            repo_dir="trace_models",
+            verbose=False,
+            server_in_cwd=True,
         ),
         _trace_run(
             "nonexistent_model",
