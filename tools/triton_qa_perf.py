@@ -426,7 +426,7 @@ def cases(data: Path, testdata: Path, schedule: Path, heavy: bool) -> list[Case]
                 must_not=ERROR_STRING,
             ),
             Case(
-                "concurrency binary search (http default) does not hang",
+                f"concurrency binary search (http default, {protocol} loop) does not hang",
                 [
                     "-v",
                     "-a",
