@@ -273,11 +273,25 @@ def test_version() -> None:
         assert code == 0 and output == f"repokit {metadata.version('repokit')}\n"
 
 
+def _in_bash(command: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """``repokit COMMAND`` typed in bash: typer finds the shell among the parent processes
+    (``--show-completion bash`` does not name it: the option is a flag), so the test must not
+    depend on what started pytest; ``; exit $?`` keeps bash from exec'ing repokit in its place."""
+    repokit = Path(sys.executable).with_name("repokit")
+    return subprocess.run(
+        ["bash", "-c", f"'{repokit}' {command}; exit $?"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(home)},
+        timeout=60,
+    )
+
+
 def test_completion_show_and_install(tmp_path: Path) -> None:
-    code, output = _invoke(["--show-completion", "bash"], {**PIPED, "HOME": str(tmp_path)})
-    assert code == 0 and "_REPOKIT_COMPLETE" in output
-    code, output = _invoke(["--install-completion", "bash"], {**PIPED, "HOME": str(tmp_path)})
-    assert code == 0, output
+    shown = _in_bash("--show-completion", tmp_path)
+    assert shown.returncode == 0 and "_REPOKIT_COMPLETE" in shown.stdout, shown.stderr
+    installed = _in_bash("--install-completion", tmp_path)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
     assert "_REPOKIT_COMPLETE" in (tmp_path / ".bash_completions" / "repokit.sh").read_text()
     assert ".bash_completions/repokit.sh" in (tmp_path / ".bashrc").read_text()
 
