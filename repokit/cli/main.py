@@ -6,31 +6,16 @@ command (and sub-command) gets the help and output behaviour of :mod:`repokit.cl
 
 from __future__ import annotations
 
-from importlib import metadata
-from typing import Annotated
-
 import typer
 from typer.core import TyperCommand
 
 from repokit.cli import build, deploy, explain, lint, perf, serve, validate
-from repokit.cli.output import RepokitCommand, RepokitGroup, examples, make_console
+from repokit.cli.output import RepokitCommand, RepokitGroup, examples
+from repokit.cli.version_option import VersionOption
 
 # the order the commands are listed in ``repokit --help``
 COMMAND_MODULES = (validate, lint, explain, serve, build, perf, deploy)
 HELP_OPTION_NAMES = ["-h", "--help"]
-
-
-def version_text() -> str:
-    try:
-        return f"repokit {metadata.version('repokit')}"
-    except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
-        return "repokit (not installed)"
-
-
-def _show_version(value: bool) -> None:
-    if value:
-        make_console().out(version_text(), highlight=False)
-        raise typer.Exit(0)
 
 
 def _apply_output_discipline(app: typer.Typer) -> None:
@@ -66,15 +51,7 @@ def make_app() -> typer.Typer:
 
     @app.callback()
     def root(
-        version: Annotated[
-            bool,
-            typer.Option(
-                "--version",
-                help="Print repokit's version and exit.",
-                callback=_show_version,
-                is_eager=True,
-            ),
-        ] = False,
+        version: VersionOption = False,
     ) -> None:
         """Validate, compile, serve and load-test Triton-style model repositories."""
 

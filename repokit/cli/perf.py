@@ -27,6 +27,7 @@ from repokit.cli.output import (
     print_error,
     print_table,
 )
+from repokit.cli.version_option import VersionOption
 from repokit.perf.errors import GENERIC_ERROR, OPTION_ERROR, PerfError
 from repokit.perf.options import (
     PerfOptions,
@@ -280,14 +281,6 @@ def render_compare(a: PerfReport, b: PerfReport, names: tuple[str, str], console
     print_table(console, table)
 
 
-def _show_version(value: bool) -> None:
-    if value:
-        from repokit.cli.main import version_text
-
-        make_console().out(version_text(), highlight=False)
-        raise typer.Exit(0)
-
-
 def _fail(console: Console, error: PerfError) -> None:
     print_error(console, error.message)
     raise typer.Exit(error.exit_code)
@@ -502,15 +495,7 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option("--service-kind", help="triton (KServe v2 over -i http or grpc) only."),
         ] = "triton",
-        show_version: Annotated[
-            bool,
-            typer.Option(
-                "--version",
-                help="Print repokit's version and exit.",
-                callback=_show_version,
-                is_eager=True,
-            ),
-        ] = False,
+        show_version: VersionOption = False,
         trace_rate: Annotated[int | None, typer.Option("--trace-rate")] = None,
         trace_count: Annotated[int | None, typer.Option("--trace-count")] = None,
         log_frequency: Annotated[int | None, typer.Option("--log-frequency")] = None,
