@@ -244,6 +244,7 @@ async def run_composing(loaded: LoadedVersion, request: BackendRequest) -> Sched
             scheduled, elapsed = await submit(loaded, prepared.backend_request, prepared.batch_size)
         finally:
             step.stamp("REQUEST_END")
+            step.end()
     else:
         scheduled, elapsed = await submit(loaded, prepared.backend_request, prepared.batch_size)
     if scheduled.result.error is not None:

@@ -6,6 +6,13 @@ scheduler, batching and statistics), with Triton's BLS errors: a model that is n
 decoupled model called without ``decoupled=True`` and a request the core refuses before
 scheduling give ``Model <name> - Error when running inference: <reason>``; an error of the
 execution itself comes back as the called model returned it.
+
+A BLS request made with ``trace=request.trace()`` of a traced request is traced as a child of
+that request's trace (``parent``), as Triton's python backend spawns a child trace: its own id,
+``parent_id`` the caller's, the core's timestamps from ``REQUEST_START`` to ``REQUEST_END``
+(no frontend timestamps, no ``INFER_RESPONSE_COMPLETE``), written with its caller's trace. A
+request refused before it reaches the model leaves no child trace. Decoupled models are not
+traced (as their client requests are not).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ if TYPE_CHECKING:
     from repokit.core.loaded_model import LoadedVersion
     from repokit.core.request_checks import PreparedRequest
     from repokit.core.service import InferenceService
+    from repokit.core.tracing.trace import Trace
 
 MODEL_LOG = "repokit.model"
 
@@ -66,16 +74,38 @@ class ServiceBridge:
                 "the 'exec' or 'async_exec' calls for decoupled models.'",
             )
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, parent: Trace | None = None) -> InferResponse:
         self._check_callable(request, False)
         try:
             loaded, prepared = self._service.admit(request)
         except RepokitError as exc:
             raise bls_error(request.model_name, exc.message) from exc
+        if parent is not None:
+            return await self._run_traced(loaded, request, prepared, parent)
         return await self._service.run_admitted(loaded, request, prepared)
 
+    async def _run_traced(
+        self,
+        loaded: LoadedVersion,
+        request: InferRequest,
+        prepared: PreparedRequest,
+        parent: Trace,
+    ) -> InferResponse:
+        """The request run with a child trace of ``parent``."""
+        child = parent.spawn()
+        child.start_request(loaded.name, loaded.version, request.id)
+        prepared.backend_request.trace = child
+        try:
+            return await self._service.run_admitted(loaded, request, prepared)
+        finally:
+            child.stamp("REQUEST_END")
+            child.end()
+
     def infer_stream(
-        self, request: InferRequest, control: RequestControl | None = None
+        self,
+        request: InferRequest,
+        control: RequestControl | None = None,
+        parent: Trace | None = None,
     ) -> AsyncIterator[InferResponse]:
         self._check_callable(request, True)
         try:
@@ -83,13 +113,20 @@ class ServiceBridge:
         except RepokitError as exc:
             raise bls_error(request.model_name, exc.message) from exc
         if not loaded.decoupled:  # one response, the final one (as Triton answers it)
-            return self._single_response(loaded, request, prepared)
+            return self._single_response(loaded, request, prepared, parent)
         return self._service.infer_stream(request, control)
 
     async def _single_response(
-        self, loaded: LoadedVersion, request: InferRequest, prepared: PreparedRequest
+        self,
+        loaded: LoadedVersion,
+        request: InferRequest,
+        prepared: PreparedRequest,
+        parent: Trace | None,
     ) -> AsyncIterator[InferResponse]:
-        response = await self._service.run_admitted(loaded, request, prepared)
+        if parent is not None:
+            response = await self._run_traced(loaded, request, prepared, parent)
+        else:
+            response = await self._service.run_admitted(loaded, request, prepared)
         yield replace(response, final=True)
 
     def is_decoupled(self, name: str, version: str = "") -> bool:

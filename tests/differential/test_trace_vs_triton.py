@@ -63,6 +63,47 @@ ensemble_scheduling {
 """
 
 
+# calls the model MODEL names with its inputs (A/B for the ensemble), passing its trace
+BLS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            target = pb_utils.get_input_tensor_by_name(request, "MODEL").as_numpy()
+            target = target.reshape(-1)[0].decode()
+            names = ("A", "B") if target == "twice" else ("INPUT0", "INPUT1")
+            inputs = [
+                pb_utils.Tensor(name, pb_utils.get_input_tensor_by_name(request, given).as_numpy())
+                for name, given in zip(names, ("INPUT0", "INPUT1"))
+            ]
+            output = "SUM2" if target == "twice" else "OUTPUT0"
+            answer = pb_utils.InferenceRequest(
+                model_name=target, inputs=inputs, requested_output_names=[output],
+                trace=request.trace(),
+            ).exec()
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+            out = answer.output_tensors()[0].as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]))
+        return responses
+"""
+BLS_CONFIG = """
+name: "bls"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "MODEL" data_type: TYPE_STRING dims: [ 1 ] }
+]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
+"""
+
+
 def _specs(base: Path) -> list[str]:
     return [
         f"triton,file={base}",
@@ -78,6 +119,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = copy_models(tmp_path_factory.mktemp("trace_repo"), ("add_sub",))
     (repo / "twice" / "1").mkdir(parents=True)
     (repo / "twice" / "config.pbtxt").write_text(ENSEMBLE)
+    (repo / "bls" / "1").mkdir(parents=True)
+    (repo / "bls" / "1" / "model.py").write_text(BLS)
+    (repo / "bls" / "config.pbtxt").write_text(BLS_CONFIG)
     return repo
 
 
@@ -311,6 +355,43 @@ def test_same_traces(
     theirs = _summary(_index_files(triton_base)[seen[0] :])
     ours = _summary(_index_files(repokit_base)[seen[1] :])
     assert len(theirs) == 5  # add_sub, the ensemble and its two steps, gRPC add_sub
+    diffs = [
+        f"{t['header']}: triton {t['stamps']} {t['tensors']}\nrepokit {o['stamps']} {o['tensors']}"
+        for t, o in zip(theirs, ours, strict=False)
+        if t != o
+    ]
+    assert ours == theirs, "\n".join(diffs)
+
+
+def _bls_requests(http_base: str) -> None:
+    for target in ("add_sub", "twice"):
+        body = {
+            "inputs": [
+                {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": list(range(16))},
+                {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16},
+                {"name": "MODEL", "datatype": "BYTES", "shape": [1, 1], "data": [target]},
+            ]
+        }
+        answer = requests.post(f"{http_base}/v2/models/bls/infer", json=body, timeout=60)
+        assert answer.ok, answer.text
+
+
+def test_same_bls_traces(
+    triton: TritonReference, repokit: ServerThread, triton_base: Path, repokit_base: Path
+) -> None:
+    """A BLS request made with ``trace=request.trace()``: the called model (and an ensemble's
+    steps under it) traced as children, with the same timestamps and tensors."""
+    _reset(triton.endpoints.http)
+    _reset(repokit.endpoints.http)
+    seen = (len(_index_files(triton_base)), len(_index_files(repokit_base)))
+    _bls_requests(triton.endpoints.http)
+    _bls_requests(repokit.endpoints.http)
+    _wait_for_files(triton_base, seen[0] + 2)
+    theirs = _summary(_index_files(triton_base)[seen[0] :])
+    ours = _summary(_index_files(repokit_base)[seen[1] :])
+    # bls -> add_sub; bls -> twice -> add_sub twice
+    assert len(theirs) == 6
+    assert sum(t["header"]["parent_id"] for t in theirs) == 4
     diffs = [
         f"{t['header']}: triton {t['stamps']} {t['tensors']}\nrepokit {o['stamps']} {o['tensors']}"
         for t, o in zip(theirs, ours, strict=False)

@@ -14,6 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from repokit.core.tracing.options import parse_trace_flags
+from tests.e2e.test_trace_bls import write_bls_model
 from tests.frontends.http.server_thread import ServerThread, copy_models, running_server
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan, running_receiver
 
@@ -43,9 +44,11 @@ def receiver() -> Iterator[OtlpReceiver]:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return copy_models(
+    repo = copy_models(
         tmp_path_factory.mktemp("repo"), ("add_sub", "add_sub_onnx", "add_sub_ensemble")
     )
+    write_bls_model(repo, "bls")
+    return repo
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +170,37 @@ def test_ensemble_spans_nest(server: ServerThread, receiver: OtlpReceiver) -> No
     for step in steps:
         assert step.attributes["triton.trace_parent_id"] == ensemble.attributes["triton.trace_id"]
         assert step.attributes["triton.request_id"] == "e1"
+
+
+def test_bls_children_nest_under_their_caller(server: ServerThread, receiver: OtlpReceiver) -> None:
+    before = len(receiver.spans)
+    body = {
+        "inputs": [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": list(range(16))},
+            {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": [1.0] * 16},
+            {"name": "MODEL", "datatype": "BYTES", "shape": [1, 1], "data": ["add_sub"]},
+            {"name": "MODE", "datatype": "INT32", "shape": [1, 1], "data": [1]},
+        ]
+    }
+    url = f"http://{server.http_url}/v2/models/bls/infer"
+    answer = requests.post(url, json=body, headers={"traceparent": TRACEPARENT}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    spans = _new_spans(receiver, before, 5)
+    by_id = {s.span_id: s for s in spans}
+    tree = sorted((s.name, by_id[s.parent_span_id].name if s.parent_span_id in by_id else "")
+                  for s in spans)  # fmt: skip
+    # as Triton's qa (opentelemetry_unittest _test_bls_trace): the child under the BLS model
+    assert tree == [
+        ("InferRequest", ""),
+        ("add_sub", "bls"),
+        ("bls", "InferRequest"),
+        ("compute", "add_sub"),
+        ("compute", "bls"),
+    ]
+    assert {s.trace_id for s in spans} == {CLIENT_TRACE}
+    caller = next(s for s in spans if s.name == "bls")
+    child = next(s for s in spans if s.name == "add_sub")
+    assert child.attributes["triton.trace_parent_id"] == caller.attributes["triton.trace_id"]
 
 
 def test_rate_zero_traces_only_propagated_requests(repo: Path, receiver: OtlpReceiver) -> None:

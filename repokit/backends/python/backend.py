@@ -244,6 +244,11 @@ class PythonBackend(Backend):
             )
         except ipc.ChannelClosed:
             return dead(target, requests), Timing()
+        finally:
+            link = target.link
+            if link is not None and link.traces:  # BLS calls of execute have been taken
+                for item in batch:
+                    link.traces.pop(item[-1], None)
         if target.link is not None and not self._decoupled:
             target.link.requests_done(batch)
         timing = Timing(input_ns, infer_ns, output_ns)
@@ -317,6 +322,8 @@ class PythonBackend(Backend):
             bf16 = "BF16" if tensor.datatype == "BF16" else None
             inputs.append((name, ipc.pack_array(tensor.data), bf16))
         key = next(self._keys)
+        if request.trace is not None and target.link is not None:
+            target.link.traces[key] = request.trace  # its BLS requests are traced under it
         control = request.control
         if control is not None:
             if self._decoupled:

@@ -45,7 +45,10 @@ Instance -> server, unprompted (tags start with ``@``; :mod:`.server_link` handl
 - ``(CALL, call id, op, payload)``: ``CALL_INFER`` (a BLS request, payload a dict),
   ``CALL_LOAD_MODEL`` ``(name, config, files)``, ``CALL_UNLOAD_MODEL`` ``(name, dependents)``,
   ``CALL_IS_MODEL_READY`` ``(name, version)``, ``CALL_METRIC_FAMILY`` ``(name, description,
-  kind)``, ``CALL_METRIC`` ``(family, labels json, buckets)``, ``CALL_METRIC_VALUE`` handle;
+  kind)``, ``CALL_METRIC`` ``(family, labels json, buckets)``, ``CALL_METRIC_VALUE`` handle,
+  ``CALL_TRACE_CONTEXT`` request key (``request.trace().get_context()``: the trace context of a
+  request being executed, or None). A ``CALL_INFER`` payload's ``"trace"`` is the key of the
+  request whose trace the model passed (``trace=request.trace()``), 0 for none;
 - ``(CANCEL_CALL, call id)``: the model stopped iterating a decoupled BLS request;
 - ``(LOG, level, message, file, line)``: a model log line;
 - ``(METRIC, handle, op, value)`` / ``(METRIC_RELEASE, handle)``: custom metric updates;
@@ -110,6 +113,7 @@ CALL_IS_MODEL_READY: Final = "is_model_ready"
 CALL_METRIC_FAMILY: Final = "metric_family"
 CALL_METRIC: Final = "metric"
 CALL_METRIC_VALUE: Final = "metric_value"
+CALL_TRACE_CONTEXT: Final = "trace_context"
 
 # --- statuses -------------------------------------------------------------------------------
 OK: Final = "ok"

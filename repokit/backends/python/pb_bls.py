@@ -28,6 +28,7 @@ from repokit.backends.python import ipc
 from repokit.backends.python.messages import (
     ANSWER,
     CALL_INFER,
+    CALL_TRACE_CONTEXT,
     CANCEL_CALL,
     ERROR,
     MORE,
@@ -93,6 +94,7 @@ def _payload(request: InferenceRequest, decoupled: bool) -> dict[str, Any]:
         "parameters": request.parameters(),
         "decoupled": decoupled,
         "parents": RUNTIME.parents.get(),
+        "trace": request.trace()._key,
     }
 
 
@@ -170,6 +172,34 @@ class ResponseIterator:
         link = RUNTIME.require_link("BLS")
         link.forget(self._call_id)
         link.send((CANCEL_CALL, self._call_id))
+
+
+# --- traces ---------------------------------------------------------------------------------
+class InferenceTrace:
+    """A request's trace (Triton's ``InferenceTrace``, ``request.trace()``): the key of the
+    request it belongs to, 0 for none. The server knows which executing requests are traced;
+    a BLS request given the trace of one is traced as its child."""
+
+    __slots__ = ("_key",)
+    _key: int
+
+    def __init__(self) -> None:  # as Triton's binding: the module makes them, models do not
+        raise TypeError("triton_python_backend_utils.InferenceTrace: No constructor defined!")
+
+    @classmethod
+    def _of(cls, key: int) -> InferenceTrace:
+        trace = cls.__new__(cls)
+        trace._key = key
+        return trace
+
+    def get_context(self) -> str | None:
+        """The trace's OpenTelemetry context as Triton gives it (JSON with ``traceparent``);
+        None when the request is not traced or the server traces in triton mode."""
+        link = RUNTIME.link
+        if not self._key or link is None:
+            return None
+        status, body = link.call(CALL_TRACE_CONTEXT, self._key)
+        return body if status == OK and isinstance(body, str) else None
 
 
 # --- decoupled response senders --------------------------------------------------------------

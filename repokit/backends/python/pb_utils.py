@@ -7,7 +7,8 @@ standard library.
 
 Supported: Tensor (numpy, DLPack, BYTES as object arrays, BF16 inputs behind DLPack as in
 Triton), InferenceRequest (as passed to ``execute``, and built by the model for BLS: ``exec``,
-``async_exec``, ``exec(decoupled=True)``), InferenceResponse, InferenceResponseSender,
+``async_exec``, ``exec(decoupled=True)``; ``trace=request.trace()`` traces the BLS request as
+a child of the request's trace), InferenceTrace, InferenceResponse, InferenceResponseSender,
 TritonError, TritonModelException, Logger, MetricFamily / Metric, load_model / unload_model /
 is_model_ready, ModelConfig (for ``auto_complete_config``), the lookup helpers and the type
 conversion helpers and constants of Triton's module. BLS and senders live in
@@ -36,6 +37,7 @@ from repokit.backends.python.pb_args import (
     is_str,
     is_text,
 )
+from repokit.backends.python.pb_bls import InferenceTrace as InferenceTrace
 from repokit.backends.python.pb_bls import ResponseIterator as ResponseIterator
 from repokit.backends.python.pb_bls import ResponseSender as InferenceResponseSender
 from repokit.backends.python.pb_model_config import ModelConfig as ModelConfig
@@ -295,6 +297,7 @@ class InferenceRequest:
         "_requested",
         "_sender",
         "_timeout",
+        "_trace",
     )
 
     def __init__(
@@ -309,11 +312,12 @@ class InferenceRequest:
         model_version: int = -1,
         timeout: int = 0,
         preferred_memory: Any = None,
-        trace: Any = None,
+        trace: InferenceTrace = MISSING,
         key: int = 0,
     ) -> None:
         if not (
             is_text(model_name)
+            and (trace is MISSING or isinstance(trace, InferenceTrace))
             and is_list_of(inputs, Tensor, none_ok=True)
             and is_list_of(requested_output_names, (str, bytes))
             and is_text(request_id)
@@ -330,6 +334,7 @@ class InferenceRequest:
                     "requested_output_names": requested_output_names,
                     **_changed(request_id=request_id, correlation_id=correlation_id, flags=flags,
                                model_version=model_version, timeout=timeout),
+                    **({} if trace is MISSING else {"trace": trace}),
                 },
             )  # fmt: skip
         model_name, request_id = as_text(model_name), as_text(request_id)
@@ -355,6 +360,7 @@ class InferenceRequest:
         self._model_version = model_version
         self._timeout = timeout
         self._key = key
+        self._trace: InferenceTrace | None = None if trace is MISSING else trace
         self._sender: InferenceResponseSender | None = None
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
@@ -382,6 +388,7 @@ class InferenceRequest:
         request._model_version = -1
         request._timeout = 0
         request._key = key
+        request._trace = None
         request._sender = None
         request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         return request
@@ -422,8 +429,13 @@ class InferenceRequest:
     def key(self) -> int:
         return self._key
 
-    def trace(self) -> None:
-        return None
+    def trace(self) -> InferenceTrace:
+        """The request's trace: a request the model received has its own (traced or not); a
+        request the model built has the one it was given (by default none)."""
+        trace = self._trace
+        if trace is None:
+            trace = self._trace = InferenceTrace._of(self._key)
+        return trace
 
     def is_cancelled(self) -> bool:
         link = RUNTIME.link

@@ -14,6 +14,11 @@
 
 The fields of each are in :mod:`repokit.backends.python.messages`.
 
+The traces of the requests being executed at the instance are kept by their keys
+(:attr:`ServerLink.traces`, filled and emptied by the backend around each execution): a BLS
+request made with ``trace=request.trace()`` of one of them is traced as its child, and
+``request.trace().get_context()`` reads its context.
+
 A BLS request carries the keys of the requests whose ``execute`` made it (``parents``). When
 all of them are cancelled (the client went away, closed its stream or cancelled the call) the
 BLS request is cancelled too: the called model sees ``is_cancelled()`` and the caller gets a
@@ -42,6 +47,7 @@ from repokit.backends.python.messages import (
     CALL_METRIC,
     CALL_METRIC_FAMILY,
     CALL_METRIC_VALUE,
+    CALL_TRACE_CONTEXT,
     CALL_UNLOAD_MODEL,
     CANCEL_CALL,
     END,
@@ -139,6 +145,7 @@ class ServerLink:
         self._answers: dict[int, BackendResult] = {}  # ANSWERs nobody waits for yet
         self._awaited: dict[int, asyncio.Future[BackendResult]] = {}
         self._abandoned: set[int] = set()  # keys whose waiter went away (cancelled)
+        self.traces: dict[int, Any] = {}  # key -> Trace of the traced requests executing
 
     def close(self) -> None:
         for task in self._tasks.values():
@@ -153,6 +160,7 @@ class ServerLink:
         self._bls_parents.clear()
         self._answers.clear()
         self._abandoned.clear()
+        self.traces.clear()
         for future in self._awaited.values():
             if not future.done():
                 future.set_result(BackendResult(error=closed_stream_error(self._instance)))
@@ -276,7 +284,9 @@ class ServerLink:
                     return
                 if parents:
                     self._bls_parents[call_id] = parents - self._cancelled
-                self._start(call_id, self._bls(call_id, server, payload))
+                # looked up now: the request's execution may end before the task starts
+                trace = self.traces.get(payload.get("trace") or 0)
+                self._start(call_id, self._bls(call_id, server, payload, trace))
             elif op in (CALL_LOAD_MODEL, CALL_UNLOAD_MODEL):
                 self._start(call_id, self._control(call_id, server, op, payload))
             elif op == CALL_IS_MODEL_READY:
@@ -290,6 +300,9 @@ class ServerLink:
                 self._reply(call_id, OK, metric)
             elif op == CALL_METRIC_VALUE:
                 self._reply(call_id, OK, server.custom_metrics.value(payload))
+            elif op == CALL_TRACE_CONTEXT:
+                trace = self.traces.get(payload)
+                self._reply(call_id, OK, None if trace is None else trace.context())
             else:
                 self._reply(call_id, ERROR, f"unknown call {op!r}")
         except RepokitError as exc:
@@ -317,9 +330,11 @@ class ServerLink:
             return
         self._reply(call_id, OK, None)
 
-    async def _bls(self, call_id: int, server: ServerApi, payload: dict[str, Any]) -> None:
+    async def _bls(
+        self, call_id: int, server: ServerApi, payload: dict[str, Any], trace: Any
+    ) -> None:
         try:
-            await self._run_bls(call_id, server, payload)
+            await self._run_bls(call_id, server, payload, trace)
         except asyncio.CancelledError:
             if call_id in self._cancelled_calls:  # with its parents: the caller still waits
                 wire = pack_server_error(_parent_cancelled())
@@ -330,7 +345,9 @@ class ServerLink:
                     self._reply(call_id, OK, wire)
             raise
 
-    async def _run_bls(self, call_id: int, server: ServerApi, payload: dict[str, Any]) -> None:
+    async def _run_bls(
+        self, call_id: int, server: ServerApi, payload: dict[str, Any], trace: Any
+    ) -> None:
         try:
             request = bls_request(payload, self._dtypes)
         except Exception as exc:  # inputs the protocol cannot carry
@@ -338,7 +355,7 @@ class ServerLink:
             return
         if not payload["decoupled"]:
             try:
-                response = await server.infer(request)
+                response = await server.infer(request, trace)
             except RepokitError as exc:
                 self._reply(call_id, OK, pack_server_error(exc))
                 return
@@ -346,7 +363,7 @@ class ServerLink:
             return
         final = False
         try:
-            async for item in server.infer_stream(request):
+            async for item in server.infer_stream(request, None, trace):
                 final = item.final
                 self._reply(call_id, MORE, pack_server_response(item))
         except RepokitError as exc:

@@ -187,7 +187,8 @@ class TraceManager:
         if setting.mode == TRITON_MODE:
             objects = trace.objects()
             for child in trace.spawned:
-                objects.extend(child.objects())
+                if child.started:  # a child refused before it reached a model writes nothing
+                    objects.extend(child.objects())
             setting.collect(objects)
         elif self.otel is not None:
             try:

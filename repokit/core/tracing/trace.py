@@ -6,9 +6,10 @@ times; the core records ``REQUEST_START`` / ``QUEUE_START`` / ``COMPUTE_*`` /
 each composing model of an ensemble gets a child trace (its own id, ``parent_id`` = the
 ensemble's). At TENSORS level the inputs as queued (``TENSOR_QUEUE_INPUT``) and the backend's
 outputs (``TENSOR_BACKEND_OUTPUT``) are recorded with their data, as Triton formats them. The
-root trace is finished by the frontend once the response is sent: its objects (and its
-children's) are then collected by its setting (triton mode) or exported as spans
-(opentelemetry mode).
+root trace is finished by the frontend once the response is sent; once it is and every child
+has ended (a BLS request may outlive its caller's response, as Triton keeps a trace until its
+last child is released), its objects and its children's are collected by its setting (triton
+mode, as one trace) or exported as spans (opentelemetry mode).
 
 Timestamps are ``time.monotonic_ns()`` (Triton's steady clock). The compute timestamps are
 placed from the scheduler's measurements: the request's queue time after ``QUEUE_START``, then
@@ -65,6 +66,7 @@ class Trace:
         "manager",
         "model_name",
         "model_version",
+        "open_children",
         "otel_context",
         "parent_id",
         "request_id",
@@ -95,7 +97,8 @@ class Trace:
         self.request_id = ""
         self.events: list[tuple[str, int]] = []
         self.tensors: list[tuple[str, str, str, str, str]] = []  # activity, name, data...
-        self.spawned: list[Trace] = []  # the root: its composing models' traces, in order
+        self.spawned: list[Trace] = []  # the root: its children's traces (any depth), in order
+        self.open_children = 0  # the root: children spawned and not ended yet
         self.finished = False
         self.started = False  # the request reached a model (REQUEST_START)
 
@@ -118,10 +121,21 @@ class Trace:
         self.stamp("REQUEST_START", ns)
 
     def spawn(self) -> Trace:
-        """A composing model's trace (an ensemble step)."""
+        """A child trace (an ensemble step, a BLS request): its caller calls :meth:`end`
+        once it is done with it."""
         child = Trace(self.setting, self.manager.new_id(), self.manager, parent=self)
-        self.root.spawned.append(child)
+        root = self.root
+        root.spawned.append(child)
+        root.open_children += 1
         return child
+
+    def end(self) -> None:
+        """A child trace is done (its request ended): the root is collected if it was
+        waiting for this one."""
+        root = self.root
+        root.open_children -= 1
+        if root.finished and not root.open_children:
+            self.manager.finished(root)
 
     def queued(self, inputs: Iterable[InferTensor]) -> int:
         """QUEUE_START (and the inputs at TENSORS level); the time stamped."""
@@ -160,11 +174,17 @@ class Trace:
             )
         )
 
+    def context(self) -> str | None:
+        """What ``request.trace().get_context()`` gives a python model executing this trace's
+        request: None in triton mode (Triton sets a context only in opentelemetry mode)."""
+        return None
+
     def finish(self) -> None:
         """The request is answered (root trace; called once by the frontend)."""
         if not self.finished:
             self.finished = True
-            self.manager.finished(self)
+            if not self.open_children:
+                self.manager.finished(self)
 
     # --- output --------------------------------------------------------------------------
     def objects(self) -> list[str]:
