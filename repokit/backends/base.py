@@ -192,6 +192,20 @@ class Backend(abc.ABC):
     def describe(self) -> dict[str, Any]:
         return {"backend": type(self).__name__, "instances": self.instance_count}
 
+    # --- in-place instance updates (repokit.core.instance_update) ----------------------
+    # True: add_instances and remove_instances work (the instances' ids are their slots:
+    # those of the instances loaded first are 0..instance_count-1, added ones get new ones)
+    updates_instances: bool = False
+
+    async def add_instances(self, names: list[str]) -> list[int]:
+        """Create and initialize instances named ``names`` beside the serving ones; their
+        ids. RepokitError (Triton's message) when one fails: none is added then."""
+        raise NotImplementedError
+
+    async def remove_instances(self, instances: list[int]) -> None:
+        """Finalize and release these instances (nothing executes on them any more)."""
+        raise NotImplementedError
+
 
 # --- the wire lane: an optional capability (repokit.core.wire_lane) ----------------------------
 class WireRequest(NamedTuple):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +16,12 @@ from repokit.backends.server_api import ServerApi
 from repokit.config.normalize import normalize_instance_groups, normalize_model_config
 from repokit.config.parse import ConfigParseError, parse_json
 from repokit.core.config_json import config_to_json
+from repokit.core.instance_update import (
+    InstanceSpec,
+    instance_specs,
+    plan_update,
+    with_groups_of,
+)
 from repokit.core.model_source import io_problem
 from repokit.core.request_checks import ModelIO
 from repokit.core.response_cache import ModelCache, ResponseCache
@@ -22,6 +30,7 @@ from repokit.core.scheduling import (
     config_scheduler_factory,
     ensemble_scheduler,
     warm_up,
+    warm_up_instances,
 )
 from repokit.core.statistics import ModelStats
 from repokit.core.wire_lane import WireLane, wire_lane_for
@@ -30,6 +39,8 @@ from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.scheduler.base import Scheduler
 from repokit.scheduler.ensemble import DescribeCallable
 from repokit.scheduler.rate_limiter import ModelSlots, RateLimiter, instance_needs
+
+log = logging.getLogger(__name__)
 
 BackendFactory = Callable[[ModelContext], Backend]
 SchedulerFactory = Callable[[Backend, ModelStats], Scheduler]
@@ -84,6 +95,15 @@ class LoadedVersion:
     response_cache: ModelCache | None = field(default=None, init=False, repr=False)
     # --rate-limit: the instances' places at the rate limiter (None: not limited)
     _rate: tuple[RateLimiter, ModelSlots] | None = field(default=None, init=False, repr=False)
+    # the config the repository gave this version (before the model completed it): what a
+    # later load compares with (repokit.core.instance_update)
+    source_config: mc.ModelConfig | None = field(default=None, repr=False)
+    # the serving instances (backend id, spec) in config order; empty: cannot be updated
+    instance_layout: list[tuple[int, InstanceSpec]] = field(
+        default_factory=list, init=False, repr=False
+    )
+    # removed instances that still finish their sequences before they are finalized
+    _lingering: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.version_text = str(self.version)
@@ -171,6 +191,9 @@ class LoadedVersion:
                 self._unlimit()
                 raise
             self.scheduler = scheduler
+            specs = instance_specs(self.config)
+            if len(specs) == backend.instance_count:
+                self.instance_layout = list(enumerate(specs))
             self._use_cache(cache)
             self.wire_lane = wire_lane_for(  # declines a version with the cache
                 self.name,
@@ -181,6 +204,82 @@ class LoadedVersion:
                 cached=self.response_cache is not None,
             )
         self.stats.load_duration_secs = time.perf_counter() - began
+
+    def updates_instances(self, rate_limiter: RateLimiter | None) -> bool:
+        """Whether this version's instances can be updated in place (a backend and scheduler
+        that add and remove instances, and no --rate-limit resources on them)."""
+        backend, scheduler = self.backend, self.scheduler
+        return (
+            backend is not None
+            and scheduler is not None
+            and backend.updates_instances
+            and scheduler.updates_instances
+            and bool(self.instance_layout)
+            and self._rate is None
+            and (rate_limiter is None or not _rate_limited(self.config))
+        )
+
+    async def update_instances(
+        self, source: mc.ModelConfig, rate_limiter: RateLimiter | None = None
+    ) -> None:
+        """Serve ``source``'s instance groups (and version policy) without loading again
+        (:mod:`repokit.core.instance_update`): new instances are created and warmed up while
+        the others serve; removed ones get no new work, finish theirs and are finalized.
+        RepokitError when a new instance fails: nothing changed then."""
+        backend, scheduler = self.backend, self.scheduler
+        if backend is None or scheduler is None:
+            raise internal(f"model '{self.name}' version {self.version} is not loaded")
+        config = with_groups_of(self.config, source)
+        if rate_limiter is not None and _rate_limited(config):
+            raise internal("instances with --rate-limit resources cannot be updated in place")
+        plan = plan_update(self.instance_layout, instance_specs(config))
+        old_context = backend.context
+        backend.context = dataclasses.replace(
+            old_context, config=config, config_json=json.dumps(config_to_json(config))
+        )
+        created = plan.created
+        try:
+            added = await backend.add_instances([spec.name for spec in created]) if created else []
+            try:
+                await warm_up_instances(backend, added, [spec.name for spec in created])
+            except BaseException:
+                await backend.remove_instances(added)
+                raise
+        except BaseException:
+            backend.context = old_context
+            raise
+        ids = iter(added)
+        self.instance_layout = [
+            (slot if slot is not None else next(ids), spec) for slot, spec in plan.layout
+        ]
+        self.config = config
+        self.config_json = config_to_json(config)
+        scheduler.add_instances(
+            [slot for slot, spec in zip(added, created, strict=True) if not spec.passive]
+        )
+        retiring = scheduler.retire_instances(
+            [slot for slot, spec in plan.removed if not spec.passive]
+        )
+        now = [slot for slot, spec in plan.removed if spec.passive]
+        for retired in retiring:
+            if retired.lingers:
+                task = asyncio.get_running_loop().create_task(
+                    self._remove_later(retired.instance, retired.done)
+                )
+                self._lingering.add(task)
+                task.add_done_callback(self._lingering.discard)
+            else:
+                await retired.done
+                now.append(retired.instance)
+        if now:
+            await backend.remove_instances(now)
+
+    async def _remove_later(self, instance: int, done: asyncio.Future[None]) -> None:
+        """A removed instance that holds sequences: finalized once they ended."""
+        await done
+        backend = self.backend
+        if backend is not None:
+            await backend.remove_instances([instance])
 
     def _use_cache(self, cache: ResponseCache | None) -> None:
         if cache is not None and self.config.response_cache.enable:
@@ -246,6 +345,8 @@ class LoadedVersion:
         """Drain in-flight requests, stop the scheduler, unload the backend. With a
         ``deadline`` (time.monotonic(), shutdown) the drain and the backend's finalize end
         then: requests still running (a hung model) fail when its instances are stopped."""
+        for task in list(self._lingering):  # the unload finalizes those instances
+            task.cancel()
         drained = True
         if deadline is None:
             await self.drain()
@@ -275,3 +376,9 @@ class LoadedVersion:
             finally:
                 self.backend = None
                 self._unlimit()
+
+
+def _rate_limited(config: mc.ModelConfig) -> bool:
+    """Whether an instance group names --rate-limit resources."""
+    groups = config.instance_group
+    return any(g.HasField("rate_limiter") and g.rate_limiter.resources for g in groups)

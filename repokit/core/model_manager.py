@@ -38,6 +38,7 @@ from repokit.config.override_paths import override_path_problem
 from repokit.config.parse import ConfigParseError, parse_json
 from repokit.core.config_json import config_to_json
 from repokit.core.dispatch import run_composing
+from repokit.core.instance_update import without_instances
 from repokit.core.latency_summary import LatencySummaries
 from repokit.core.loaded_model import (
     BackendFactory,
@@ -583,6 +584,9 @@ class ModelManager:
         except ModelLoadError as exc:
             record = self._record(name)
             record.fingerprint = stamp
+            refused = self._update_refused(record, directory, exc)
+            if refused is not None:
+                raise refused from exc
             if not record.ready():
                 record.reason, record.known = exc.reason, exc.config_ok
                 self._drop_versions(record)
@@ -591,6 +595,36 @@ class ModelManager:
                 raise invalid_arg(f"load failed for model '{shown}': {exc.reason}\n") from exc
             raise _poll_failure(shown, exc.reason) from exc
         return definition, stamp
+
+    def _update_refused(
+        self, record: ModelRecord, directory: Path, exc: ModelLoadError
+    ) -> RepokitError | None:
+        """A new config whose instance groups are invalid, for serving versions it would
+        update in place: Triton's update fails on them and they serve on as they are, READY
+        with the reason in the index until a later load succeeds."""
+        if not exc.rule.startswith("instance-group-") or exc.config is None:
+            return None
+        if record.private_dir is not None:
+            return None
+        stamps = version_stamps(directory, self._config_entry(directory))
+        wanted = without_instances(exc.config)
+        refused: list[VersionStatus] = []
+        for number in exc.versions:
+            status = record.versions.get(number)
+            loaded = status.loaded if status is not None and status.state == READY else None
+            if status is None or loaded is None or loaded.is_ensemble:
+                continue
+            if not stamps.get(number) or record.version_stamps.get(number) != stamps[number]:
+                continue
+            if without_instances(loaded.source_config or loaded.config) == wanted:
+                refused.append(status)
+        if not refused:
+            return None
+        reason = f"Invalid argument: {exc.reason}"
+        for status in refused:
+            status.reason = reason
+        text = "".join(f"version {s.version} is at READY state: {reason};\n" for s in refused)
+        return invalid_arg(f"load failed for model '{public_name(record.name)}': {text}")
 
     @staticmethod
     def _drop_versions(record: ModelRecord) -> None:
@@ -641,7 +675,7 @@ class ModelManager:
                 private,
                 dependencies,
                 dependency_error,
-                reusable=override is None and private is None,
+                reusable=private is None,
             )
 
     def _unchanged(
@@ -714,6 +748,7 @@ class ModelManager:
                 summaries=LatencySummaries() if self._settings.metrics.summary_latencies else None,
             ),
             labels={},
+            source_config=config,
         )
 
     async def _start_version(self, loaded: LoadedVersion, dependency_error: str) -> str:
@@ -798,24 +833,41 @@ class ModelManager:
         if not reloading:
             record.reason, record.known = "", True
             record.versions = {v: VersionStatus(v, LOADING) for v in definition.versions}
-        stamps = version_stamps(definition.directory, self._config_entry(definition))
-        kept = self._kept_versions(record, definition, stamps) if reloading and reusable else {}
+        stamps = version_stamps(definition.directory, self._config_entry(definition.directory))
+        kept, updated = (
+            self._kept_versions(record, definition, stamps) if reloading and reusable else ({}, {})
+        )
         for number, loaded in kept.items():  # Triton logs each version of the load
             log.info("loading: %s:%d", name, number)
-            loaded.config = definition.config  # its new version_policy, as Triton updates it
-            loaded.config_json = config_to_json(definition.config)
-        fresh = {v: self._new_version(definition, v) for v in definition.versions if v not in kept}
+            config = mc.ModelConfig()
+            config.CopyFrom(loaded.config)
+            config.ClearField("version_policy")  # its new one, as Triton updates it
+            if definition.config.HasField("version_policy"):
+                config.version_policy.CopyFrom(definition.config.version_policy)
+            loaded.config, loaded.config_json = config, config_to_json(config)
+            loaded.source_config = definition.config
+        fresh = {
+            v: self._new_version(definition, v)
+            for v in definition.versions
+            if v not in kept and v not in updated
+        }
         reasons = await asyncio.gather(
-            *(self._start_version(loaded, dependency_error) for loaded in fresh.values())
+            *(self._start_version(loaded, dependency_error) for loaded in fresh.values()),
+            *(self._update_version(loaded, definition) for loaded in updated.values()),
         )
-        failures = {v: r for v, r in zip(fresh, reasons, strict=True) if r}
+        failures = {v: r for v, r in zip(fresh, reasons, strict=False) if r}
+        update_failures = {v: r for v, r in zip(updated, reasons[len(fresh) :], strict=True) if r}
+        kept.update(updated)
         record.fingerprint = stamp
-        if failures and reloading:
-            # a failed reload keeps the versions that serve now
+        for number, reason in update_failures.items():  # READY with the reason (Triton)
+            record.versions[number].reason = reason
+        if (failures or update_failures) and reloading:
+            # a failed reload keeps the versions that serve now (an update that failed left
+            # its version as it was)
             await asyncio.gather(*(fresh[v].stop() for v in fresh if v not in failures))
             if private is not None:
                 shutil.rmtree(private.parent, ignore_errors=True)
-            raise _load_failed(name, failures)
+            raise _load_failed(name, failures, update_failures)
         old = record.versions
         old_private = record.private_dir
         record.versions = {
@@ -849,28 +901,27 @@ class ModelManager:
             raise _load_failed(name, failures)
         log.info("successfully loaded '%s'", name)  # once a load, as Triton's OnLoadFinal
 
-    def _config_entry(self, definition: ModelDefinition) -> str:
+    def _config_entry(self, directory: Path) -> str:
         """The model folder's entry that holds the config its load read."""
         custom = self._settings.model_config_name
-        if custom and (definition.directory / "configs" / f"{custom}.pbtxt").is_file():
+        if custom and (directory / "configs" / f"{custom}.pbtxt").is_file():
             return "configs"
         return "config.pbtxt"
 
-    @staticmethod
     def _kept_versions(
-        record: ModelRecord, definition: ModelDefinition, stamps: dict[int, str]
-    ) -> dict[int, LoadedVersion]:
-        """The serving versions a reload keeps as they are (not loaded again), as Triton 2.51:
-        not an ensemble, the version's files and the model folder's other files unchanged
-        since it loaded, and a config that differs at most in ``version_policy``. (Triton also
-        keeps them through an ``instance_group`` change, updating the instances in place;
-        repokit loads such versions again.)"""
+        self, record: ModelRecord, definition: ModelDefinition, stamps: dict[int, str]
+    ) -> tuple[dict[int, LoadedVersion], dict[int, LoadedVersion]]:
+        """The serving versions a reload keeps (not loaded again), as Triton 2.51: not an
+        ensemble, the version's files and the model folder's other files unchanged since it
+        loaded, and a config (as the repository gave it) that differs at most in
+        ``version_policy`` (kept as they are) or also in ``instance_group`` (their instances
+        updated in place: :mod:`repokit.core.instance_update`; a version whose backend or
+        scheduler cannot, or whose instances have --rate-limit resources, loads again)."""
         if record.private_dir is not None:
-            return {}
-        wanted = mc.ModelConfig()
-        wanted.CopyFrom(definition.config)
-        wanted.ClearField("version_policy")
+            return {}, {}
+        wanted = without_instances(definition.config)
         kept: dict[int, LoadedVersion] = {}
+        updated: dict[int, LoadedVersion] = {}
         for number in definition.versions:
             status = record.versions.get(number)
             loaded = status.loaded if status is not None and status.state == READY else None
@@ -878,12 +929,30 @@ class ModelManager:
                 continue
             if not stamps.get(number) or record.version_stamps.get(number) != stamps[number]:
                 continue
-            serving = mc.ModelConfig()
-            serving.CopyFrom(loaded.config)
-            serving.ClearField("version_policy")
-            if serving == wanted:
+            source = loaded.source_config or loaded.config
+            if without_instances(source) != wanted:
+                continue
+            if list(source.instance_group) == list(definition.config.instance_group):
                 kept[number] = loaded
-        return kept
+            elif loaded.updates_instances(self.rate_limiter):
+                updated[number] = loaded
+        return kept, updated
+
+    async def _update_version(self, loaded: LoadedVersion, definition: ModelDefinition) -> str:
+        """Update a serving version's instances in place; the failure reason, or ""."""
+        log.info("loading: %s:%d", loaded.name, loaded.version)
+        try:
+            await loaded.update_instances(definition.config, self.rate_limiter)
+        except RepokitError as exc:
+            log.error(
+                "failed to update '%s' version %d: %s", loaded.name, loaded.version, exc.message
+            )
+            return exc.message
+        except Exception as exc:  # a backend bug must not take other models down
+            log.exception("updating %s version %d failed", loaded.name, loaded.version)
+            return f"{type(exc).__name__}: {exc}"
+        loaded.source_config = definition.config
+        return ""
 
     def _version_failed(self, name: str, number: int, loaded: LoadedVersion, reason: str) -> None:
         """A serving version's backend gave up (its instances keep dying): UNAVAILABLE with
@@ -929,8 +998,12 @@ async def _stop_version(loaded: LoadedVersion, deadline: float | None) -> None:
     log.info("successfully unloaded '%s' version %d", loaded.name, loaded.version)
 
 
-def _load_failed(name: str, failures: dict[int, str]) -> RepokitError:
-    text = "".join(
-        f"version {v} is at UNAVAILABLE state: {r};\n" for v, r in sorted(failures.items())
-    )
+def _load_failed(
+    name: str, failures: dict[int, str], update_failures: dict[int, str] | None = None
+) -> RepokitError:
+    """Triton's load error: each failed version with its state (an update that failed
+    leaves its version READY)."""
+    states = {v: ("UNAVAILABLE", r) for v, r in failures.items()}
+    states.update({v: ("READY", r) for v, r in (update_failures or {}).items()})
+    text = "".join(f"version {v} is at {s} state: {r};\n" for v, (s, r) in sorted(states.items()))
     return invalid_arg(f"load failed for model '{name}': {text}")

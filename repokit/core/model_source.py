@@ -40,10 +40,21 @@ DEFERRED_IO_RULES = frozenset(
 class ModelLoadError(Exception):
     """The model cannot load; ``reason`` is the text the repository index shows."""
 
-    def __init__(self, reason: str, *, config_ok: bool = False) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        config_ok: bool = False,
+        rule: str = "",
+        config: mc.ModelConfig | None = None,
+        versions: tuple[int, ...] = (),
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.config_ok = config_ok  # the config was fine; only the version policy found nothing
+        self.rule = rule  # the validation rule that refused it ("" when none)
+        self.config = config  # the config as read (normalised), when it could be
+        self.versions = versions
 
 
 @dataclass(frozen=True)
@@ -140,7 +151,13 @@ def read_model(
     if errors or report.config is None:
         first = errors[0] if errors else None
         reason = first.message if first is not None else f"model '{name}' could not be read"
-        raise ModelLoadError(reason, config_ok=first is not None and first.rule in _POLICY_RULES)
+        raise ModelLoadError(
+            reason,
+            config_ok=first is not None and first.rule in _POLICY_RULES,
+            rule=first.rule if first is not None else "",
+            config=report.config,
+            versions=tuple(report.versions),
+        )
     return ModelDefinition(name, directory, report.config, tuple(report.versions))
 
 

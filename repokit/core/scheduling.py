@@ -120,3 +120,17 @@ async def warm_up(backend: Backend) -> None:
             for instance in range(backend.instance_count)
         )
     )
+
+
+async def warm_up_instances(backend: Backend, instances: list[int], names: list[str]) -> None:
+    """Run the config's warmup samples on instances an update added (as a load does)."""
+    context = backend.context
+    samples = build_warmup_samples(context.config, context.model_dir)
+    if not samples or not instances:
+        return
+    await asyncio.gather(
+        *(
+            run_warmup(backend, instance, samples, context.name, name)
+            for instance, name in zip(instances, names, strict=True)
+        )
+    )

@@ -64,6 +64,27 @@ class Scheduler(abc.ABC):
     def pending_count(self) -> int:
         """Requests accepted but not yet executing (nv_inference_pending_request_count)."""
 
+    # --- in-place instance updates (repokit.core.instance_update) ----------------------
+    # True: add_instances and retire_instances work
+    updates_instances: bool = False
+
+    def add_instances(self, instances: list[int]) -> None:
+        """Give work to these new instances of the backend too (after start())."""
+        raise NotImplementedError
+
+    def retire_instances(self, instances: list[int]) -> list[Retiring]:
+        """Give these instances no new work; each one's ``done`` completes once nothing it
+        was given runs or waits for it any more."""
+        raise NotImplementedError
+
+
+class Retiring(NamedTuple):
+    instance: int
+    done: asyncio.Future[None]
+    # True: it still holds work that may last (a sequence batcher's sequences, until they
+    # end); a load does not wait for it
+    lingers: bool = False
+
 
 @runtime_checkable
 class WireScheduler(Protocol):

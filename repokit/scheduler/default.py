@@ -31,7 +31,7 @@ from repokit.backends.base import (
 )
 from repokit.errors import RepokitError, internal, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
-from repokit.scheduler.base import ScheduledResult, Scheduler
+from repokit.scheduler.base import Retiring, ScheduledResult, Scheduler
 
 
 def active_instances(config: mc.ModelConfig, instance_count: int) -> list[int]:
@@ -50,6 +50,8 @@ def active_instances(config: mc.ModelConfig, instance_count: int) -> list[int]:
 
 
 class DefaultScheduler(Scheduler):
+    updates_instances = True
+
     def __init__(
         self, backend: Backend, on_execution: Callable[[int, Timing], None] | None = None
     ) -> None:
@@ -63,6 +65,9 @@ class DefaultScheduler(Scheduler):
         self._outstanding: dict[int, int] = {}
         # the backend when its instances take requests as their bytes (the wire lane)
         self._wire: WireBackend | None = backend if isinstance(backend, WireBackend) else None
+        # retired instances still busy -> (requests outstanding, completes when none)
+        self._leaving: dict[int, tuple[int, asyncio.Future[None]]] = {}
+        self._pipelined = False  # set in start(): requests go straight to _outstanding
 
     async def start(self) -> None:
         self._free = asyncio.Queue()
@@ -72,6 +77,7 @@ class DefaultScheduler(Scheduler):
             self._free.put_nowait(instance)
         if self._backend.pipelines_executions and active:
             self._outstanding = dict.fromkeys(active, 0)
+            self._pipelined = True
 
     async def stop(self) -> None:
         self._stopped = True
@@ -117,7 +123,10 @@ class DefaultScheduler(Scheduler):
         finally:
             if slot is not None:
                 slot.release()
-            free.put_nowait(instance)
+            if instance in self._leaving:
+                self._left(instance)
+            else:
+                free.put_nowait(instance)
         if self._on_execution is not None:
             self._on_execution(batch_size, timing)
         return ScheduledResult(
@@ -140,7 +149,6 @@ class DefaultScheduler(Scheduler):
         return max(0, time.perf_counter_ns() - enqueued - ran_ns)
 
     async def _submit_pipelined(self, request: BackendRequest, batch_size: int) -> ScheduledResult:
-        outstanding = self._outstanding
         instance = self._least_busy()
         enqueued = time.perf_counter_ns()
         try:
@@ -151,7 +159,7 @@ class DefaultScheduler(Scheduler):
             results = [BackendResult(error=internal(f"backend failed: {exc!r}"))]
             timing = Timing()
         finally:
-            outstanding[instance] -= 1
+            self._done_at(instance)
         queue_ns = self._ran(enqueued, batch_size, timing)
         return ScheduledResult(result=self._single(results), queue_ns=queue_ns, timing=timing)
 
@@ -171,8 +179,7 @@ class DefaultScheduler(Scheduler):
         the fewest requests outstanding, as :meth:`submit` runs a pipelined request; with the
         batch size the instance found. None when nothing ran (not counted)."""
         backend = self._wire
-        outstanding = self._outstanding
-        if self._free is None or self._stopped or not outstanding or backend is None:
+        if self._free is None or self._stopped or not self._outstanding or backend is None:
             return None  # the standard path gives the error
         instance = self._least_busy()
         enqueued = time.perf_counter_ns()
@@ -184,12 +191,66 @@ class DefaultScheduler(Scheduler):
         except Exception as exc:  # a backend bug must not take the server down
             run = WireRun(BackendResult(error=internal(f"backend failed: {exc!r}")), 0, Timing())
         finally:
-            outstanding[instance] -= 1
+            self._done_at(instance)
         if run is None:
             return None
         result, batch_size, timing = run
         queue_ns = self._ran(enqueued, batch_size, timing)
         return ScheduledResult(result, queue_ns, timing), batch_size
+
+    def _done_at(self, instance: int) -> None:
+        """A pipelined request on ``instance`` finished."""
+        if instance in self._outstanding:
+            self._outstanding[instance] -= 1
+        else:
+            self._left(instance)
+
+    def _left(self, instance: int) -> None:
+        """What a retired instance was given finished (once for each request outstanding)."""
+        count, done = self._leaving[instance]
+        if count > 1:
+            self._leaving[instance] = (count - 1, done)
+            return
+        del self._leaving[instance]
+        if not done.done():
+            done.set_result(None)
+
+    # --- in-place instance updates ---------------------------------------------------------
+    def add_instances(self, instances: list[int]) -> None:
+        free = self._free
+        if free is None:
+            raise internal("add_instances before start()")
+        for instance in instances:
+            if self._pipelined:
+                self._outstanding[instance] = 0
+            else:
+                free.put_nowait(instance)
+
+    def retire_instances(self, instances: list[int]) -> list[Retiring]:
+        free = self._free
+        if free is None:
+            raise internal("retire_instances before start()")
+        loop = asyncio.get_running_loop()
+        retiring = []
+        idle: list[int] = []
+        if not self._pipelined:  # the free ones leave the queue now
+            while not free.empty():
+                idle.append(free.get_nowait())
+            for instance in idle:
+                if instance not in instances:
+                    free.put_nowait(instance)
+        for instance in instances:
+            done: asyncio.Future[None] = loop.create_future()
+            retiring.append(Retiring(instance, done))
+            if self._pipelined:
+                busy = self._outstanding.pop(instance, 0)
+            else:
+                busy = 0 if instance in idle else 1
+            if busy:
+                self._leaving[instance] = (busy, done)
+            else:
+                done.set_result(None)
+        return retiring
 
     @staticmethod
     def _single(results: list[BackendResult]) -> BackendResult:

@@ -39,6 +39,7 @@ does): the requests are passed as a list.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from collections.abc import Sequence
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing
 from repokit.errors import RepokitError, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
-from repokit.scheduler.base import CancelledInQueue, ScheduledResult, Scheduler
+from repokit.scheduler.base import CancelledInQueue, Retiring, ScheduledResult, Scheduler
 from repokit.scheduler.batch_tensors import (
     BatchingRules,
     batching_key,
@@ -78,6 +79,8 @@ class _Job:
 
 class DynamicBatchScheduler(Scheduler):
     """Dynamic batching (and, without ``dynamic_batching`` in the config, plain FIFO)."""
+
+    updates_instances = True
 
     def __init__(
         self,
@@ -131,6 +134,8 @@ class DynamicBatchScheduler(Scheduler):
         self._handed: dict[int, deque[int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hold_until = hold_until_queued  # TRITONSERVER_DELAY_SCHEDULER (module docstring)
+        self._by_instance: dict[int, asyncio.Task[None]] = {}  # each instance's worker
+        self._retired: set[int] = set()  # instances whose workers take no new batch
 
     # --- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -139,10 +144,11 @@ class DynamicBatchScheduler(Scheduler):
         self._loop = asyncio.get_running_loop()
         self._running = True
         self._stopping = False
-        self._workers = [
-            asyncio.create_task(self._worker(instance), name=f"batcher-{instance}")
+        self._by_instance = {
+            instance: asyncio.create_task(self._worker(instance), name=f"batcher-{instance}")
             for instance in self._instances
-        ]
+        }
+        self._workers = list(self._by_instance.values())
         if self._expires:  # rejects timed-out requests while every instance is busy
             self._workers.append(asyncio.create_task(self._expiry(), name="batcher-timeouts"))
 
@@ -156,6 +162,31 @@ class DynamicBatchScheduler(Scheduler):
             await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers = []
         self._running = False
+
+    def add_instances(self, instances: list[int]) -> None:
+        for instance in instances:
+            task = asyncio.create_task(self._worker(instance), name=f"batcher-{instance}")
+            self._by_instance[instance] = task
+            self._workers.append(task)
+            self._instances.append(instance)
+
+    def retire_instances(self, instances: list[int]) -> list[Retiring]:
+        """Their workers finish the batches they hold and end (the queue stays with the
+        others)."""
+        retiring = []
+        for instance in instances:
+            self._retired.add(instance)
+            task = self._by_instance.pop(instance, None)
+            if instance in self._instances:
+                self._instances.remove(instance)
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if task is None:
+                done.set_result(None)
+            else:
+                task.add_done_callback(functools.partial(_settle, done))
+            retiring.append(Retiring(instance, done))
+        self._waker.poke()
+        return retiring
 
     @property
     def pending_count(self) -> int:
@@ -220,6 +251,13 @@ class DynamicBatchScheduler(Scheduler):
                 held = self._held[instance]  # batches the instance has (running or queued)
                 planner = self._planner
                 now = self._clock()
+                if instance in self._retired:
+                    if held == 0:
+                        if runs:
+                            await asyncio.gather(*runs)
+                        return
+                    await self._waker.sleep()
+                    continue
                 if held == 0:
                     decision = planner.poll(now)
                 elif held == 1:
@@ -263,6 +301,10 @@ class DynamicBatchScheduler(Scheduler):
         slots = self._backend.rate_slots
         slot = slots.slot(instance) if slots is not None else None
         while True:
+            if instance in self._retired:
+                if slot is not None and slot.holding:
+                    slot.release()
+                return
             if slot is not None and not slot.holding and len(self._planner):
                 # --rate-limit: the batch forms once the instance has its resources, so the
                 # requests that arrive while it waits join it (as Triton's batch keeps growing
@@ -343,6 +385,11 @@ class DynamicBatchScheduler(Scheduler):
             self._on_execution(sum(sizes), timing)
         # a batch sent early waited at the instance too: queue time runs until it started
         return live, results, timing, max(start_ns, self._clock() - _ran_ns(timing))
+
+
+def _settle(done: asyncio.Future[None], _task: object = None) -> None:
+    if not done.done():
+        done.set_result(None)
 
 
 def _ran_ns(timing: Timing) -> int:

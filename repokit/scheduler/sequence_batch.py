@@ -47,6 +47,7 @@ CANCELED; a later request of that id needs START again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,7 +61,13 @@ from repokit.backends.base import Backend, BackendRequest, BackendResult
 from repokit.errors import Code, RepokitError, internal, unavailable, unsupported
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.types import InferTensor
-from repokit.scheduler.base import CANCELLED_MESSAGE, CancelledInQueue, ScheduledResult, Scheduler
+from repokit.scheduler.base import (
+    CANCELLED_MESSAGE,
+    CancelledInQueue,
+    Retiring,
+    ScheduledResult,
+    Scheduler,
+)
 from repokit.scheduler.batch_tensors import (
     BatchingRules,
     batching_key,
@@ -100,6 +107,8 @@ class _Job:
 
 
 class SequenceBatchScheduler(Scheduler):
+    updates_instances = True
+
     def __init__(
         self,
         backend: Backend,
@@ -126,6 +135,7 @@ class SequenceBatchScheduler(Scheduler):
         self._config_outputs = tuple(o.name for o in config.output)
         self._listed_states = frozenset(self._state_outputs).intersection(self._config_outputs)
         self._oldest = sb.HasField("oldest")
+        self._config = config
         self._direct_delay_ns = int(sb.direct.max_queue_delay_microseconds) * 1000
         self._direct_min_util = float(sb.direct.minimum_slot_utilization)
         instance_ids = (
@@ -151,6 +161,7 @@ class SequenceBatchScheduler(Scheduler):
         self._rescheduled: set[int] = set()
         self._waker = Waker(clock)
         self._tasks: list[asyncio.Task[None]] = []
+        self._by_instance: dict[int, asyncio.Task[None]] = {}  # each instance's worker
         self._running = False
         self._stopping = False
         # Triton's test hooks (TRITONSERVER_DELAY_SCHEDULER, ..._BACKLOG_DELAY_SCHEDULER)
@@ -160,9 +171,11 @@ class SequenceBatchScheduler(Scheduler):
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         self._running, self._stopping = True, False
-        self._tasks = [
-            asyncio.create_task(self._worker(i), name=f"sequence-{i}") for i in self.slots.instances
-        ]
+        self._by_instance = {
+            i: asyncio.create_task(self._worker(i), name=f"sequence-{i}")
+            for i in self.slots.instances
+        }
+        self._tasks = list(self._by_instance.values())
         self._tasks.append(asyncio.create_task(self._reaper(), name="sequence-reaper"))
 
     async def stop(self) -> None:
@@ -177,6 +190,35 @@ class SequenceBatchScheduler(Scheduler):
             for entry in seq.queue:
                 if not entry.payload.future.done():
                     entry.payload.future.set_exception(error)
+
+    def add_instances(self, instances: list[int]) -> None:
+        for instance in instances:
+            if self._oldest:
+                settings = DynamicBatchSettings.for_oldest_sequences(self._config)
+                self._planners[instance] = BatchPlanner(settings)
+            self.slots.add_instance(instance)
+            task = asyncio.create_task(self._worker(instance), name=f"sequence-{instance}")
+            self._by_instance[instance] = task
+            self._tasks.append(task)
+        self._waker.poke()
+
+    def retire_instances(self, instances: list[int]) -> list[Retiring]:
+        """Their slots take no new sequence; each worker ends once the sequences it holds
+        ended (Triton keeps a removed instance until then)."""
+        retiring = []
+        loop = asyncio.get_running_loop()
+        for instance in instances:
+            self.slots.retire(instance)
+            done: asyncio.Future[None] = loop.create_future()
+            task = self._by_instance.pop(instance, None)
+            if task is None:
+                done.set_result(None)
+            else:
+                task.add_done_callback(functools.partial(_settle_done, done))
+            lingers = not self.slots.vacant(instance)
+            retiring.append(Retiring(instance, done, lingers))
+        self._waker.poke()
+        return retiring
 
     @property
     def pending_count(self) -> int:
@@ -279,6 +321,12 @@ class SequenceBatchScheduler(Scheduler):
                 await self._run(instance, batch)
                 continue
             if self._stopping:
+                return
+            if (
+                instance in self.slots.retired
+                and self.slots.vacant(instance)
+                and not (self._oldest and len(self._planners[instance]))
+            ):
                 return
             await self._waker.sleep(wake)
 
@@ -393,6 +441,11 @@ class SequenceBatchScheduler(Scheduler):
         if self._states:
             inputs.update(self._states.null(self._states.initial()))
         return BackendRequest(inputs=inputs, requested_outputs=template.requested_outputs)
+
+
+def _settle_done(done: asyncio.Future[None], _task: object = None) -> None:
+    if not done.done():
+        done.set_result(None)
 
 
 def settle_error(job: _Job, error: RepokitError) -> None:

@@ -79,6 +79,32 @@ class SequenceSlots(Generic[T]):
         # slots whose previous sequence's last request still runs: the new owner waits for it
         self._in_flight: set[tuple[int, int]] = set()
         self.backlog: deque[LiveSequence[T]] = deque()
+        self.retired: set[int] = set()  # instances whose slots take no new sequence
+
+    # --- in-place instance updates ------------------------------------------------------
+    def add_instance(self, instance: int) -> None:
+        """A new instance's slots (backlogged sequences take them now)."""
+        self.instances.append(instance)
+        self._owners[instance] = [None] * self.slots_per_instance
+        for index in range(self.slots_per_instance):
+            heapq.heappush(self._free, (index, instance))
+        while self.backlog and self._free:
+            self._bind(self.backlog.popleft(), heapq.heappop(self._free))
+
+    def retire(self, instance: int) -> None:
+        """No new sequence takes a slot of ``instance``; those it holds keep them."""
+        self.retired.add(instance)
+        if instance in self.instances:
+            self.instances.remove(instance)
+        self._free = [free for free in self._free if free[1] != instance]
+        heapq.heapify(self._free)
+
+    def vacant(self, instance: int) -> bool:
+        """No sequence holds a slot of ``instance`` and no request of one still runs there."""
+        owners = self._owners.get(instance, ())
+        return all(seq is None for seq in owners) and not any(
+            slot[0] == instance for slot in self._in_flight
+        )
 
     # --- requests -----------------------------------------------------------------------
     def enqueue(
@@ -272,7 +298,8 @@ class SequenceSlots(Generic[T]):
             self._in_flight.add(seq.slot)
         seq.slot = None
         self._owners[instance][index] = None
-        heapq.heappush(self._free, (index, instance))
+        if instance not in self.retired:
+            heapq.heappush(self._free, (index, instance))
         while self.backlog and self._free:
             self._bind(self.backlog.popleft(), heapq.heappop(self._free))
 

@@ -105,6 +105,7 @@ class PythonBackend(Backend):
     """Runs ``model.py`` (``class TritonPythonModel``) in one process per instance."""
 
     pipelines_executions = True  # and requests as their bytes: execute_wire (WireBackend)
+    updates_instances = True
 
     def __init__(
         self,
@@ -153,8 +154,14 @@ class PythonBackend(Backend):
         return {
             "backend": "python",
             "instances": self._processes.count,
-            "pids": [i.process.pid for i in self._instances],
+            "pids": [i.process.pid for i in self._processes.serving()],
         }
+
+    async def add_instances(self, names: list[str]) -> list[int]:
+        return await self._processes.add(names)
+
+    async def remove_instances(self, instances: list[int]) -> None:
+        await self._processes.remove(instances)
 
     # --- load ----------------------------------------------------------------------------
     async def load(self) -> None:

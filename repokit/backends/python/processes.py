@@ -147,10 +147,19 @@ class InstanceProcesses:
         self._restarts: dict[int, asyncio.Task[None]] = {}  # instance slot -> its restart
         self.failure = ""  # set when the instances are no longer restarted
         self._unloading = False
+        self.removed: set[int] = set()  # slots of instances an update removed
 
     # --- liveness --------------------------------------------------------------------------
+    def serving(self) -> list[Instance]:
+        """The instances not removed by an update."""
+        removed = self.removed
+        if not removed:
+            return self.instances
+        return [i for slot, i in enumerate(self.instances) if slot not in removed]
+
     def health(self) -> bool:
-        return bool(self.instances) and all(self._alive(i) for i in self.instances)
+        serving = self.serving()
+        return bool(serving) and all(self._alive(i) for i in serving)
 
     def _alive(self, instance: Instance) -> bool:
         """Whether the instance serves; a process found exited is handled as its socket
@@ -164,7 +173,7 @@ class InstanceProcesses:
     def problem(self) -> str:
         if self.failure:
             return self.failure
-        for instance in self.instances:
+        for instance in self.serving():
             if not self._alive(instance):
                 why = instance.death or "its process died"
                 return f"instance '{instance.name}' is restarting: {why}"
@@ -190,8 +199,9 @@ class InstanceProcesses:
             "model_name": context.name,
         }
 
-    def spawn(self, name: str) -> Instance:
-        """Start the process of one instance (it then waits for AUTO_COMPLETE or INIT)."""
+    def spawn(self, name: str, slot: int | None = None) -> Instance:
+        """Start the process of one instance (it then waits for AUTO_COMPLETE or INIT);
+        ``slot``: its place (by default, that of its name among the config's instances)."""
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         for end in (parent_sock, child_sock):
             ipc.enlarge_buffers(end)
@@ -219,7 +229,8 @@ class InstanceProcesses:
         finally:
             child_sock.close()
             child_fds.close()
-        slot = self.names.index(name) if name in self.names else 0
+        if slot is None:
+            slot = self.names.index(name) if name in self.names else 0
         instance = Instance(name=name, process=process, sock=parent_sock, slot=slot)
         fd_socket = segments.FdSocket(parent_fds)
         channel = Channel(parent_sock, lambda: self.lost(instance), fd_socket=fd_socket)
@@ -277,6 +288,36 @@ class InstanceProcesses:
                 raise first
             raise RepokitError(Code.INTERNAL, f"failed to start python model instance: {first}")
 
+    async def add(self, names: list[str]) -> list[int]:
+        """Start and initialize more instances (an in-place update); their slots. When one
+        fails, every one of them is stopped and the first failure raised."""
+        first = len(self.instances)
+        spawned = [self.spawn(name, first + k) for k, name in enumerate(names)]
+        started = await asyncio.gather(
+            *(self.exchange(instance, INIT, "initialize") for instance in spawned),
+            return_exceptions=True,
+        )
+        failures = [r for r in started if isinstance(r, BaseException)]
+        if failures:
+            await self.stop_each(spawned)
+            failure = failures[0]
+            if isinstance(failure, RepokitError):
+                raise failure
+            raise RepokitError(Code.INTERNAL, f"failed to start python model instance: {failure}")
+        self.instances.extend(spawned)
+        self.count = len(self.serving())
+        return list(range(first, first + len(spawned)))
+
+    async def remove(self, slots: list[int]) -> None:
+        """Removed by an update: each runs ``finalize`` and ends (its slot stays taken)."""
+        self.removed.update(slots)
+        self.count = len(self.serving())
+        restarts = [self._restarts[s] for s in slots if s in self._restarts]
+        for restart in restarts:
+            restart.cancel()
+        await asyncio.gather(*restarts, return_exceptions=True)
+        await asyncio.gather(*(self.stop(self.instances[s], graceful=True) for s in slots))
+
     # --- a lost instance and its restart ---------------------------------------------------
     def lost(self, instance: Instance) -> None:
         """The instance's socket closed (its process is gone): fail what waited for it and
@@ -309,7 +350,7 @@ class InstanceProcesses:
                 self._fail(self._budget.exhausted_reason(old.name, why))
                 return
             log.error(UNHEALTHY_LOG, old.name, why)
-            new = self.spawn(old.name)
+            new = self.spawn(old.name, old.slot)
             try:
                 await self.exchange(new, INIT, "initialize")
             except RepokitError as exc:
@@ -318,7 +359,7 @@ class InstanceProcesses:
             except asyncio.CancelledError:  # unloaded meanwhile: the new process goes too
                 await self.stop(new, graceful=False)
                 raise
-            if self._unloading or self.failure:
+            if self._unloading or self.failure or slot in self.removed:
                 await self.stop(new, graceful=False)
                 return
             self.instances[slot] = new
@@ -362,7 +403,7 @@ class InstanceProcesses:
         for restart in restarts:
             restart.cancel()
         await asyncio.gather(*restarts, return_exceptions=True)
-        instances = list(self.instances)
+        instances = list(self.serving())  # those an update removed were stopped then
         self.instances.clear()
         await asyncio.gather(*(self.stop(i, graceful=True) for i in instances))
 
