@@ -11,6 +11,7 @@ dir at run time.
 
 from __future__ import annotations
 
+import compileall
 import re
 import shutil
 import subprocess
@@ -572,6 +573,10 @@ def _model_init_del(qa: Path, repo: Path) -> None:
     shutil.copytree(qa / "python_models" / "model_init_del", folder)
     (folder / "1").mkdir()
     shutil.move(folder / "model.py", folder / "1" / "model.py")
+    # test.sh's PYTHONDONTWRITEBYTECODE keeps Triton's stub from writing __pycache__ into the
+    # model (a changed model folder: every update would become a full reload); the stub of
+    # the Triton 2.51 wheel here writes it all the same, so the layout has it already
+    compileall.compile_dir(folder, quiet=1)
 
 
 # instance_update_test's tests; those of --rate-limit resources only where they do not skip

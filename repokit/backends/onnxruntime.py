@@ -96,6 +96,8 @@ def model_path(context: ModelContext) -> Path:
 
 
 class OnnxRuntimeBackend(Backend):
+    updates_instances = True  # add_instances / remove_instances (one session each)
+
     def __init__(self, context: ModelContext) -> None:
         super().__init__(context)
         self._sessions: list[Any] = []
@@ -239,6 +241,40 @@ class OnnxRuntimeBackend(Backend):
                 problem = shape_problem(self.context.config, side, tensor, _ort_shape(found))
                 if problem:
                     raise RepokitError(Code.INVALID_ARG, problem)
+
+    async def add_instances(self, names: list[str]) -> list[int]:
+        """A session more per name (ids after the existing ones); the executor gets a thread
+        for each."""
+        if self._executor is None:
+            raise RepokitError(Code.UNAVAILABLE, f"model '{self.context.name}' is not loaded")
+        path = model_path(self.context)
+        loop = asyncio.get_running_loop()
+        sessions = [
+            await loop.run_in_executor(self._executor, self._new_session, path) for _ in names
+        ]
+        first = len(self._sessions)
+        self._sessions.extend(sessions)
+        self._quick.extend([0] * len(sessions))
+        self._inline.extend([True] * len(sessions))
+        self._resize(self._count + len(sessions))
+        return list(range(first, first + len(sessions)))
+
+    async def remove_instances(self, instances: list[int]) -> None:
+        """Drop these sessions (their ids stay taken: nothing runs on them any more)."""
+        for instance in instances:
+            self._sessions[instance] = None
+        self._resize(self._count - len(instances))
+
+    def _resize(self, count: int) -> None:
+        """``count`` instances: an executor with a thread for each (the old one finishes the
+        runs it has)."""
+        self._count = count
+        old = self._executor
+        self._executor = ThreadPoolExecutor(
+            max_workers=max(1, count), thread_name_prefix=f"ort-{self.context.name}"
+        )
+        if old is not None:
+            old.shutdown(wait=False)
 
     async def unload(self) -> None:
         self._sessions.clear()

@@ -316,7 +316,8 @@ def test_a_failing_new_instance_leaves_the_version_as_it_was(
     assert entry["state"] == "READY"
     assert "refused scaled_0_" in entry["reason"]
     (repo / "refuse").unlink()
-    _config(repo / "scaled", "{ count: 3 kind: KIND_CPU }")  # (an unchanged one: no load)
+    _config(repo / "scaled", "{ count: 3 kind: KIND_CPU }")  # rewritten: a plain load of
+    # unchanged files does nothing
     client.load_model("scaled")
     assert sorted(_events(repo)) == ["init scaled_0_0", "init scaled_0_1", "init scaled_0_2"]
     client.close()
@@ -362,3 +363,56 @@ def test_a_removed_instance_finishes_its_sequences_first(repo: Path) -> None:
         assert _infer(client, sequence_id=3, sequence_end=True)[1] == "scaled_0_2"
         client.close()
     assert _wait_for_events(repo, 6)[5] == "fini scaled_0_2"
+
+
+def _onnx_identity() -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT"], ["OUTPUT"])],
+        "g",
+        [helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, [-1, 4])],
+        [helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, [-1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _onnx_config(folder: Path, count: int, extra: str = "") -> None:
+    (folder / "config.pbtxt").write_text(
+        'name: "ident" platform: "onnxruntime_onnx" max_batch_size: 8\n'
+        'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        f"instance_group [ {{ count: {count} kind: KIND_CPU }} ]\n{extra}\n"
+    )
+
+
+@pytest.mark.parametrize("batching", ["", "dynamic_batching { }"])
+def test_onnxruntime_instances_update_in_place(tmp_path: Path, batching: str) -> None:
+    folder = tmp_path / "models" / "ident"
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.onnx").write_bytes(_onnx_identity())
+    _onnx_config(folder, 1, batching)
+    data = np.arange(8, dtype=np.float32).reshape(2, 4)
+
+    def infer(client: httpclient.InferenceServerClient) -> None:
+        given = httpclient.InferInput("INPUT", [2, 4], "FP32")
+        given.set_data_from_numpy(data)
+        assert client.infer("ident", [given]).as_numpy("OUTPUT").tolist() == data.tolist()
+
+    with running_server(
+        tmp_path / "models", model_control_mode="explicit", load_models=["ident"]
+    ) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        for count in (3, 1, 2):
+            for _ in range(4):
+                infer(client)
+            _onnx_config(folder, count, batching)
+            client.load_model("ident")
+            assert client.get_model_config("ident")["instance_group"][0]["count"] == count
+        infer(client)
+        stats = client.get_inference_statistics("ident")["model_stats"][0]
+        # one version all along: its statistics count every request (a reload restarts them)
+        assert int(stats["inference_count"]) == 2 * 13
+        client.close()
