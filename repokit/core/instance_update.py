@@ -10,7 +10,9 @@ Which instances stay (Triton's ``PrepareInstances``): an instance is identified 
 *signature*, its group's settings without ``name`` and ``count``, and its device. Walking the
 new config's instances in order, each takes a serving instance of the same signature when one
 is left (the last of them): that instance keeps its process, its state and its name. The other
-new instances are created (``initialize``, warmup). Serving instances left over are removed:
+new instances are created (``initialize``, warmup) and come after the kept ones in the
+version's instance list, as in Triton's (which lists them as their creation finishes, so
+which of several new instances a later update keeps is not certain there). Serving instances left over are removed:
 they get no new work, finish what they were given (an instance of a sequence batcher keeps the
 sequences it holds until they end), then run ``finalize``.
 

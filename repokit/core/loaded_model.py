@@ -248,10 +248,10 @@ class LoadedVersion:
         except BaseException:
             backend.context = old_context
             raise
-        ids = iter(added)
-        self.instance_layout = [
-            (slot if slot is not None else next(ids), spec) for slot, spec in plan.layout
-        ]
+        # as Triton's instance list: the instances kept (in the new config's order), then
+        # the new ones (the last of a signature is the one a later update keeps)
+        kept = [(slot, spec) for slot, spec in plan.layout if slot is not None]
+        self.instance_layout = kept + list(zip(added, created, strict=True))
         self.config = config
         self.config_json = config_to_json(config)
         scheduler.add_instances(

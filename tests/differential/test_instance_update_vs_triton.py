@@ -1,0 +1,96 @@
+"""Scaling a loaded python model against real Triton 2.51: the same loads of the same
+repository give the same instance starts and stops (which instances stay, which are new and
+how they are named), the same statistics (kept through an update, restarted by a reload),
+the same refusal of an invalid new instance group with the version serving on, and the same
+repository index."""
+
+from __future__ import annotations
+
+import compileall
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.differential.triton_reference import running_triton
+from tests.e2e.test_instance_update import MODEL, _config, _events, _infer
+from tests.frontends.http.server_thread import running_server
+
+pytestmark = pytest.mark.triton
+
+
+def _repository(root: Path) -> Path:
+    folder = root / "models" / "scaled"
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.py").write_text(MODEL)
+    _config(folder, "{ count: 1 kind: KIND_CPU }")
+    # Triton 2.51's stub here writes __pycache__ into the version it loads (a changed version:
+    # the next load would reload it); with the bytecode there already it writes nothing
+    compileall.compile_dir(folder, quiet=1)
+    return root / "models"
+
+
+def _settled(repo: Path, count: int) -> list[str]:
+    deadline = time.monotonic() + 60
+    while len(_events(repo)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _events(repo)
+
+
+def _transcript(url: str, repo: Path) -> list[Any]:
+    """What one server does for the same loads."""
+    client = httpclient.InferenceServerClient(url)
+    seen: list[Any] = []
+    folder = repo / "scaled"
+
+    def load(groups: str, extra: str = "", expected_events: int = 0) -> None:
+        _config(folder, groups, extra)
+        time.sleep(0.05)  # a modification time after the previous load's
+        try:
+            client.load_model("scaled")
+            seen.append("loaded")
+        except InferenceServerException as exc:
+            seen.append((exc.status(), exc.message()))
+        before = len(_events(repo))
+        events = _settled(repo, max(before, expected_events))
+        # which of two new instances a later update keeps depends on which initialize ended
+        # last in Triton: the instances that start, and how many stop
+        seen.append(sorted(e for e in events if e.startswith("init")))
+        seen.append(sum(e.startswith("fini") for e in events))
+        seen.append(client.get_model_repository_index())
+        stats = client.get_inference_statistics("scaled")["model_stats"][0]
+        seen.append(int(stats["inference_count"]))
+        seen.append(client.get_model_config("scaled")["instance_group"])
+
+    def served() -> tuple[int, str]:
+        return _infer(client)
+
+    seen.append([served() for _ in range(3)])
+    load("{ count: 3 kind: KIND_CPU }", expected_events=3)
+    load("{ count: 1 kind: KIND_CPU }", expected_events=5)
+    stayed = served()
+    load("{ count: 2 kind: KIND_CPU gpus: [ 0 ] }")  # refused
+    seen.append(served() == (stayed[0] + 1, stayed[1]))  # the same instance serves on
+    load('{ name: "wide" count: 2 kind: KIND_CPU }', expected_events=6)
+    load(
+        "{ count: 1 kind: KIND_CPU }",
+        'parameters { key: "edited" value { string_value: "1" } }',
+        expected_events=9,
+    )
+    seen.append(served())
+    client.close()
+    return seen
+
+
+def test_scaling_a_python_model_matches_triton(tmp_path: Path) -> None:
+    flags = ["--model-control-mode=explicit", "--load-model=scaled"]
+    triton_repo = _repository(tmp_path / "triton")
+    with running_triton(triton_repo, tmp_path / "triton-work", flags, ready=["scaled"]) as triton:
+        expected = _transcript(triton.url.removeprefix("http://"), triton_repo)
+    repo = _repository(tmp_path / "repokit")
+    with running_server(repo, model_control_mode="explicit", load_models=["scaled"]) as server:
+        got = _transcript(server.http_url, repo)
+    assert got == expected
