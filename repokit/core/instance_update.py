@@ -12,9 +12,10 @@ new config's instances in order, each takes a serving instance of the same signa
 is left (the last of them): that instance keeps its process, its state and its name. The other
 new instances are created (``initialize``, warmup) and come after the kept ones in the
 version's instance list, as in Triton's (which lists them as their creation finishes, so
-which of several new instances a later update keeps is not certain there). Serving instances left over are removed:
-they get no new work, finish what they were given (an instance of a sequence batcher keeps the
-sequences it holds until they end), then run ``finalize``.
+which of several new instances a later update keeps is not certain there). Serving
+instances left over are removed: they get no new work, finish what they were given (an
+instance of a sequence batcher keeps the sequences it holds until they end), then run
+``finalize``.
 
 An ensemble is not updated (it is loaded again), nor a backend or scheduler that cannot add
 and remove instances, nor a version whose instances have ``--rate-limit`` resources: those load

@@ -587,6 +587,16 @@ class ModelManager:
             refused = self._update_refused(record, directory, exc)
             if refused is not None:
                 raise refused from exc
+            if exc.rule.startswith("instance-group-") and exc.config is not None and exc.versions:
+                # Triton finds these when it creates the versions' instances: each version
+                # fails with the reason (the serving ones, if any, serve on)
+                reason = f"Invalid argument: {exc.reason}"
+                if not record.ready():
+                    record.reason, record.known = "", True
+                    record.versions = {
+                        v: VersionStatus(v, UNAVAILABLE, reason) for v in exc.versions
+                    }
+                raise _load_failed(public_name(name), dict.fromkeys(exc.versions, reason)) from exc
             if not record.ready():
                 record.reason, record.known = exc.reason, exc.config_ok
                 self._drop_versions(record)

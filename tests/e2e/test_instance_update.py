@@ -416,3 +416,29 @@ def test_onnxruntime_instances_update_in_place(tmp_path: Path, batching: str) ->
         # one version all along: its statistics count every request (a reload restarts them)
         assert int(stats["inference_count"]) == 2 * 13
         client.close()
+
+
+def test_a_first_load_with_an_invalid_instance_group_fails_each_version(repo: Path) -> None:
+    folder = repo / "scaled"
+    _config(folder, "{ count: 1 kind: KIND_GPU }")
+    with running_server(repo, model_control_mode="explicit") as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        with pytest.raises(InferenceServerException) as refused:
+            client.load_model("scaled")
+        reason = (
+            "Invalid argument: instance group scaled_0 of model scaled has kind KIND_GPU but no"
+            " GPUs are available"
+        )
+        # Triton 2.51: 400, the version UNAVAILABLE with the reason (repokit's hint after it)
+        assert refused.value.status() == "400"
+        assert refused.value.message().startswith(
+            f"load failed for model 'scaled': version 1 is at UNAVAILABLE state: {reason}"
+        )
+        (entry,) = client.get_model_repository_index()
+        assert (entry["version"], entry["state"]) == ("1", "UNAVAILABLE")
+        assert entry["reason"].startswith(reason)
+        # fixed, it loads
+        _config(folder, "{ count: 1 kind: KIND_CPU }")
+        client.load_model("scaled")
+        assert _infer(client) == (1, "scaled_0_0")
+        client.close()
