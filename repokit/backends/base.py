@@ -235,3 +235,33 @@ class WireBackend(Protocol):
     async def execute_wire(self, instance: int, request: WireRequest) -> WireRun | None:
         """Run one request on one instance (pipelined, as ``execute``); None when the instance
         does not take it (nothing ran: the server's standard path answers it)."""
+
+
+@dataclass(eq=False, slots=True)
+class WireEntry:
+    """A wire request queued in a batch with requests of the standard path (the dynamic
+    batcher's wire lane): its bytes, the batch size the server read from them (0 when the
+    model does not batch), and while it is at an instance process, how to tell that process
+    the request was cancelled (set and cleared by the backend)."""
+
+    request: WireRequest
+    batch_size: int
+    cancel: Callable[[], None] | None = None
+
+
+# the result of a wire entry the instance did not take (nothing ran for it): the server's
+# standard path answers the request
+WIRE_FALLBACK = BackendResult()
+
+
+@runtime_checkable
+class WireBatchBackend(Protocol):
+    """A backend that runs batches in which some requests are wire entries (the python
+    backend): the instance decodes each entry, runs ``execute`` once on the whole batch and
+    encodes the entries' responses."""
+
+    async def execute_entries(
+        self, instance: int, entries: list[BackendRequest | WireEntry]
+    ) -> tuple[list[BackendResult], Timing]:
+        """``execute`` of a batch that may hold wire entries: one result per entry, in order;
+        :data:`WIRE_FALLBACK` for an entry the instance did not take."""

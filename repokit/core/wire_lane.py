@@ -8,15 +8,21 @@ the request, runs ``execute`` and encodes the response (the instance side of the
 codec, :mod:`repokit.core.infer_codec`). That work then runs beside the model, in the instance
 process, instead of on the event loop every client shares. Frontends do not choose: they call
 ``InferenceService.infer_encoded``, which takes the lane when it can. The lane is an optional
-capability of a scheduler (:class:`~repokit.scheduler.base.WireScheduler`, the default
-scheduler) over a backend (:class:`~repokit.backends.base.WireBackend`, the python backend).
+capability of a scheduler (:class:`~repokit.scheduler.base.WireScheduler`: the default
+scheduler over a :class:`~repokit.backends.base.WireBackend`, and the dynamic batcher over a
+:class:`~repokit.backends.base.WireBatchBackend`; both are the python backend). The dynamic
+batcher queues such a request with the batch size read from its bytes
+(:mod:`repokit.protocol.wire_batch_size`) and runs it in a batch beside the standard path's
+requests (:class:`~repokit.backends.base.WireEntry`).
 
 The lane never changes an answer. The instance takes only requests that the standard path would
 accept without a second look (the plain path's rules); for anything else it answers "take the
 standard path" before the model runs, and the service runs the request as usual, which decides
 any error and its message. Scheduling, cancellation and statistics are those of the standard path:
 the same instance queues and merging, the same counters. A model qualifies when it is a
-non-decoupled python model on the default scheduler whose inputs all take the plain path (no
+non-decoupled python model on the default scheduler or the dynamic batcher (without a batching
+key: no ragged, shape-tensor or optional inputs, no inputs whose shapes must match to batch)
+whose inputs all take the plain path (no
 BYTES, reshape, shape-tensor or ragged inputs), whose outputs are not reshaped and that does
 not use the response cache (its requests are looked up in :mod:`repokit.core.dispatch`).
 

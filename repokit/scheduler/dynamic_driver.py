@@ -30,6 +30,15 @@ to queue requests before batching starts) holds every worker back until ``N`` re
 queued, once per scheduler; after that the batcher runs as usual. Unset (or not a positive
 number) it costs nothing: the workers never look at it again.
 
+**The wire lane** (:mod:`repokit.core.wire_lane`). Over a backend that runs wire entries in
+its batches (:class:`~repokit.backends.base.WireBatchBackend`, the python backend) and where no
+batching key is needed, ``submit_wire`` queues a plain request as its bytes with the batch size
+read from them (:mod:`repokit.protocol.wire_batch_size`), at the default priority level with the
+default queue policy (a request with parameters never comes here). It batches like any other
+request; the instance decodes it, runs it in the batch and encodes its response. One the
+instance does not take comes back as None (nothing ran for it; the standard path answers it,
+and the execution counts only the requests that ran).
+
 ``merge_batches=True`` (backends that take one tensor per input, e.g. onnxruntime): the batch is
 concatenated into one BackendRequest, executed, and the outputs split back into views.
 ``merge_batches=False`` (the python backend, which receives the list of requests as Triton's
@@ -44,10 +53,21 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing
+from repokit.backends.base import (
+    WIRE_FALLBACK,
+    Backend,
+    BackendRequest,
+    BackendResult,
+    Timing,
+    WireBatchBackend,
+    WireEntry,
+    WireRequest,
+)
 from repokit.errors import RepokitError, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
+from repokit.protocol.wire_batch_size import wire_batch_size
 from repokit.scheduler.base import CancelledInQueue, Retiring, ScheduledResult, Scheduler
 from repokit.scheduler.batch_tensors import (
     BatchingRules,
@@ -73,8 +93,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(eq=False, slots=True)
 class _Job:
-    request: BackendRequest
-    future: asyncio.Future[ScheduledResult]
+    request: BackendRequest | WireEntry
+    # None: a wire entry the instance did not take (the standard path answers it)
+    future: asyncio.Future[ScheduledResult | None]
 
 
 class DynamicBatchScheduler(Scheduler):
@@ -109,7 +130,7 @@ class DynamicBatchScheduler(Scheduler):
         self._on_execution = on_execution
         self._planner: BatchPlanner[_Job] = BatchPlanner(self._settings)
         self._waker = Waker(clock)
-        self._ordered: OrderedRelease[ScheduledResult] | None = (
+        self._ordered: OrderedRelease[ScheduledResult | None] | None = (
             OrderedRelease() if self._settings.preserve_ordering else None
         )
         self._workers: list[asyncio.Task[None]] = []
@@ -136,6 +157,13 @@ class DynamicBatchScheduler(Scheduler):
         self._hold_until = hold_until_queued  # TRITONSERVER_DELAY_SCHEDULER (module docstring)
         self._by_instance: dict[int, asyncio.Task[None]] = {}  # each instance's worker
         self._retired: set[int] = set()  # instances whose workers take no new batch
+        # the wire lane (module docstring): requests queued as their bytes, for a backend that
+        # runs them beside the standard path's in one batch, where no batching key is needed
+        self._entries: WireBatchBackend | None = (
+            backend
+            if isinstance(backend, WireBatchBackend) and not merge_batches and not self._keyed
+            else None
+        )
 
     # --- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -216,7 +244,7 @@ class DynamicBatchScheduler(Scheduler):
             raise unavailable("model is not accepting requests: its scheduler is stopped")
         loop = self._loop  # set by start(); get_running_loop() costs a getpid() each time
         assert loop is not None
-        future: asyncio.Future[ScheduledResult] = loop.create_future()
+        future: asyncio.Future[ScheduledResult | None] = loop.create_future()
         try:
             item = self._planner.queues.enqueue(
                 _Job(request, future),
@@ -230,11 +258,51 @@ class DynamicBatchScheduler(Scheduler):
             raise with_request_id(exc, request.request_id) from None
         self._waker.poke()
         try:
-            return await future
+            scheduled = await future
         except asyncio.CancelledError:
             if self._planner.queues.remove(item):
                 raise CancelledInQueue from None
             raise
+        assert scheduled is not None  # (only a wire entry falls back)
+        return scheduled
+
+    @property
+    def takes_wire(self) -> bool:
+        """True when requests may come as their bytes (:meth:`submit_wire`, the wire lane)."""
+        return self._entries is not None and self._running
+
+    async def submit_wire(self, request: WireRequest) -> tuple[ScheduledResult, int] | None:
+        """Queue a request given as its bytes, as :meth:`submit` queues one, with the batch
+        size read from them (:mod:`repokit.protocol.wire_batch_size`); its result and that
+        batch size, or None when it did not run (the standard path then answers it: bytes
+        the lane cannot queue, a full queue, an entry the instance did not take)."""
+        if self._entries is None or not self._running or self._stopping:
+            return None
+        batch_size = wire_batch_size(request.codec, request.raw, self._settings.max_batch_size)
+        if batch_size is None:
+            return None
+        loop = self._loop
+        assert loop is not None
+        entry = WireEntry(request, batch_size)
+        future: asyncio.Future[ScheduledResult | None] = loop.create_future()
+        try:
+            item = self._planner.queues.enqueue(
+                _Job(entry, future),
+                now_ns=self._clock(),
+                batch_size=batch_size if self._batching and batch_size > 1 else 1,
+            )
+        except RepokitError:  # a full queue: the standard path refuses it with the request id
+            return None
+        self._waker.poke()
+        try:
+            scheduled = await future
+        except asyncio.CancelledError:
+            if self._planner.queues.remove(item):
+                raise CancelledInQueue from None
+            if entry.cancel is not None:  # at the instance: is_cancelled() becomes True
+                entry.cancel()
+            raise
+        return None if scheduled is None else (scheduled, batch_size)
 
     # --- workers ------------------------------------------------------------------------
     async def _worker(self, instance: int) -> None:
@@ -354,7 +422,11 @@ class DynamicBatchScheduler(Scheduler):
         live, results, timing, started_ns = executed
         ordered = self._ordered
         for item, result in zip(live, results, strict=True):
-            scheduled = ScheduledResult(result, started_ns - item.enqueue_ns, timing)
+            scheduled = (
+                None
+                if result is WIRE_FALLBACK
+                else ScheduledResult(result, started_ns - item.enqueue_ns, timing)
+            )
             future = item.payload.future
             if ordered is not None:
                 ordered.complete(future, scheduled)
@@ -375,14 +447,22 @@ class DynamicBatchScheduler(Scheduler):
         start_ns = self._clock()
         requests = [item.payload.request for item in live]
         sizes = [item.batch_size for item in live]
+        wired = self._entries is not None and any([type(r) is WireEntry for r in requests])
         if self._merge and self._settings.max_batch_size:
-            merged = merge_requests(requests, self._rules)
+            plain = cast("list[BackendRequest]", requests)  # (no wire lane when merging)
+            merged = merge_requests(plain, self._rules)
             results, timing = await execute_batch(self._backend, instance, [merged])
-            results = split_result(results[0], requests, sizes, self._rules)
+            results = split_result(results[0], plain, sizes, self._rules)
+        elif wired:
+            results, timing = await execute_batch(self._backend, instance, requests, self._entries)
         else:
             results, timing = await execute_batch(self._backend, instance, requests)
         if self._on_execution is not None:
-            self._on_execution(sum(sizes), timing)
+            ran = sum(sizes)
+            if wired:  # entries the instance did not take did not run
+                ran -= sum([s for s, r in zip(sizes, results, strict=True) if r is WIRE_FALLBACK])
+            if ran:
+                self._on_execution(ran, timing)
         # a batch sent early waited at the instance too: queue time runs until it started
         return live, results, timing, max(start_ns, self._clock() - _ran_ns(timing))
 

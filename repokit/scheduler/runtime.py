@@ -13,9 +13,16 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
-from repokit.backends.base import Backend, BackendRequest, BackendResult, Timing
+from repokit.backends.base import (
+    Backend,
+    BackendRequest,
+    BackendResult,
+    Timing,
+    WireBatchBackend,
+    WireEntry,
+)
 from repokit.errors import RepokitError, internal
 from repokit.scheduler.precise_timer import PreciseTimer
 
@@ -145,9 +152,13 @@ def settle(fut: asyncio.Future[R], result: R) -> None:
 
 
 async def execute_batch(
-    backend: Backend, instance: int, requests: list[BackendRequest]
+    backend: Backend,
+    instance: int,
+    requests: Sequence[BackendRequest | WireEntry],
+    entries: WireBatchBackend | None = None,
 ) -> tuple[list[BackendResult], Timing]:
-    """Run one batch; a backend that raises or miscounts yields INTERNAL errors per request."""
+    """Run one batch; a backend that raises or miscounts yields INTERNAL errors per request.
+    A batch with wire entries runs through ``entries`` (the backend as a WireBatchBackend)."""
     if log.isEnabledFor(logging.DEBUG):  # --log-verbose 1: the scheduler's batches
         log.debug(
             "model %s, instance %d, executing %d requests",
@@ -160,7 +171,11 @@ async def execute_batch(
     try:
         if slot is not None:  # --rate-limit: the instance's resources first
             await slot.acquire()
-        results, timing = await backend.execute(instance, requests)
+        if entries is not None:
+            results, timing = await entries.execute_entries(instance, list(requests))
+        else:
+            plain = cast("list[BackendRequest]", requests)
+            results, timing = await backend.execute(instance, plain)
     except RepokitError as exc:
         return [BackendResult(error=exc) for _ in requests], Timing()
     except Exception as exc:  # a backend bug must not kill the worker

@@ -30,6 +30,7 @@ from repokit.frontends.grpc.codec import decode_infer_request as decode_grpc
 from repokit.frontends.http.infer_request import decode_infer_request as decode_http
 from repokit.protocol.generated import grpc_service_pb2 as pb
 from repokit.protocol.types import InferRequest, SharedMemoryRef
+from repokit.protocol.wire_batch_size import grpc_batch_size, json_batch_size
 
 LIMIT = 1 << 20  # the HTTP decoder's maximum input size
 
@@ -325,3 +326,21 @@ def test_the_corpus_has_both_answers() -> None:
     refused = [answer for answer in answers if len(answer) == 2]
     assert len(refused) >= 15 and len(answers) - len(refused) >= 10
     assert sum(case.plain for case in CORPUS.values()) >= 5
+
+
+@pytest.mark.parametrize("name", list(CORPUS))
+def test_the_batchers_lane_reads_the_batch_size_the_decoders_find(name: str) -> None:
+    """The dynamic batcher queues a lane request with the batch size read from its bytes
+    (:mod:`repokit.protocol.wire_batch_size`): for every request the lane's decoders take, it
+    is the batch size they find; a request with parameters is never queued there (its priority
+    or timeout would be lost), although its shape is fine."""
+    case = CORPUS[name]
+    io = MODELS[case.model]
+    readers = {"grpc": grpc_batch_size(grpc_bytes(case), io.max_batch_size)}
+    if case.json:
+        readers["http json"] = json_batch_size(http_json(case), io.max_batch_size)
+    for decoder, taken in lane_outcomes(case).items():
+        if taken is not None:
+            assert readers[decoder] == taken[1], decoder
+    if case.parameters:
+        assert set(readers.values()) == {None}

@@ -132,8 +132,9 @@ def test_models_that_take_the_lane(server: Server) -> None:
     manager = server.handle.service.manager
     lanes = {name: manager.get(name, "").wire_lane is not None for name in
              ("add_sub", "identity", "picky", "batcher", "types", "accumulate")}  # fmt: skip
-    # batcher: dynamic batching; types: BYTES inputs; accumulate: sequence batching
-    assert lanes == {"add_sub": True, "identity": True, "picky": True, "batcher": False,
+    # batcher: dynamic batching (tests/e2e/test_wire_lane_batches.py); types: BYTES inputs;
+    # accumulate: sequence batching
+    assert lanes == {"add_sub": True, "identity": True, "picky": True, "batcher": True,
                      "types": False, "accumulate": False}  # fmt: skip
 
 

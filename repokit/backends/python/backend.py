@@ -52,7 +52,8 @@ import asyncio
 import dataclasses
 import itertools
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 from repokit.backends.base import (
     Backend,
@@ -61,6 +62,7 @@ from repokit.backends.base import (
     ModelContext,
     RateSlots,
     Timing,
+    WireEntry,
     WireRequest,
     WireRun,
 )
@@ -78,6 +80,7 @@ from repokit.backends.python.messages import (
     WIRE,
     RequestBatch,
     RequestItem,
+    WireEntryItem,
     WireItem,
 )
 from repokit.backends.python.processes import Instance, InstanceProcesses
@@ -229,6 +232,14 @@ class PythonBackend(Backend):
     async def execute(
         self, instance: int, requests: list[BackendRequest]
     ) -> tuple[list[BackendResult], Timing]:
+        return await self.execute_entries(instance, requests)
+
+    async def execute_entries(
+        self, instance: int, requests: Sequence[BackendRequest | WireEntry]
+    ) -> tuple[list[BackendResult], Timing]:
+        """``execute`` of a batch whose requests may be wire entries (the dynamic batcher's
+        wire lane): the instance decodes those itself and encodes their responses; one that
+        it does not take gets :data:`~repokit.backends.base.WIRE_FALLBACK`."""
         if not self._instances:
             error = RepokitError(Code.UNAVAILABLE, f"model '{self.context.name}' is not loaded")
             return [BackendResult(error=error) for _ in requests], Timing()
@@ -238,11 +249,21 @@ class PythonBackend(Backend):
             usable = await self._processes.usable(slot)
             if usable is None:
                 failure = self._processes.failure
-                return gone(target, requests, self.context.name, failure), Timing()
+                return gone(target, list(requests), self.context.name, failure), Timing()
             target = usable
-        batch: RequestBatch = [self._request_item(target, r) for r in requests]
+        batch: RequestBatch = []
         size = 0
+        wired: list[WireEntry] | None = None
         for request in requests:
+            if type(request) is WireEntry:
+                batch.append(self._wire_entry(target, request))
+                size += len(request.request.raw)
+                if wired is None:
+                    wired = []
+                wired.append(request)
+                continue
+            assert isinstance(request, BackendRequest)
+            batch.append(self._request_item(target, request))
             for tensor in request.inputs.values():
                 size += tensor.data.nbytes
         try:
@@ -250,12 +271,17 @@ class PythonBackend(Backend):
                 target, EXECUTE, batch, size
             )
         except ipc.ChannelClosed:
-            return dead(target, requests), Timing()
+            return dead(target, list(requests)), Timing()
         finally:
             link = target.link
             if link is not None and link.traces:  # BLS calls of execute have been taken
                 for item in batch:
                     link.traces.pop(item[-1], None)
+            if wired is not None:
+                for entry in wired:
+                    entry.cancel = None
+        if wired is not None:
+            target.wire_plan = wired[0].request.plan
         if target.link is not None and not self._decoupled:
             target.link.requests_done(batch)
         timing = Timing(input_ns, infer_ns, output_ns)
@@ -263,7 +289,7 @@ class PythonBackend(Backend):
             if status == RESCHEDULED:
                 items, indexes = body
                 results = rescheduled(
-                    requests,
+                    cast("list[BackendRequest]", list(requests)),  # wire entries: no hook
                     batch,
                     items,
                     indexes,
@@ -322,6 +348,17 @@ class PythonBackend(Backend):
         else:
             result = wire_failure(kind, payload, self.context.server)
         return WireRun(result, batch_size, timing)
+
+    def _wire_entry(self, target: Instance, entry: WireEntry) -> WireEntryItem:
+        """A wire entry of a batch as the instance gets it (the plan goes along until a
+        reply shows the process has it); a client that goes away meanwhile cancels it at the
+        instance (``is_cancelled()``)."""
+        key = next(self._keys)
+        codec, raw, plan, limit = entry.request
+        channel, link = target.channel, target.link
+        if channel is not None and link is not None:
+            entry.cancel = lambda: _cancel_at_instance(channel, link, key)
+        return (codec, raw, None if target.wire_plan is plan else plan, limit, key)
 
     def _request_item(self, target: Instance, request: BackendRequest) -> RequestItem:
         inputs = []  # a loop, not a comprehension: most requests have one or two inputs

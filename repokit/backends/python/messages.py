@@ -15,7 +15,10 @@ Server -> instance: operations, answered in order, one reply each
 - ``(EXECUTE, [item, ...])`` -> ``(OK, [BatchReply, ...])`` (one per item, in order) or
   ``(ERROR, message)`` when the message as a whole failed. An item is a :data:`RequestBatch`
   (a ``list`` of :data:`RequestItem`: one ``execute`` call) or a :data:`WireItem` (a ``tuple``:
-  one request as its protocol bytes): ``isinstance(item, tuple)`` tells them apart;
+  one request as its protocol bytes): ``isinstance(item, tuple)`` tells them apart. A batch
+  of the dynamic batcher's wire lane also holds :data:`WireEntryItem` records (five fields,
+  a :data:`RequestItem` has seven): requests as their bytes, which the instance decodes and
+  whose responses it encodes;
 - ``(FINALIZE, None)`` -> ``(OK, None)``: run ``finalize`` and exit.
 
 A :data:`BatchReply` is ``(status, body, (input_ns, infer_ns, output_ns))``:
@@ -32,7 +35,9 @@ A :data:`BatchReply` is ``(status, body, (input_ns, infer_ns, output_ns))``:
 
 A :data:`PackedResult` is ``(OK, [(name, packed array)], parameters)``,
 ``(ERROR, code name, message)``, None (no response: rescheduled, or decoupled) or
-:data:`SENT_LATER`.
+:data:`SENT_LATER`; for a :data:`WireEntryItem` also ``(BODY, encoded response)`` or
+:data:`FELL_BACK` (the instance did not take it: nothing ran for it, the server's standard path
+answers it).
 
 Server -> instance, one way (tags start with ``@``)
 ---------------------------------------------------
@@ -128,6 +133,8 @@ END: Final = "end"
 # a result item: this (non-decoupled) request's answer comes separately, as an ANSWER message
 # sent through its response sender after execute returned
 SENT_LATER: Final = ("sender",)
+# a wire entry's result: the instance did not take the request (nothing ran for it)
+FELL_BACK: Final = (FALLBACK,)
 NO_TIMING: Final = (0, 0, 0)
 
 # --- records --------------------------------------------------------------------------------
@@ -136,10 +143,14 @@ PackedInput = tuple[str, Any, "str | None"]
 # one request of a batch: (inputs, requested output names, request id, correlation id, flags,
 # parameters JSON, request key); the key is last (ServerLink.requests_done relies on it)
 RequestItem = tuple[list[PackedInput], tuple[str, ...], str, "int | str", int, str, int]
-RequestBatch = list[RequestItem]
+RequestBatch = list["RequestItem | WireEntryItem"]
 # a request as its wire bytes: (protocol, the bytes, request key, the model's plan the first
 # time this instance gets it else None, the server's maximum input size)
 WireItem = tuple[str, bytes, int, "WirePlan | None", int]
+# a request of a batch as its wire bytes (the dynamic batcher's wire lane): (protocol, the
+# bytes, the plan or None as in a WireItem, the server's maximum input size, request key); the
+# key is last, as in a RequestItem
+WireEntryItem = tuple[str, bytes, "WirePlan | None", int, int]
 Timing = tuple[int, int, int]
 # (status, body, timing) of one execute item
 BatchReply = tuple[str, Any, Timing]

@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repokit.backends.base import BackendRequest, BackendResult
+from repokit.backends.base import WIRE_FALLBACK, BackendRequest, BackendResult
 from repokit.backends.python import ipc
 from repokit.backends.python.messages import (
+    BODY,
     ERROR,
+    FALLBACK,
     RESCHEDULED,
     SENT_LATER,
     PackedResult,
@@ -82,10 +84,15 @@ class ResultUnpacker:
         way (None, :data:`~repokit.backends.python.messages.SENT_LATER`)."""
         if item is None or item == SENT_LATER:
             return BackendResult()
-        if item[0] == ERROR:
+        tag = item[0]
+        if tag == ERROR:
             _, code_name, message = item
             code = Code.__members__.get(code_name, Code.INTERNAL)
             return BackendResult(error=RepokitError(code, message))
+        if tag == BODY:  # a wire entry's response, encoded by the instance
+            return BackendResult(encoded=item[1])
+        if tag == FALLBACK:  # a wire entry the instance did not take
+            return WIRE_FALLBACK
         _, outputs, parameters = item
         tensors = []
         kinds = self._kinds

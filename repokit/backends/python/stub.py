@@ -58,7 +58,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from repokit.backends.python import ipc, pb_utils, wire_grpc, wire_http
 from repokit.backends.python.child_link import ChildLink
@@ -68,6 +68,7 @@ from repokit.backends.python.messages import (
     ERROR,
     EXECUTE,
     FALLBACK,
+    FELL_BACK,
     FINALIZE,
     INIT,
     NO_TIMING,
@@ -78,6 +79,7 @@ from repokit.backends.python.messages import (
     BatchReply,
     PackedResult,
     RequestBatch,
+    RequestItem,
     WireItem,
     pack_model_response,
 )
@@ -90,12 +92,29 @@ from repokit.malloc_settings import keep_freed_memory
 _OWN_DIR = str(Path(__file__).resolve().parent)
 
 
+# a wire entry's request, as built: its codec module, the plan, the requested outputs and
+# the request id (what encoding its response takes)
+_WireCodec = tuple[Any, WirePlan, set[str], str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Wired:
+    """The wire entries of a batch (:data:`~.messages.WireEntryItem`): per built request its
+    :data:`_WireCodec` or None (a request of the standard path), the batch positions the
+    instance did not take (nothing runs for them) and the batch's size."""
+
+    codecs: list[_WireCodec | None]
+    fallbacks: list[int]
+    size: int
+
+
 @dataclass(frozen=True, slots=True)
 class _Prepared:
     """A batch whose requests the prefetch thread built, and how long that took."""
 
     requests: list[pb_utils.InferenceRequest]
     input_ns: int
+    wired: _Wired | None = None
 
 
 # the wire lane's protocols: ModelInfer bytes, and HTTP JSON bodies
@@ -271,8 +290,8 @@ class Instance:
                 prepared.append(batch)
                 continue
             started = time.perf_counter_ns()
-            requests = self._build(batch)
-            prepared.append(_Prepared(requests, time.perf_counter_ns() - started))
+            requests, wired = self._build(batch)
+            prepared.append(_Prepared(requests, time.perf_counter_ns() - started, wired))
         return op, prepared
 
     def execute(self, batch: RequestBatch | WireItem | _Prepared) -> BatchReply:
@@ -280,12 +299,24 @@ class Instance:
             return self._execute_wire(batch)
         if isinstance(batch, _Prepared):
             now = time.perf_counter_ns()
-            return self._execute_requests(batch.requests, now - batch.input_ns, now)
-        started = time.perf_counter_ns()
-        requests = self._build(batch)
-        return self._execute_requests(requests, started, time.perf_counter_ns())
+            requests, wired, started, built = batch.requests, batch.wired, now - batch.input_ns, now
+        else:
+            started = time.perf_counter_ns()
+            requests, wired = self._build(batch)
+            built = time.perf_counter_ns()
+        if wired is None:
+            return self._execute_requests(requests, started, built)
+        if not requests:  # the instance took none of them
+            return OK, [FELL_BACK] * wired.size, NO_TIMING
+        reply = self._execute_requests(requests, started, built, codecs=wired.codecs)
+        return _with_fallbacks(reply, wired) if wired.fallbacks else reply
 
-    def _build(self, batch: RequestBatch) -> list[pb_utils.InferenceRequest]:
+    def _build(self, batch: RequestBatch) -> tuple[list[pb_utils.InferenceRequest], _Wired | None]:
+        """The batch's requests for ``execute``; with the wire entries' codecs when it has
+        wire entries (five fields, a request of the standard path has seven)."""
+        for entry in batch:
+            if len(entry) == 5:
+                return self._build_wired(batch)
         tensor, unpack, dtypes = pb_utils.Tensor._wrap, ipc.unpack_array, self._dtypes
         received = pb_utils.InferenceRequest._received
         return [
@@ -301,8 +332,51 @@ class Instance:
                 parameters,
                 key,
             )
-            for inputs, requested, request_id, correlation_id, flags, parameters, key in batch
-        ]
+            for inputs, requested, request_id, correlation_id, flags, parameters, key in cast(
+                "list[RequestItem]", batch
+            )
+        ], None
+
+    def _build_wired(self, batch: RequestBatch) -> tuple[list[pb_utils.InferenceRequest], _Wired]:
+        """A batch with wire entries: each decoded and checked as :meth:`_execute_wire` does;
+        one the instance does not take is left out (the server's standard path answers it)."""
+        tensor, unpack, dtypes = pb_utils.Tensor._wrap, ipc.unpack_array, self._dtypes
+        received = pb_utils.InferenceRequest._received
+        requests: list[pb_utils.InferenceRequest] = []
+        codecs: list[_WireCodec | None] = []
+        fallbacks: list[int] = []
+        for index, entry in enumerate(batch):
+            if len(entry) != 5:
+                inputs, requested, request_id, correlation_id, flags, parameters, key = entry
+                tensors = [tensor(n, unpack(a, dtypes), bf16 is not None) for n, a, bf16 in inputs]
+                requests.append(
+                    received(
+                        tensors, set(requested), request_id, correlation_id, flags, parameters, key
+                    )
+                )
+                codecs.append(None)
+                continue
+            protocol, raw, given, limit, key = entry
+            if given is not None:
+                self._wire_plan = given
+            plan = self._wire_plan
+            codec = _WIRE_CODECS.get(protocol)
+            try:
+                decoded = (
+                    None
+                    if plan is None or codec is None
+                    else codec.decode_request(raw, plan, limit)
+                )
+            except Exception:  # bytes its decoder cannot take: the standard path answers them
+                decoded = None
+            if plan is None or decoded is None:
+                fallbacks.append(index)
+                continue
+            arrays, wanted, request_id, _ = decoded
+            tensors = [tensor(name, array, False) for name, array in arrays]
+            requests.append(received(tensors, wanted, request_id, 0, 0, "{}", key))
+            codecs.append((codec, plan, wanted, request_id))
+        return requests, _Wired(codecs, fallbacks, len(batch))
 
     def _execute_wire(self, item: WireItem) -> BatchReply:
         """One request in its wire form (:mod:`repokit.backends.python.wire_grpc`). The reply is
@@ -349,9 +423,12 @@ class Instance:
         started: int,
         built: int,
         wire: bool = False,
+        codecs: list[_WireCodec | None] | None = None,
     ) -> BatchReply:
         """Run ``execute`` on built requests and check its responses as Triton does; with
-        ``wire`` a successful single response comes back unconverted (status ``WIRE``)."""
+        ``wire`` a successful single response comes back unconverted (status ``WIRE``); with
+        ``codecs`` (a batch with wire entries) the wire entries' responses come back encoded
+        where their codec can encode them."""
         parents = RUNTIME.parents.set(tuple([request.key() for request in requests]))
         rescheduled: tuple[int, ...] = ()
         responses: Any = None
@@ -391,10 +468,18 @@ class Instance:
             return RESCHEDULED, (results, rescheduled), timing
         if wire:
             return WIRE, responses, (built - started, executed - built, 0)
-        results = [
-            _pack_response(response, request.requested_output_names())
-            for response, request in zip(responses, requests, strict=True)
-        ]
+        if codecs is not None:
+            results = [
+                _pack_response(response, request.requested_output_names())
+                if codec is None
+                else _encode_wire(codec, response)
+                for response, request, codec in zip(responses, requests, codecs, strict=True)
+            ]
+        else:
+            results = [
+                _pack_response(response, request.requested_output_names())
+                for response, request in zip(responses, requests, strict=True)
+            ]
         finished = time.perf_counter_ns()
         return OK, results, (built - started, executed - built, finished - executed)
 
@@ -597,6 +682,38 @@ def _pack_response(response: Any, requested: set[str]) -> PackedResult | None:
         if name in requested:
             outputs.append((name, pack_array(tensor._array)))
     return (OK, outputs, response._parameters)
+
+
+def _encode_wire(codec: _WireCodec, response: Any) -> PackedResult | None:
+    """A wire entry's response as the client gets it (``(BODY, bytes)``), or packed when its
+    codec cannot encode it (the server finishes it then)."""
+    module, plan, requested, request_id = codec
+    body = module.encode_response(plan, response, requested, request_id)
+    if body is None:
+        return pack_model_response(response, requested)
+    return (BODY, body)
+
+
+def _with_fallbacks(reply: BatchReply, wired: _Wired) -> BatchReply:
+    """The reply of a batch some of whose wire entries the instance did not take, with one
+    result per entry of the batch again (:data:`FELL_BACK` for those): the results of the
+    requests that ran at their places; a batch that failed as a whole fails each of them."""
+    status, body, timing = reply
+    fell_back = set(wired.fallbacks)
+    taken = [index for index in range(wired.size) if index not in fell_back]
+    if status == ERROR:
+        results: list[Any] = [(ERROR, "INTERNAL", body)] * len(taken)
+        status = OK
+    elif status == RESCHEDULED:
+        results, indexes = body
+    else:
+        results = body
+    expanded: list[Any] = [FELL_BACK] * wired.size
+    for index, result in zip(taken, results, strict=True):
+        expanded[index] = result
+    if status == RESCHEDULED:
+        return RESCHEDULED, (expanded, tuple(taken[i] for i in indexes)), timing
+    return status, expanded, timing
 
 
 def _send_reply(link: ChildLink, instance: Instance, op: str, reply: Any) -> None:
