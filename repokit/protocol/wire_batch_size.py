@@ -22,6 +22,7 @@ from typing import Any
 # what a JSON request on the lane may hold (the HTTP lane decoder's own rule)
 _REQUEST_KEYS = frozenset({"id", "inputs", "outputs"})
 
+
 def _orjson() -> Any:
     import orjson
 

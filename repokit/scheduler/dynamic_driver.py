@@ -256,15 +256,28 @@ class DynamicBatchScheduler(Scheduler):
             )
         except RepokitError as exc:  # queue full: Triton prefixes the request id
             raise with_request_id(exc, request.request_id) from None
+        scheduled = await self._result(item, future)
+        assert scheduled is not None  # (only a wire entry falls back)
+        return scheduled
+
+    async def _result(
+        self,
+        item: QueuedItem[_Job],
+        future: asyncio.Future[ScheduledResult | None],
+        entry: WireEntry | None = None,
+    ) -> ScheduledResult | None:
+        """Wait for a queued request's result. A caller that goes away while the request
+        waits in the queue takes it out (``CancelledInQueue``); a wire ``entry`` whose batch
+        is running is cancelled at the instance (``is_cancelled()`` becomes True there)."""
         self._waker.poke()
         try:
-            scheduled = await future
+            return await future
         except asyncio.CancelledError:
             if self._planner.queues.remove(item):
                 raise CancelledInQueue from None
+            if entry is not None and entry.cancel is not None:
+                entry.cancel()
             raise
-        assert scheduled is not None  # (only a wire entry falls back)
-        return scheduled
 
     @property
     def takes_wire(self) -> bool:
@@ -293,15 +306,7 @@ class DynamicBatchScheduler(Scheduler):
             )
         except RepokitError:  # a full queue: the standard path refuses it with the request id
             return None
-        self._waker.poke()
-        try:
-            scheduled = await future
-        except asyncio.CancelledError:
-            if self._planner.queues.remove(item):
-                raise CancelledInQueue from None
-            if entry.cancel is not None:  # at the instance: is_cancelled() becomes True
-                entry.cancel()
-            raise
+        scheduled = await self._result(item, future, entry)
         return None if scheduled is None else (scheduled, batch_size)
 
     # --- workers ------------------------------------------------------------------------

@@ -357,26 +357,33 @@ class Instance:
                 codecs.append(None)
                 continue
             protocol, raw, given, limit, key = entry
-            if given is not None:
-                self._wire_plan = given
-            plan = self._wire_plan
-            codec = _WIRE_CODECS.get(protocol)
-            try:
-                decoded = (
-                    None
-                    if plan is None or codec is None
-                    else codec.decode_request(raw, plan, limit)
-                )
-            except Exception:  # bytes its decoder cannot take: the standard path answers them
-                decoded = None
-            if plan is None or decoded is None:
+            taken = self._decode_wire(protocol, raw, given, limit)
+            if taken is None:
                 fallbacks.append(index)
                 continue
-            arrays, wanted, request_id, _ = decoded
+            codec, plan, (arrays, wanted, request_id, _) = taken
             tensors = [tensor(name, array, False) for name, array in arrays]
             requests.append(received(tensors, wanted, request_id, 0, 0, "{}", key))
             codecs.append((codec, plan, wanted, request_id))
         return requests, _Wired(codecs, fallbacks, len(batch))
+
+    def _decode_wire(
+        self, protocol: str, raw: bytes, given: WirePlan | None, limit: int
+    ) -> tuple[Any, WirePlan, Any] | None:
+        """(the codec module, the plan, the decoded request) of a request in its wire form
+        (``given``: the plan when it comes along), or None when the instance does not take it
+        (the server's standard path answers it then)."""
+        if given is not None:
+            self._wire_plan = given
+        plan = self._wire_plan
+        codec = _WIRE_CODECS.get(protocol)
+        if plan is None or codec is None:
+            return None
+        try:
+            decoded = codec.decode_request(raw, plan, limit)
+        except Exception:  # bytes its decoder cannot take: the standard path answers them
+            return None
+        return None if decoded is None else (codec, plan, decoded)
 
     def _execute_wire(self, item: WireItem) -> BatchReply:
         """One request in its wire form (:mod:`repokit.backends.python.wire_grpc`). The reply is
@@ -385,20 +392,11 @@ class Instance:
         ``BODY`` with the encoded response, or the status and payload of the usual reply of a
         batch of one (``OK`` with the packed response, ``ERROR``, ``RESCHEDULED``)."""
         started = time.perf_counter_ns()
-        protocol, raw, key, plan, limit = item
-        if plan is not None:
-            self._wire_plan = plan
-        plan = self._wire_plan
-        codec = _WIRE_CODECS.get(protocol)
-        try:
-            decoded = (
-                None if plan is None or codec is None else codec.decode_request(raw, plan, limit)
-            )
-        except Exception:  # bytes its decoder cannot take: the standard path answers them
-            decoded = None
-        if plan is None or codec is None or decoded is None:
+        protocol, raw, key, given, limit = item
+        taken = self._decode_wire(protocol, raw, given, limit)
+        if taken is None:
             return FALLBACK, None, NO_TIMING
-        arrays, requested, request_id, batch_size = decoded
+        codec, plan, (arrays, requested, request_id, batch_size) = taken
         tensor = pb_utils.Tensor._wrap
         request = pb_utils.InferenceRequest._received(
             [tensor(name, array, False) for name, array in arrays],
