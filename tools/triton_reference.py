@@ -28,12 +28,14 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -53,6 +55,11 @@ MIN_GLIBC = (2, 35)  # the wheel is manylinux_2_35_x86_64
 MARKER = "installed.json"
 PORT_FLOOR = 20000
 ADDRESS_IN_USE = "already in use"  # "Socket '0.0.0.0:N' already in use"
+# tritonserver's handler of SIGSEGV and SIGABRT (src/triton_signal.cc) writes this line, then a
+# symbolised stack trace, which can take minutes, before it dies: the server has crashed once the
+# line is in its log, although its process still runs (and may still answer health checks)
+FATAL_SIGNAL = re.compile(rb"^Signal \((?:6|11)\) received\.$", re.MULTILINE)
+POLL_S = 0.05  # how often a start looks whether the server is live
 
 
 class ReferenceUnavailable(RuntimeError):
@@ -380,6 +387,9 @@ class TritonServer:
         self.http_port = self.grpc_port = self.metrics_port = 0
         self.restarts = 0
         self.regions: set[Path] = set()  # python backend regions seen mapped by the server
+        self._log_lock = threading.Lock()
+        self._log_offset = 0  # where the current process's log lines not yet looked at begin
+        self._crashed = False
 
     @property
     def pid(self) -> int:
@@ -394,6 +404,8 @@ class TritonServer:
             command = installation.command(self.repository, http, grpc, metrics, self.flags)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with self.log_path.open("ab") as log:
+                with self._log_lock:
+                    self._log_offset, self._crashed = log.tell(), False
                 self.process = subprocess.Popen(
                     command,
                     stdin=subprocess.DEVNULL,
@@ -421,7 +433,7 @@ class TritonServer:
                 )
             if self.get(path) == 200:
                 return
-            time.sleep(0.2)
+            time.sleep(POLL_S)
         self.stop()
         raise RuntimeError(f"tritonserver: {path} not 200 in {timeout}s:\n{self.log_tail()}")
 
@@ -444,9 +456,30 @@ class TritonServer:
         return self.process is not None and self.process.poll() is None
 
     @property
+    def crashed(self) -> bool:
+        """The server has reported a fatal signal (SIGSEGV, SIGABRT) since it was started."""
+        with self._log_lock:
+            if self._crashed or self.process is None:
+                return self._crashed
+            try:
+                with self.log_path.open("rb") as log:
+                    log.seek(self._log_offset)
+                    chunk = log.read()
+            except OSError:
+                return False
+            complete = chunk[: chunk.rfind(b"\n") + 1]  # a line being written is read next time
+            self._log_offset += len(complete)
+            self._crashed = FATAL_SIGNAL.search(complete) is not None
+            return self._crashed
+
+    @property
     def alive(self) -> bool:
-        """The process runs and still answers."""
-        return self.running and any(self.get("/v2/health/live") == 200 for _ in range(3))
+        """The process runs, has not crashed and still answers."""
+        return (
+            self.running
+            and not self.crashed
+            and any(self.get("/v2/health/live") == 200 for _ in range(3))
+        )
 
     def get(self, path: str) -> int:
         """The status of GET ``path`` (0 when there is no answer)."""
@@ -483,13 +516,17 @@ class TritonServer:
         self.restarts += 1
         self.start()
 
-    def stop(self) -> None:
-        """End the server (SIGTERM, then SIGKILL) and every python stub of its process group."""
-        process, self.process = self.process, None
-        if process is None:
+    def stop(self, graceful: bool = True) -> None:
+        """End the server (SIGTERM, then SIGKILL; only SIGKILL unless ``graceful``) and every
+        python stub of its process group. A graceful stop takes tritonserver two seconds at
+        least (it looks whether its models are unloaded once a second)."""
+        if self.process is None:
             return
+        # a crashed server is writing its stack trace: it does not exit on SIGTERM
+        signals = ((signal.SIGTERM, 5.0),) if graceful and not self.crashed else ()
+        process, self.process = self.process, None
         regions, self.regions = self.regions | python_backend_regions(group_of(process.pid)), set()
-        for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        for sig, grace in (*signals, (signal.SIGKILL, 5.0)):
             with contextlib.suppress(OSError):
                 os.killpg(process.pid, sig)
             with contextlib.suppress(subprocess.TimeoutExpired):

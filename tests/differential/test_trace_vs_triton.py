@@ -284,9 +284,30 @@ def _index_files(base: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.suffix[1:]))
 
 
-def _wait_for_files(base: Path, count: int, timeout: float = 30.0) -> None:
+def _written(files: list[Path]) -> dict[int, str]:
+    """The traces whose headers are in ``files``, id: request id (none while one of the files
+    is still being written)."""
+    found = {}
+    for path in files:
+        try:
+            items = json.loads(path.read_text())
+        except ValueError:
+            return {}
+        found |= {i["id"]: str(i.get("request_id", "")) for i in items if "model_name" in i}
+    return found
+
+
+def _wait_for_traces(
+    base: Path, skip: int, count: int, last: str | None = None, timeout: float = 30.0
+) -> None:
+    """Wait until the files after the first ``skip`` hold ``count`` traces (the one of the
+    request id ``last``, sent last, among them): a server writes a trace when it releases it,
+    several traces to one file at times."""
     deadline = time.monotonic() + timeout
-    while len(_index_files(base)) < count and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        written = _written(_index_files(base)[skip:])
+        if len(written) >= count and (last is None or last in written.values()):
+            return
         time.sleep(0.05)
 
 
@@ -351,7 +372,8 @@ def test_same_traces(
     seen = (len(_index_files(triton_base)), len(_index_files(repokit_base)))
     _requests(triton.endpoints.http, triton.endpoints.grpc)
     _requests(repokit.endpoints.http, repokit.endpoints.grpc)
-    _wait_for_files(triton_base, seen[0] + 4)  # Triton writes a trace when it releases it
+    _wait_for_traces(triton_base, seen[0], 5, "over-grpc")
+    _wait_for_traces(repokit_base, seen[1], 5, "over-grpc")
     theirs = _summary(_index_files(triton_base)[seen[0] :])
     ours = _summary(_index_files(repokit_base)[seen[1] :])
     assert len(theirs) == 5  # add_sub, the ensemble and its two steps, gRPC add_sub
@@ -386,7 +408,8 @@ def test_same_bls_traces(
     seen = (len(_index_files(triton_base)), len(_index_files(repokit_base)))
     _bls_requests(triton.endpoints.http)
     _bls_requests(repokit.endpoints.http)
-    _wait_for_files(triton_base, seen[0] + 2)
+    _wait_for_traces(triton_base, seen[0], 6)
+    _wait_for_traces(repokit_base, seen[1], 6)
     theirs = _summary(_index_files(triton_base)[seen[0] :])
     ours = _summary(_index_files(repokit_base)[seen[1] :])
     # bls -> add_sub; bls -> twice -> add_sub twice

@@ -15,6 +15,7 @@ from repokit.cli.main import make_app
 from repokit.perf.errors import PerfError
 from repokit.perf.options import PerfOptions
 from repokit.perf.profiler import run_perf_blocking
+from repokit.perf.transports import grpc as grpc_transport
 from repokit.perf.transports.tls import TlsOptions, https_context
 from tests.frontends.http.server_thread import ServerThread, copy_models, running_server
 from tests.tls_helpers import TlsProxy, make_self_signed_cert
@@ -68,7 +69,15 @@ def test_grpc_over_tls(
     assert not any(WIRE_FALLBACK in w for w in report.warnings)  # our HTTP/2 client did TLS
 
 
-def test_grpc_tls_failures(tls_server: ServerThread, certs: tuple[Path, Path]) -> None:
+def never_ready_after(monkeypatch: pytest.MonkeyPatch, seconds: float = 1.0) -> None:
+    """A channel that cannot connect fails after ``seconds`` (not 10): the error is the same."""
+    monkeypatch.setattr(grpc_transport, "CONNECT_TIMEOUT_S", seconds)
+
+
+def test_grpc_tls_failures(
+    tls_server: ServerThread, certs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    never_ready_after(monkeypatch)
     with pytest.raises(PerfError) as info:  # plaintext against a TLS port
         run_perf_blocking(_options(_grpc_url(tls_server), protocol="grpc"))
     assert "cannot connect" in info.value.message
@@ -78,7 +87,9 @@ def test_grpc_tls_failures(tls_server: ServerThread, certs: tuple[Path, Path]) -
     assert "over gRPC with TLS" in info.value.message
 
 
-def test_grpc_mutual_tls(tmp_path: Path, certs: tuple[Path, Path]) -> None:
+def test_grpc_mutual_tls(
+    tmp_path: Path, certs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     key, cert = certs
     repo = copy_models(tmp_path / "repo", ("add_sub",))
     with running_server(
@@ -95,6 +106,7 @@ def test_grpc_mutual_tls(tmp_path: Path, certs: tuple[Path, Path]) -> None:
         report = run_perf_blocking(_options(url, protocol="grpc", tls=client))
         assert report.exit_code == 0 and report.results[0].summary.request_count > 0
         anonymous = TlsOptions(grpc_use_ssl=True, grpc_root_certifications_file=cert)
+        never_ready_after(monkeypatch)
         with pytest.raises(PerfError):  # the server asks for a client certificate
             run_perf_blocking(_options(url, protocol="grpc", tls=anonymous))
 

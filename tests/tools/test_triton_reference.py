@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.differential.triton_reference import CRASHED, LoadResult, TritonReference
 from tools import triton_reference as tr
 from tools.triton_reference import Installation, ReferenceUnavailable
 
@@ -351,3 +352,58 @@ def test_in_ci_a_missing_reference_fails_the_differential_tests(tmp_path: Path) 
     assert "error" in done.stdout
     assert "skipped" not in done.stdout
     assert "CI=true: the differential tests must run" in done.stdout
+
+
+# ------------------------------------------------------------ a crashed server, without Triton
+
+
+def crash_stand_in(tmp_path: Path) -> tuple[TritonReference, socket.socket]:
+    """A TritonReference whose "tritonserver" is a process that stays up (and would die of
+    SIGTERM) and whose HTTP port takes connections but never answers, as a crashed server's."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    server = TritonReference(tmp_path, tmp_path / "srv")
+    server.log_path.parent.mkdir(parents=True)
+    server.log_path.write_text('I1125 09:08:24.590510 1 server.cc:1] "earlier run"\n')
+    server.process = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    server.http_port = listener.getsockname()[1]
+    return server, listener
+
+
+def write_crash(server: TritonReference) -> None:
+    with server.log_path.open("a") as log:
+        log.write('I1125 09:08:26.294319 1 model_lifecycle.cc:624] "successfully unloaded"\n')
+        log.write("Signal (11) received.\n")
+
+
+def test_the_fatal_signal_line_means_crashed_while_the_process_still_runs(tmp_path: Path) -> None:
+    server, listener = crash_stand_in(tmp_path)
+    with listener:
+        assert not server.crashed
+        write_crash(server)
+        assert server.crashed and server.running and not server.alive
+        server.stop()
+
+
+def test_a_stop_sends_sigterm_first_unless_crashed_or_not_graceful(tmp_path: Path) -> None:
+    for crash, graceful, signal_seen in ((False, True, -15), (True, True, -9), (False, False, -9)):
+        server, listener = crash_stand_in(tmp_path / f"{crash}-{graceful}")
+        with listener:
+            if crash:
+                write_crash(server)
+            process = server.process
+            assert process is not None
+            server.stop(graceful=graceful)
+            assert process.returncode == signal_seen
+
+
+def test_a_load_the_crash_cuts_off_fails_at_once_as_cut_off(tmp_path: Path) -> None:
+    server, listener = crash_stand_in(tmp_path)
+    with listener:
+        threading.Timer(0.5, write_crash, (server,)).start()
+        result = server.load("hangs", timeout=120)  # the request itself would wait 120 s
+        assert result == LoadResult("hangs", False, 0, CRASHED)
+        assert result.timed_out  # judge() restarts the server and loads it again
+        server.stop()
+

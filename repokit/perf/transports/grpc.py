@@ -40,6 +40,7 @@ from repokit.protocol.tensor_codec import array_from_bytes, array_to_bytes
 
 SERVICE = "/inference.GRPCInferenceService/"
 CHANNELS = 4
+CONNECT_TIMEOUT_S = 10.0  # how long the first channel may take to become ready
 _CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
 
 
@@ -339,7 +340,7 @@ class GrpcTransport:
 
         self._stub = pb_grpc.GRPCInferenceServiceStub(self._channels[0])
         try:
-            await asyncio.wait_for(self._channels[0].channel_ready(), timeout=10)
+            await asyncio.wait_for(self._channels[0].channel_ready(), CONNECT_TIMEOUT_S)
         except asyncio.TimeoutError:
             await self.close()
             secure = " with TLS" if self.secure else ""
