@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -41,6 +42,8 @@ from repokit.protocol.generated import model_config_pb2 as mc
 
 PER_DEVICE = -1  # a --rate-limit-resource without DEVICE: every device has COUNT
 GLOBAL = -2  # the pool of global resources
+
+log = logging.getLogger(__name__)
 RATE_LIMIT_MODES = ("off", "execution_count")
 RESOURCE_FORMAT = (
     "--rate-limit-resource option format is '<resource_name>:<count>:<device>' or "
@@ -251,6 +254,7 @@ class RateLimiter:
         limits = self._compute_limits([*self._registered, slots])
         self._registered.append(slots)
         self._limits = limits
+        _log_limits(limits)
         self._allocate()
         return slots
 
@@ -263,6 +267,7 @@ class RateLimiter:
                     slot.release()
                     slot.withdraw()
             self._limits = self._compute_limits(self._registered)
+            _log_limits(self._limits)
             self._allocate()
 
     @property
@@ -367,3 +372,17 @@ class RateLimiter:
                     head._granted()
         finally:
             self._allocating = False
+
+
+def _log_limits(limits: Amounts) -> None:
+    """Triton's --log-verbose 1 map of the server's resource counts, each time they are
+    computed (qa/L0_model_update reads it)."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    text = "\nMax Resource Map===>\n"
+    for pool in sorted({pool for pool, _ in limits}, key=lambda p: (p != GLOBAL, p)):
+        text += f"\tDevice: {'GLOBAL' if pool == GLOBAL else pool}\n"
+        for (where, name), count in sorted(limits.items()):
+            if where == pool:
+                text += f"\t\tResource: {name}\t Count: {count}\n"
+    log.debug("%s", text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from google.protobuf import text_format
@@ -96,6 +97,25 @@ def test_counts_default_to_the_largest_need() -> None:
     assert limiter.limits == {(0, "R1"): 4, (0, "R2"): 5, (0, "R3"): 10, (0, "R4"): 5}
     limiter.unregister(c)
     assert limiter.limits[(0, "R1")] == 4
+
+
+def test_verbose_log_shows_the_counts_each_time_they_change(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Triton's --log-verbose 1 "Max Resource Map" (qa/L0_model_update greps its lines)
+    limiter = RateLimiter()
+    with caplog.at_level(logging.DEBUG, logger="repokit.scheduler.rate_limiter"):
+        four = limiter.register([needs((0, "R1", 4), (GLOBAL, "G", 2))])
+        limiter.register([needs((0, "R1", 3))])
+        limiter.unregister(four)
+    maps = [r.getMessage() for r in caplog.records if "Max Resource Map" in r.getMessage()]
+    assert maps == [
+        "\nMax Resource Map===>\n\tDevice: GLOBAL\n\t\tResource: G\t Count: 2\n"
+        "\tDevice: 0\n\t\tResource: R1\t Count: 4\n",
+        "\nMax Resource Map===>\n\tDevice: GLOBAL\n\t\tResource: G\t Count: 2\n"
+        "\tDevice: 0\n\t\tResource: R1\t Count: 4\n",
+        "\nMax Resource Map===>\n\tDevice: 0\n\t\tResource: R1\t Count: 3\n",
+    ]
 
 
 def test_explicit_counts_per_device_and_global() -> None:
