@@ -442,3 +442,23 @@ def test_a_first_load_with_an_invalid_instance_group_fails_each_version(repo: Pa
         client.load_model("scaled")
         assert _infer(client) == (1, "scaled_0_0")
         client.close()
+
+
+def test_rate_limited_instances_load_again(repo: Path) -> None:
+    folder = repo / "scaled"
+    limited = 'rate_limiter { resources [ { name: "R1" count: 2 } ] }'
+    _config(folder, f"{{ count: 1 kind: KIND_CPU {limited} }}")
+    with running_server(
+        repo, model_control_mode="explicit", load_models=["scaled"], rate_limit="execution_count"
+    ) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert _infer(client) == (1, "scaled_0_0")
+        _config(folder, f"{{ count: 2 kind: KIND_CPU {limited} }}")
+        client.load_model("scaled")
+        # not updated in place (see the README's differences): a new version, new instances
+        events = _wait_for_events(repo, 4)
+        assert events[0] == "init scaled_0_0"
+        assert sorted(events[1:3]) == ["init scaled_0_0", "init scaled_0_1"]
+        assert events[3:] == ["fini scaled_0_0"]
+        assert _stats(client) == 0
+        client.close()
