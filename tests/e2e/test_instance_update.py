@@ -238,12 +238,10 @@ def test_other_changes_still_load_the_version_again(server: ServerThread, repo: 
     client.load_model("scaled")
     # Triton's ConfigChangeRequiresReload: a new version with new instances, the old one's
     # finalized; its statistics start again
-    assert _wait_for_events(repo, 4) == [
-        "init scaled_0_0",
-        "init scaled_0_0",
-        "init scaled_0_1",
-        "fini scaled_0_0",
-    ]
+    events = _wait_for_events(repo, 4)
+    assert events[0] == "init scaled_0_0"
+    assert sorted(events[1:3]) == ["init scaled_0_0", "init scaled_0_1"]  # (concurrently)
+    assert events[3:] == ["fini scaled_0_0"]
     assert _stats(client) == 0
     assert _infer(client)[0] == 1
     client.close()
