@@ -8,6 +8,11 @@ from a file) on a pool of connections of at most ``max_connections``; a request 
 more than :data:`DELAY_TOLERANCE_NS` late, or that had to wait for a free connection, is marked
 delayed. Both append completed requests to a :class:`RequestLog`, stop on the first failed
 request (the profiler reports it) and end open sequences with an END request when stopped.
+
+Given a request limit (``--request-count``, warmup), a load sends exactly that many requests
+and then stops sending, as perf_analyzer's workers do: the limit is dealt over the workers
+(:func:`worker_shares`: the first ``limit % workers`` get one more), each stops after its
+share; a schedule stops after that many sends.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from repokit.perf.split import split_concurrency
 from repokit.perf.statistics import RequestLog
 from repokit.perf.transports.base import InferTiming, Transport
 from repokit.perf.workload import Sequence, SequenceSource, Workload, outputs_match
@@ -125,23 +131,33 @@ class _LoadBase:
         await self._close_sequences()
 
 
+def worker_shares(limit: int | None, workers: int) -> list[int | None]:
+    """Each worker's share of a request limit (None: no limit), as perf_analyzer deals
+    ``--request-count`` over its threads: equal shares, the first ``limit % workers`` workers
+    one more."""
+    if limit is None:
+        return [None] * workers
+    return list(split_concurrency(limit, workers))
+
+
 class ConcurrencyLoad(_LoadBase):
-    async def start(self, concurrency: int, request_limit: int | None = None) -> None:
-        """Start ``concurrency`` workers (stopping after ``request_limit`` requests if given)."""
+    async def start(
+        self, concurrency: int, request_limit: int | None = None, record: bool = True
+    ) -> None:
+        """Start ``concurrency`` workers; with ``request_limit`` they send exactly that many
+        requests between them. ``record``: log them (warmup requests are not)."""
         self.stopping = False
-        self._budget = request_limit
-        for _ in range(concurrency):
+        for share in worker_shares(request_limit, concurrency):
             slot = Slot(await self.transport.connect())
             self._slots.append(slot)
-            self._tasks.append(asyncio.create_task(self._worker(slot)))
+            self._tasks.append(asyncio.create_task(self._worker(slot, share, record)))
 
-    async def _worker(self, slot: Slot) -> None:
-        record = self._budget is None
+    async def _worker(self, slot: Slot, share: int | None, record: bool) -> None:
         while not self.stopping:
-            if self._budget is not None:
-                if self._budget <= 0:
+            if share is not None:
+                if share <= 0:
                     return
-                self._budget -= 1
+                share -= 1
             if not await self._send(slot, record=record):
                 return
 
@@ -157,15 +173,17 @@ class ThreadedConcurrencyLoad(_LoadBase):
     one process: splitting them over several did not raise the request rate against Triton
     (the server is the limit; figures in ``benchmarks/README.md``)."""
 
-    async def start(self, concurrency: int) -> None:
+    async def start(self, concurrency: int, request_limit: int | None = None) -> None:
+        """Start ``concurrency`` threads; with ``request_limit`` they send exactly that many
+        requests between them."""
         self.stopping = False
         self._loop = asyncio.get_running_loop()
         connect = self.transport.connect_blocking  # type: ignore[attr-defined]
         self._threads: list[threading.Thread] = []
-        for _ in range(concurrency):
+        for share in worker_shares(request_limit, concurrency):
             slot = Slot(await asyncio.to_thread(connect))
             self._slots.append(slot)
-            thread = threading.Thread(target=self._worker, args=(slot,), daemon=True)
+            thread = threading.Thread(target=self._worker, args=(slot, share), daemon=True)
             self._threads.append(thread)
         for thread in self._threads:
             thread.start()
@@ -176,21 +194,25 @@ class ThreadedConcurrencyLoad(_LoadBase):
         self.stopping = True
         self._loop.call_soon_threadsafe(self.failed.set)
 
-    def _worker(self, slot: Slot) -> None:
+    def _worker(self, slot: Slot, share: int | None) -> None:
         infer = slot.connection.infer
         validating = self._validating
         log = self.log
         if self.sequences is None and not validating:
-            self._plain_worker(slot)
+            self._plain_worker(slot, share)
             return
         while not self.stopping:
+            if share is not None:
+                if share <= 0:
+                    return
+                share -= 1
             request, expected, flags = self._pick(slot)
             log.sent += 1
             timing: InferTiming = infer(request, flags, validating)
             if not self._record(timing, expected, flags, False, True):
                 return
 
-    def _plain_worker(self, slot: Slot) -> None:
+    def _plain_worker(self, slot: Slot, share: int | None) -> None:
         """The loop without sequences or validation: the same requests in turn, each one's
         timing appended to the log (at concurrency 1 a few microseconds of client work per
         request show in the request rate)."""
@@ -200,7 +222,8 @@ class ThreadedConcurrencyLoad(_LoadBase):
         flat = self._flat
         count = len(flat)
         position = slot.position
-        while not self.stopping:
+        last = None if share is None else position + share
+        while not self.stopping and position != last:
             request = flat[position % count][0]
             position += 1
             log.sent += 1
@@ -265,8 +288,12 @@ def file_intervals(values_us: list[int]) -> Iterator[int]:
 
 
 class ScheduleLoad(_LoadBase):
-    async def start(self, intervals: Iterator[int], max_connections: int) -> None:
+    async def start(
+        self, intervals: Iterator[int], max_connections: int, request_limit: int | None = None
+    ) -> None:
+        """Send on the schedule; with ``request_limit`` exactly that many requests."""
         self.stopping = False
+        self._limit = request_limit
         self._idle: asyncio.Queue[Slot] = asyncio.Queue()
         self._max_connections = max_connections
         initial = max_connections if self.sequences is not None else min(4, max_connections)
@@ -289,7 +316,12 @@ class ScheduleLoad(_LoadBase):
     async def _dispatch(self, intervals: Iterator[int]) -> None:
         clock = self.clock
         scheduled = clock()
+        remaining = self._limit
         while not self.stopping:
+            if remaining is not None:
+                if remaining <= 0:
+                    break
+                remaining -= 1
             scheduled += next(intervals)
             wait = scheduled - clock()
             if wait > 0:

@@ -216,7 +216,7 @@ class Profiler:
             load = ConcurrencyLoad(
                 endpoint.transport, session.workload, RequestLog(), self.clock, session.sequences
             )
-            await load.start(max(min(concurrency, share), 1), request_limit=share)
+            await load.start(max(min(concurrency, share), 1), request_limit=share, record=False)
             loads.append(load)
         for load in loads:
             await load.wait_done()
@@ -261,11 +261,18 @@ class Profiler:
     async def _start_loads(
         self, runs: list[_EndpointRun], value: float, intervals: Iterator[int] | None
     ) -> None:
-        """The level's load, split over the endpoints (see :mod:`repokit.perf.split`)."""
+        """The level's load, split over the endpoints (see :mod:`repokit.perf.split`); with
+        ``--request-count`` each endpoint sends its share of exactly that many requests."""
         parts = len(runs)
+        count = self.o.request_count
+        limits: list[int | None] = (
+            list(split_concurrency(count, parts)) if count else [None] * parts
+        )
         if intervals is None:
-            for run, share in zip(runs, split_concurrency(int(value), parts), strict=True):
-                await run.load.start(share)
+            for run, share, limit in zip(
+                runs, split_concurrency(int(value), parts), limits, strict=True
+            ):
+                await run.load.start(share, limit)
             return
         streams = deal_intervals(intervals, parts)
         # a sequence model keeps --num-of-sequences sequences going (one connection each, one
@@ -276,8 +283,10 @@ class Profiler:
         connections = split_connections(
             self.o.num_of_sequences if sequences else self.o.max_threads, parts
         )
-        for run, stream, limit in zip(runs, streams, connections, strict=True):
-            await run.load.start(stream, limit)
+        for run, stream, connection_limit, limit in zip(
+            runs, streams, connections, limits, strict=True
+        ):
+            await run.load.start(stream, connection_limit, limit)
 
     def _close_window(
         self, run: _EndpointRun, start: int, end: int, client_cpu: float

@@ -20,6 +20,7 @@ from repokit.cli.main import make_app
 from repokit.core.tracing.options import TraceStartup
 from repokit.perf.errors import PerfError
 from repokit.perf.input_json import check_batchable, json_dataset
+from repokit.perf.load import worker_shares
 from repokit.perf.model_info import ModelInfo, TensorSpec
 from repokit.perf.options import (
     ConcurrencyRange,
@@ -168,21 +169,39 @@ def test_optional_inputs_may_be_left_out_but_not_batched_unevenly(tmp_path: Path
     assert "input 'INPUT1' is missing" in message
 
 
-def test_request_count_is_one_window_of_that_many_requests() -> None:
+@pytest.mark.parametrize(
+    "load",
+    [
+        {"concurrency_range": ConcurrencyRange(3, 3, 1)},
+        {"concurrency_range": ConcurrencyRange(7, 7, 1), "warmup_request_count": 5},
+        {"request_rate_range": RateRange(20, 20, 1)},
+    ],
+    ids=["concurrency", "concurrency_after_warmup", "request_rate"],
+)
+def test_request_count_sends_exactly_that_many_requests(load: dict[str, Any]) -> None:
     transport = FakeTransport(latency=lambda now, inflight: 0.001)
     options = _options(
         request_count=40,
         measurement_mode="count_windows",
         measurement_request_count=40,
         max_trials=1,
-        count_window_poll_s=0.001,
+        count_window_poll_s=0.0001,  # the window would close long after the 40 answered
         stability_percentage=0.0001,
+        **load,
     )
     report = _run(options, transport)
     assert report.exit_code == 0
     [result] = report.results
     assert result.stable and len(result.windows) == 1
-    assert result.windows[0].request_count >= 40
+    assert result.windows[0].request_count == 40
+    assert result.windows[0].sent_count == 40
+    assert len(transport.sent) == 40 + options.warmup_request_count
+
+
+def test_request_count_is_dealt_over_the_workers() -> None:
+    assert worker_shares(10, 4) == [3, 3, 2, 2]
+    assert worker_shares(4, 4) == [1, 1, 1, 1]
+    assert worker_shares(None, 2) == [None, None]
 
 
 def test_request_rate_on_a_sequence_model_keeps_num_of_sequences_going() -> None:
@@ -271,6 +290,37 @@ def test_cli_takes_perf_analyzers_deprecated_and_newer_options(server: ServerThr
     result = _perf(server, "--service-kind", "triton", "--request-count", "30")
     assert result.exit_code == 0, result.output
     assert "(stable, 1 windows)" in result.output
+
+
+def _success_count(server: ServerThread, model: str) -> int:
+    url = f"http://{server.http_url}/v2/models/{model}/stats"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        stats = json.loads(answer.read())
+    return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--concurrency-range", "3"],  # sync: a thread per concurrent request
+        ["--concurrency-range", "4", "-a"],
+        ["--concurrency-range", "2", "-i", "grpc"],
+        ["--request-rate-range", "20"],
+    ],
+    ids=["sync", "async", "grpc", "request_rate"],
+)
+def test_cli_request_count_reaches_the_server_exactly(
+    server: ServerThread, args: list[str]
+) -> None:
+    url = server.grpc_url if "grpc" in args else server.http_url
+    before = _success_count(server, "add_sub")
+    result = CliRunner().invoke(
+        make_app(),
+        ["perf", "-m", "add_sub", "-u", url, "--request-count", "23", *args],
+        env={"COLUMNS": "300"},
+    )
+    assert result.exit_code == 0, result.output
+    assert _success_count(server, "add_sub") - before == 23
 
 
 def test_version() -> None:
