@@ -39,6 +39,7 @@ from repokit.perf.options import (
     parse_request_parameter,
     parse_shape,
 )
+from repokit.perf.periodic import parse_periodic_range
 from repokit.perf.report import LevelResult, PerfReport
 from repokit.perf.server_stats import ServerBreakdown
 from repokit.perf.statistics import STABILITY_WINDOW, WindowSummary
@@ -228,14 +229,15 @@ def _endpoint_cells(
 
 def render_report(report: PerfReport, console: Console) -> None:
     title = f"{report.model} v{report.version} over {report.protocol} ({report.url})"
-    level_name = "Concurrency" if report.mode == "concurrency" else "Request rate"
+    by_count = report.mode in ("concurrency", "periodic_concurrency")
+    level_name = "Concurrency" if by_count else "Request rate"
     columns = [level_name, "infer/s", "avg us", "p50", "p90", "p95", "p99", "send", "recv"]
     if report.include_server_stats:
         columns += ["queue", "compute in", "infer", "compute out", "batch", "execs"]
     table = TableData([Column(c, justify="right") for c in columns], title=title)
     for result in report.results:
         s = result.summary
-        level = str(int(result.value)) if report.mode == "concurrency" else f"{result.value:g}"
+        level = str(int(result.value)) if by_count else f"{result.value:g}"
         row = [level, f"{s.throughput:,.1f}", _us(s.avg_latency_ns)]
         row += [_us(s.percentiles_ns.get(p, 0)) for p in (50, 90, 95, 99)]
         row += [_us(s.avg_send_ns), _us(s.avg_recv_ns)]
@@ -325,6 +327,23 @@ def register(app: typer.Typer) -> None:
         batch_size: Annotated[int, typer.Option("-b", "--batch-size")] = 1,
         concurrency_range: Annotated[str | None, typer.Option("--concurrency-range")] = None,
         request_rate_range: Annotated[str | None, typer.Option("--request-rate-range")] = None,
+        periodic_concurrency_range: Annotated[
+            str | None,
+            typer.Option(
+                "--periodic-concurrency-range",
+                help="start:end:step: start requests, step more each time the latest ones have "
+                "--request-period responses, end in all (gRPC streaming; needs "
+                "--profile-export-file).",
+            ),
+        ] = None,
+        request_period: Annotated[
+            int,
+            typer.Option(
+                "--request-period",
+                help="Responses each request gets before the next ones are sent (periodic "
+                "concurrency mode).",
+            ),
+        ] = 10,
         request_distribution: Annotated[str, typer.Option("--request-distribution")] = "constant",
         request_intervals: Annotated[Path | None, typer.Option("--request-intervals")] = None,
         latency_threshold: Annotated[
@@ -600,6 +619,12 @@ def register(app: typer.Typer) -> None:
                 request_parameters=dict(map(parse_request_parameter, request_parameter or [])),
                 trace_settings=trace,
                 request_count=request_count,
+                periodic_concurrency_range=(
+                    parse_periodic_range(periodic_concurrency_range)
+                    if periodic_concurrency_range is not None
+                    else None
+                ),
+                request_period=request_period,
                 grpc_compression=grpc_compression_algorithm,
                 bls_composing_models=[
                     name.strip() for name in bls_composing_models.split(",") if name.strip()

@@ -216,9 +216,12 @@ def profile_export(report: PerfReport) -> dict[str, Any]:
                 requests.append(
                     {"timestamp": start, "sequence_id": 0, "response_timestamps": stamps}
                 )
+        experiment: dict[str, Any] = {"mode": result.mode, "value": result.value}
+        if result.mode == "periodic_concurrency":  # perf_analyzer's one experiment of the mode
+            experiment = {"mode": "concurrency", "value": 1}
         experiments.append(
             {
-                "experiment": {"mode": result.mode, "value": result.value},
+                "experiment": experiment,
                 "requests": requests,
                 "window_boundaries": result.window_boundaries,
                 "summary": result.to_dict()["summary"],

@@ -108,6 +108,9 @@ class PerfOptions:
     request_count: int = 0  # --request-count: one count window of exactly this many requests
     grpc_compression: str = "none"  # --grpc-compression-algorithm
     bls_composing_models: list[str] = field(default_factory=list)  # their server stats too
+    # --periodic-concurrency-range / --request-period (repokit.perf.periodic)
+    periodic_concurrency_range: ConcurrencyRange | None = None
+    request_period: int = 10
 
     @property
     def server_urls(self) -> list[str]:
@@ -124,6 +127,8 @@ class PerfOptions:
 
     @property
     def mode(self) -> str:
+        if self.periodic_concurrency_range is not None:
+            return "periodic_concurrency"
         if self.request_intervals is not None:
             return "request_intervals"
         if self.request_rate_range is not None:
@@ -365,6 +370,9 @@ def validate_options(o: PerfOptions) -> None:
     if level is not None and level not in TRACE_LEVELS:
         raise option_error(f"--trace-level must be one of {', '.join(TRACE_LEVELS)}; got '{level}'")
     _check_request_count(o)
+    from repokit.perf.periodic import check_periodic
+
+    check_periodic(o)
     validate_tls(o.tls, o.protocol)
     if o.request_intervals is not None and not o.request_intervals.is_file():
         raise option_error(f"--request-intervals file '{o.request_intervals}' does not exist")

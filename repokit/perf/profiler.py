@@ -621,6 +621,24 @@ async def run_perf(
         endpoints = [
             Endpoint(*endpoint) for endpoint in zip(urls, transports, sessions, strict=True)
         ]
+        if options.mode == "periodic_concurrency":
+            from repokit.perf.periodic import PeriodicRun
+
+            if session.sequences is not None:
+                raise PerfError(
+                    "--periodic-concurrency-range sends independent requests: the model must "
+                    "not use sequence batching",
+                    GENERIC_ERROR,
+                )
+            result = await PeriodicRun(options, transports[0], session.workload, clock).run()
+            (observer or NullObserver()).level_done(result)
+            report.results.append(result)
+            if options.csv_file is not None:
+                report.warnings.append(
+                    "-f: no CSV in periodic concurrency mode (perf_analyzer writes none); the "
+                    "requests' timestamps are in --profile-export-file"
+                )
+            return report
         profiler = Profiler(options, endpoints, observer or NullObserver(), clock, cpu_clock)
         await profiler.warmup()
         search = _search(options)
@@ -708,7 +726,7 @@ def write_outputs(report: PerfReport, options: PerfOptions) -> None:
     from repokit.perf.plot import write_plot
 
     try:
-        if options.csv_file is not None:
+        if options.csv_file is not None and options.mode != "periodic_concurrency":
             write_csv(report, options.csv_file, options.verbose_csv)
         if options.profile_export_file is not None:
             write_profile_export(report, options.profile_export_file)

@@ -45,7 +45,7 @@ class EndpointResult:
 
 @dataclass
 class LevelResult:
-    mode: str  # "concurrency" | "request_rate" | "request_intervals"
+    mode: str  # "concurrency" | "request_rate" | "request_intervals" | "periodic_concurrency"
     value: float
     stable: bool
     summary: WindowSummary
@@ -62,6 +62,8 @@ class LevelResult:
     def label(self) -> str:
         if self.mode == "concurrency":
             return f"concurrency {int(self.value)}"
+        if self.mode == "periodic_concurrency":
+            return f"periodic concurrency {int(self.value)}"
         return f"request rate {self.value:g}"
 
     def to_dict(self) -> dict[str, Any]:

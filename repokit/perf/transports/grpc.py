@@ -70,6 +70,7 @@ class StreamReplies:
         self.first = 0
         self.last = 0
         self.count = 0
+        self.total = 0  # every response, the empty final one too (perf_analyzer's count)
         self.times: list[int] = []  # arrival of each response with outputs (decoupled)
         self.reply: pb.ModelInferResponse | None = None
 
@@ -79,6 +80,7 @@ class StreamReplies:
         if stream_reply.error_message:
             return True, stream_reply.error_message
         response = stream_reply.infer_response
+        self.total += 1
         if not self.decoupled:
             self.first = self.last = now
             self.count = 1
@@ -151,7 +153,10 @@ class GrpcConnection:
         request: PreparedGrpc,
         sequence: SequenceFlags | None = None,
         want_outputs: bool = False,
+        on_response: Callable[[int, bool], None] | None = None,
     ) -> InferTiming:
+        """One request; on a stream, ``on_response(responses so far, final)`` is called as
+        each response arrives (the periodic concurrency mode counts them)."""
         clock = self._clock
         start = clock()
         payload = request.serialized if sequence is None else _sequence_bytes(request, sequence)
@@ -170,6 +175,8 @@ class GrpcConnection:
                     done, error = replies.add(raw, received)
                     if error is not None:
                         return InferTiming(start, sent, received, clock(), error)
+                    if on_response is not None:
+                        on_response(replies.total, done)
                     if done:
                         return replies.timing(start, sent, received, clock(), want_outputs)
             else:
