@@ -4,6 +4,7 @@ attributes; a client's W3C ``traceparent`` (HTTP header, gRPC metadata) becomes 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -172,7 +173,10 @@ def test_ensemble_spans_nest(server: ServerThread, receiver: OtlpReceiver) -> No
         assert step.attributes["triton.request_id"] == "e1"
 
 
-def test_bls_children_nest_under_their_caller(server: ServerThread, receiver: OtlpReceiver) -> None:
+@pytest.mark.parametrize("propagated", [True, False], ids=["traceparent", "new_trace"])
+def test_bls_children_nest_under_their_caller(
+    server: ServerThread, receiver: OtlpReceiver, propagated: bool
+) -> None:
     before = len(receiver.spans)
     body = {
         "inputs": [
@@ -183,8 +187,10 @@ def test_bls_children_nest_under_their_caller(server: ServerThread, receiver: Ot
         ]
     }
     url = f"http://{server.http_url}/v2/models/bls/infer"
-    answer = requests.post(url, json=body, headers={"traceparent": TRACEPARENT}, timeout=30)
+    headers = {"traceparent": TRACEPARENT} if propagated else {}
+    answer = requests.post(url, json=body, headers=headers, timeout=30)
     assert answer.status_code == 200, answer.text
+    info = next(o for o in answer.json()["outputs"] if o["name"] == "INFO")["data"][0]
     spans = _new_spans(receiver, before, 5)
     by_id = {s.span_id: s for s in spans}
     tree = sorted((s.name, by_id[s.parent_span_id].name if s.parent_span_id in by_id else "")
@@ -197,10 +203,16 @@ def test_bls_children_nest_under_their_caller(server: ServerThread, receiver: Ot
         ("compute", "add_sub"),
         ("compute", "bls"),
     ]
-    assert {s.trace_id for s in spans} == {CLIENT_TRACE}
+    (trace_id,) = {s.trace_id for s in spans}
+    if propagated:
+        assert trace_id == CLIENT_TRACE
     caller = next(s for s in spans if s.name == "bls")
     child = next(s for s in spans if s.name == "add_sub")
     assert child.attributes["triton.trace_parent_id"] == caller.attributes["triton.trace_id"]
+    # request.trace().get_context(): the W3C context of the model's span, as Triton gives it
+    kind, context, _ = info.split("|")
+    assert kind == "InferenceTrace"
+    assert json.loads(context) == {"traceparent": f"00-{trace_id}-{caller.span_id}-01"}
 
 
 def test_rate_zero_traces_only_propagated_requests(repo: Path, receiver: OtlpReceiver) -> None:

@@ -11,11 +11,17 @@ the rate and count, its ``InferRequest`` span a child of the client's span.
 Spans are built when the request is answered, from the recorded monotonic timestamps (shifted
 to the wall clock once, when the exporter starts), and handed to the SDK's batch span
 processor (``bsp_*`` settings), whose thread exports them; the server flushes it when it stops.
+A python model that asks for its request's context (``request.trace().get_context()``) gets
+Triton's JSON of the W3C context of its model span (``{"traceparent": "00-<trace id>-<span
+id>-01"}``) while the span does not exist yet: the ids are chosen then (:meth:`context_of`)
+and the span is given them when it is built (:class:`PlannedIds`).
 This module is imported only in opentelemetry mode (the ``tracing`` extra).
 """
 
 from __future__ import annotations
 
+import json
+import random
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +31,7 @@ try:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - the dev extra installs them
     raise ValueError(
@@ -41,12 +48,32 @@ if TYPE_CHECKING:
 TRACER_NAME = "triton-server"
 
 
+class PlannedIds(RandomIdGenerator):
+    """Random ids, except the next trace or span id when one was planned (the span a model
+    already gave its context out for). Spans are built on the event loop only."""
+
+    def __init__(self) -> None:
+        self.next_trace_id = 0
+        self.next_span_id = 0
+
+    def generate_trace_id(self) -> int:
+        planned, self.next_trace_id = self.next_trace_id, 0
+        return planned or super().generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        planned, self.next_span_id = self.next_span_id, 0
+        return planned or super().generate_span_id()
+
+
 class OtelExporter:
     def __init__(self, startup: TraceStartup) -> None:
         url = startup.otel_setting("url", DEFAULT_OTEL_URL)
         if "://" not in url:  # tritonserver takes host:port/path
             url = f"http://{url}"
-        self._provider = TracerProvider(resource=Resource.create(startup.otel_resources()))
+        self._ids = PlannedIds()
+        self._provider = TracerProvider(
+            resource=Resource.create(startup.otel_resources()), id_generator=self._ids
+        )
         self._provider.add_span_processor(
             BatchSpanProcessor(
                 OTLPSpanExporter(endpoint=url),
@@ -65,6 +92,20 @@ class OtelExporter:
         span_context = otel_trace.get_current_span(context).get_span_context()
         return context if span_context.is_valid else None
 
+    def context_of(self, trace: Trace) -> str:
+        """Triton's trace context of ``trace``'s model span (``get_context()``), its ids
+        chosen now if the span was not asked for before."""
+        root = trace.root
+        if not root.otel_trace_id:
+            parent = None
+            if root.otel_context is not None:
+                parent = otel_trace.get_current_span(root.otel_context).get_span_context()
+            root.otel_trace_id = parent.trace_id if parent is not None else _random_id(128)
+        if not trace.otel_span_id:
+            trace.otel_span_id = _random_id(64)
+        traceparent = f"00-{root.otel_trace_id:032x}-{trace.otel_span_id:016x}-01"
+        return json.dumps({"traceparent": traceparent}, separators=(",", ":"))
+
     def export(self, trace: Trace) -> None:
         offset = self._offset
         tracer = self._tracer
@@ -72,6 +113,8 @@ class OtelExporter:
         start = min((ns for _, ns in trace.events), default=now)
         end = max((ns for _, ns in trace.events), default=now)
         kind = otel_trace.SpanKind.SERVER
+        if trace.otel_context is None:  # a new trace: the id given out, if any
+            self._ids.next_trace_id = trace.otel_trace_id
         root = tracer.start_span(
             "InferRequest", context=trace.otel_context, kind=kind, start_time=start + offset
         )
@@ -92,6 +135,7 @@ class OtelExporter:
         for name, ns in trace.events:
             at = ns + offset
             if name == "REQUEST_START":
+                self._ids.next_span_id = trace.otel_span_id  # the id given out, if any
                 model = tracer.start_span(
                     trace.model_name,
                     context=otel_trace.set_span_in_context(parent),
@@ -131,3 +175,10 @@ class OtelExporter:
     def shutdown(self) -> None:
         """Export what is queued and stop the processor's thread."""
         self._provider.shutdown()
+
+
+def _random_id(bits: int) -> int:
+    value = 0
+    while not value:
+        value = random.getrandbits(bits)
+    return value

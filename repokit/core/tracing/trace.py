@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repokit.core.tracing.setting import TENSORS, TIMESTAMPS, TRITON_MODE, TraceSetting
+from repokit.core.tracing.setting import (
+    OTEL_MODE,
+    TENSORS,
+    TIMESTAMPS,
+    TRITON_MODE,
+    TraceSetting,
+)
 
 if TYPE_CHECKING:
     from repokit.backends.base import Timing
@@ -68,6 +74,8 @@ class Trace:
         "model_version",
         "open_children",
         "otel_context",
+        "otel_span_id",
+        "otel_trace_id",
         "parent_id",
         "request_id",
         "root",
@@ -92,6 +100,9 @@ class Trace:
         self.parent_id = parent.id if parent is not None else 0
         self.root: Trace = parent.root if parent is not None else self
         self.otel_context = otel_context  # the client's (propagated) context, root only
+        # opentelemetry mode, once a model asked for its context: the ids its spans get
+        self.otel_trace_id = 0  # root only
+        self.otel_span_id = 0  # this trace's model span
         self.model_name = ""
         self.model_version = -1
         self.request_id = ""
@@ -176,8 +187,12 @@ class Trace:
 
     def context(self) -> str | None:
         """What ``request.trace().get_context()`` gives a python model executing this trace's
-        request: None in triton mode (Triton sets a context only in opentelemetry mode)."""
-        return None
+        request: in opentelemetry mode the W3C context of its model span as Triton's JSON;
+        None in triton mode (Triton sets a context only in opentelemetry mode)."""
+        otel = self.manager.otel
+        if self.setting.mode != OTEL_MODE or otel is None:
+            return None
+        return otel.context_of(self)
 
     def finish(self) -> None:
         """The request is answered (root trace; called once by the frontend)."""
