@@ -333,7 +333,7 @@ def run_differential(tmp_path: Path, ci: str) -> subprocess.CompletedProcess[str
     blocker = tmp_path / "file"
     blocker.write_text("")
     env = {**os.environ, tr.HOME_VARIABLE: str(blocker / "cache"), "CI": ci}
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rsE"]
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rsE", "-n", "0"]
     command.append("tests/differential/test_grpc_vs_triton.py")
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
