@@ -28,6 +28,7 @@ __all__ = ["LoadResult", "TritonReference", "free_ports", "running_triton"]
 
 MISSING_BACKEND = "unable to find backend library"
 CRASHED = "tritonserver crashed while loading it"
+NOT_SENT = "not loaded: tritonserver had crashed before"
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class TritonReference(TritonServer):
         """Load ``model`` through the repository API. A load that the server's crash cuts off
         fails at once, with status 0 as a timeout (``judge`` retries it after a restart): the
         crashed server can take minutes to die, and answers nothing meanwhile."""
+        if self.crashed or not self.running:
+            return LoadResult(model, False, 0, NOT_SENT)
         answer: Future[LoadResult] = Future()
 
         def request() -> None:
@@ -124,15 +127,20 @@ class TritonReference(TritonServer):
         """Load every model and keep the verdicts, surviving server crashes.
 
         Triton 2.51 segfaults on a few invalid configs (sometimes only when loads run in
-        parallel). When the server dies it is restarted and the loads it cut off are retried,
-        in parallel ``retries`` times, then one at a time; a model that kills the server on
-        its own gets a failed verdict ("tritonserver crashed while loading it").
+        parallel). When the server dies it is restarted; the models whose loads had not been
+        sent yet are judged again as at first, the loads the crash cut off are retried in
+        parallel ``retries`` times, then one at a time; a model that kills the server on its
+        own gets a failed verdict ("tritonserver crashed while loading it").
         """
         results = self.load_all(models, timeout, workers)
         if self.alive:
             return results
         cut_off = [m for m in models if results[m].timed_out]
+        untried = [m for m in cut_off if results[m].message == NOT_SENT]
+        cut_off = [m for m in cut_off if results[m].message != NOT_SENT]
         self.restart()
+        if untried:  # fewer than ``models``: the first loads were sent before any crash
+            results.update(self.judge(untried, timeout, workers, retries))
         if retries > 0:
             results.update(self.judge(cut_off, timeout, workers, retries - 1))
             return results

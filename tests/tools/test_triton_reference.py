@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.differential.triton_reference import CRASHED, LoadResult, TritonReference
+from tests.differential.triton_reference import CRASHED, NOT_SENT, LoadResult, TritonReference
 from tools import triton_reference as tr
 from tools.triton_reference import Installation, ReferenceUnavailable
 
@@ -407,3 +407,15 @@ def test_a_load_the_crash_cuts_off_fails_at_once_as_cut_off(tmp_path: Path) -> N
         assert result.timed_out  # judge() restarts the server and loads it again
         server.stop()
 
+
+
+def test_a_load_after_the_crash_is_not_sent(tmp_path: Path) -> None:
+    server, listener = crash_stand_in(tmp_path)
+    with listener:
+        write_crash(server)
+        result = server.load("later", timeout=120)
+        assert result == LoadResult("later", False, 0, NOT_SENT)  # judge() loads it again
+        listener.settimeout(0)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing connected
+        server.stop()
