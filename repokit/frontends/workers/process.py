@@ -36,6 +36,11 @@ from repokit.frontends.workers.messages import (
 )
 
 _POLL_S = 0.02
+# how long past its own deadline a worker still holds the calls in flight: the scheduling
+# process (whose deadline is a little earlier) decides whether the exit timeout expired with
+# requests in flight; a worker that left at its own deadline would cancel its calls first, and
+# the server would exit 0 as if they had finished (its instances' stop then ends them)
+_HOLD_PAST_DEADLINE_S = 0.5
 
 
 async def serve(data: socket.socket, control: socket.socket) -> int:
@@ -104,7 +109,8 @@ async def _drain(
     if not client.lost.is_set():
         client.send(ClientsGone())  # the scheduling process may stop the service now
     grpc_stop = asyncio.ensure_future(grpc_server.stop(timeout)) if grpc_server else None
-    while client.inflight and not client.lost.is_set() and time.monotonic() < deadline:
+    hold_until = deadline + _HOLD_PAST_DEADLINE_S
+    while client.inflight and not client.lost.is_set() and time.monotonic() < hold_until:
         await asyncio.sleep(_POLL_S)
     if http is not None:
         while http.close_idle() and time.monotonic() < deadline:
