@@ -317,43 +317,32 @@ class Instance:
         for entry in batch:
             if len(entry) == 5:
                 return self._build_wired(batch)
+        return [self._standard(entry) for entry in cast("list[RequestItem]", batch)], None
+
+    def _standard(self, entry: RequestItem) -> pb_utils.InferenceRequest:
+        """A request of the standard path (its inputs packed by the server) for ``execute``."""
+        inputs, requested, request_id, correlation_id, flags, parameters, key = entry
         tensor, unpack, dtypes = pb_utils.Tensor._wrap, ipc.unpack_array, self._dtypes
-        received = pb_utils.InferenceRequest._received
-        return [
-            received(
-                [
-                    tensor(name, unpack(a, dtypes), special is not None)
-                    for name, a, special in inputs
-                ],
-                set(requested),
-                request_id,
-                correlation_id,
-                flags,
-                parameters,
-                key,
-            )
-            for inputs, requested, request_id, correlation_id, flags, parameters, key in cast(
-                "list[RequestItem]", batch
-            )
-        ], None
+        return pb_utils.InferenceRequest._received(
+            [tensor(name, unpack(a, dtypes), special is not None) for name, a, special in inputs],
+            set(requested),
+            request_id,
+            correlation_id,
+            flags,
+            parameters,
+            key,
+        )
 
     def _build_wired(self, batch: RequestBatch) -> tuple[list[pb_utils.InferenceRequest], _Wired]:
         """A batch with wire entries: each decoded and checked as :meth:`_execute_wire` does;
         one the instance does not take is left out (the server's standard path answers it)."""
-        tensor, unpack, dtypes = pb_utils.Tensor._wrap, ipc.unpack_array, self._dtypes
-        received = pb_utils.InferenceRequest._received
+        tensor, received = pb_utils.Tensor._wrap, pb_utils.InferenceRequest._received
         requests: list[pb_utils.InferenceRequest] = []
         codecs: list[_WireCodec | None] = []
         fallbacks: list[int] = []
         for index, entry in enumerate(batch):
             if len(entry) != 5:
-                inputs, requested, request_id, correlation_id, flags, parameters, key = entry
-                tensors = [tensor(n, unpack(a, dtypes), bf16 is not None) for n, a, bf16 in inputs]
-                requests.append(
-                    received(
-                        tensors, set(requested), request_id, correlation_id, flags, parameters, key
-                    )
-                )
+                requests.append(self._standard(entry))
                 codecs.append(None)
                 continue
             protocol, raw, given, limit, key = entry
