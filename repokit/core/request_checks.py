@@ -10,6 +10,10 @@
 5. batch size <= max_batch_size;
 6. per input: known name, datatype, shape against dims (-1 matches anything), reshape, byte
    size (element count for BYTES).
+Steps 3 to 6 walk the inputs as Triton does, in its input map's order
+(:mod:`repokit.core.triton_input_order`: the "Got input(s)" list, and which input an error names
+when several are wrong); they run in request order and are repeated in Triton's order only once
+the request has failed, so a good request pays nothing for it.
 Request-time messages carry ``[request id: <id>] `` (``<id_unknown>`` without an id) exactly
 where Triton adds it. Sequence parameters on models without a sequence batcher are accepted
 and ignored, as Triton 2.51 does.
@@ -25,13 +29,14 @@ import numpy as np
 import numpy.typing as npt
 
 from repokit.backends.base import BackendRequest
+from repokit.core.triton_input_order import triton_order
 from repokit.errors import RepokitError, invalid_arg
 from repokit.protocol import datatypes
 from repokit.protocol.array_shape import representable
 from repokit.protocol.bytes_tensor import deserialize_bytes_tensor
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.plain_request import InputPlan
-from repokit.protocol.types import InferRequest, InferTensor, SharedMemoryRef
+from repokit.protocol.types import InferRequest, InferTensor, InputSpec, SharedMemoryRef
 
 RAW_INPUT_NAME = "raw_input"
 SEQUENCE_START, SEQUENCE_END = 1, 2
@@ -186,7 +191,7 @@ def _raw_input(io: ModelIO, request: InferRequest, prefix: str) -> None:
 def _count_error(io: ModelIO, names: list[str], prefix: str) -> RepokitError:
     missing = [n for n in io.required if n not in names]
     missing_text = "[" + ",".join(f"'{n}'" for n in missing) + "]" if missing else "]"
-    got_text = "[" + ",".join(f"'{n}'" for n in names) + "]"
+    got_text = "[" + ",".join(f"'{n}'" for n in triton_order(names)) + "]"
     total, required = len(io.input_order), len(io.required)
     if total == required:
         head = f"expected {total} inputs but got {len(names)} inputs"
@@ -254,42 +259,27 @@ def _input_array(
     return data.reshape(shape) if data.size == count else data
 
 
-def prepare(io: ModelIO, request: InferRequest, read_shm: ShmReader) -> PreparedRequest:
-    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+def _checked_inputs(
+    io: ModelIO,
+    names: list[str],
+    specs: list[InputSpec],
+    sources: list[npt.NDArray[Any]],
+    prefix: str,
+    *,
+    known_first: bool = False,
+) -> tuple[int, dict[str, InferTensor]]:
+    """Triton's batch, datatype, shape and byte-size checks of the inputs, in the given order:
+    the batch size and the model's tensors. ``known_first``: every name is looked up before
+    any other check (Triton does so for models that do not batch)."""
     model = io.model_name
-    # shared-memory inputs are resolved first, as Triton's frontends do
-    sources: list[npt.NDArray[Any]] = []
-    seen: set[str] = set()
-    for spec in request.inputs:
-        if spec.name in seen:
-            raise invalid_arg(f"{prefix}input '{spec.name}' already exists in request")
-        seen.add(spec.name)
-        if spec.shm is not None:
-            sources.append(read_shm(spec.shm))
-        elif spec.data is not None:
-            sources.append(spec.data)
-        else:
-            raise invalid_arg(
-                f"unable to find data for input tensor '{spec.name}' for model '{model}' in "
-                "request."
-            )
-    if request.raw_input:
-        _raw_input(io, request, prefix)
-        data = request.inputs[0].data
-        assert data is not None
-        sources[0] = data
-        names = [io.input_order[0]]
-    else:
-        names = [spec.name for spec in request.inputs]
-    for output in request.outputs:
-        if output.name not in io.outputs:
-            raise invalid_arg(f"unexpected inference output '{output.name}' for model '{model}'")
-    if len(names) > len(io.input_order) or len(names) < len(io.required):
-        raise _count_error(io, names, prefix)
-    shapes: list[tuple[int, ...]] = [tuple(spec.shape) for spec in request.inputs]
+    if known_first:
+        for name in names:
+            if name not in io.inputs:
+                raise invalid_arg(f"unexpected inference input '{name}' for model '{model}'")
+    shapes: list[tuple[int, ...]] = [tuple(spec.shape) for spec in specs]
     batch_size = 0
     if io.max_batch_size > 0:
-        for index, (name, spec) in enumerate(zip(names, request.inputs, strict=True)):
+        for index, (name, spec) in enumerate(zip(names, specs, strict=True)):
             info = io.inputs.get(name)
             if info is None:
                 raise invalid_arg(f"unexpected inference input '{name}' for model '{model}'")
@@ -313,7 +303,7 @@ def prepare(io: ModelIO, request: InferRequest, read_shm: ShmReader) -> Prepared
             f"{prefix}inference request batch-size must be <= {io.max_batch_size} for '{model}'"
         )
     tensors: dict[str, InferTensor] = {}
-    for name, spec, shape, data in zip(names, request.inputs, shapes, sources, strict=True):
+    for name, spec, shape, data in zip(names, specs, shapes, sources, strict=True):
         info = io.inputs.get(name)
         if info is None:
             raise invalid_arg(f"unexpected inference input '{name}' for model '{model}'")
@@ -352,6 +342,58 @@ def prepare(io: ModelIO, request: InferRequest, read_shm: ShmReader) -> Prepared
         with_batch = shape if batch_size == 0 or info.is_shape_tensor else (batch_size, *shape)
         array = _input_array(info, input_id, data, with_batch, model, prefix)
         tensors[name] = InferTensor(name, info.datatype, with_batch, array, dict(spec.parameters))
+    return batch_size, tensors
+
+
+def prepare(io: ModelIO, request: InferRequest, read_shm: ShmReader) -> PreparedRequest:
+    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    model = io.model_name
+    # shared-memory inputs are resolved first, as Triton's frontends do
+    sources: list[npt.NDArray[Any]] = []
+    seen: set[str] = set()
+    for spec in request.inputs:
+        if spec.name in seen:
+            raise invalid_arg(f"{prefix}input '{spec.name}' already exists in request")
+        seen.add(spec.name)
+        if spec.shm is not None:
+            sources.append(read_shm(spec.shm))
+        elif spec.data is not None:
+            sources.append(spec.data)
+        else:
+            raise invalid_arg(
+                f"unable to find data for input tensor '{spec.name}' for model '{model}' in "
+                "request."
+            )
+    if request.raw_input:
+        _raw_input(io, request, prefix)
+        data = request.inputs[0].data
+        assert data is not None
+        sources[0] = data
+        names = [io.input_order[0]]
+    else:
+        names = [spec.name for spec in request.inputs]
+    for output in request.outputs:
+        if output.name not in io.outputs:
+            raise invalid_arg(f"unexpected inference output '{output.name}' for model '{model}'")
+    if len(names) > len(io.input_order) or len(names) < len(io.required):
+        raise _count_error(io, names, prefix)
+    try:
+        batch_size, tensors = _checked_inputs(io, names, request.inputs, sources, prefix)
+    except RepokitError:
+        if len(names) < 2:
+            raise
+        # Triton names the first wrong input in the order it walks them (its input map's)
+        order = {name: index for index, name in enumerate(triton_order(names))}
+        walk = sorted(range(len(names)), key=lambda index: order[names[index]])
+        _checked_inputs(
+            io,
+            [names[i] for i in walk],
+            [request.inputs[i] for i in walk],
+            [sources[i] for i in walk],
+            prefix,
+            known_first=True,
+        )
+        raise
     checked = prepared(io, request, tensors, batch_size)
     regions = [spec.shm.region for spec in request.inputs if spec.shm is not None]
     regions += [o.shm.region for o in request.outputs if o.shm is not None]

@@ -32,10 +32,12 @@ MAX_NESTING = 100
 _NOT_BOOL = "attempt to access JSON non-boolean as boolean"
 _NOT_INT = "attempt to access JSON non-signed-integer as signed-integer"
 _NOT_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
-_NOT_NUMBER = "attempt to access JSON non-number as number"
+_NOT_NUMBER = "attempt to access JSON non-number as double"
 _NOT_STRING = "attempt to access JSON non-string as string"
 
 _NUMBER_TYPES = frozenset({int, float})
+# too many elements and too few: Triton 2.51 says the same for both
+_SHAPE_MISMATCH = "Shape does not match true shape of 'data' field"
 
 
 def _unable(detail: str) -> RepokitError:
@@ -88,11 +90,24 @@ def array_from_json(
     dims = tuple(int(d) for d in shape)
     count = math.prod(dims)
     flat = _flatten(data)
-    if len(flat) > count:
-        raise _unable("Shape does not match true shape of 'data' field")
-    if len(flat) < count:
-        raise invalid_arg("Failed to parse 'data' field: shape does not match true shape")
+    if len(flat) != count:
+        # Triton reads the elements in order: one of a wrong type before the count runs out
+        # (or among all of them when there are too few) is the error it names
+        _convert(info, flat[:count])
+        raise _unable(_SHAPE_MISMATCH)
     return shaped(_convert(info, flat), dims)
+
+
+def strings_from_json(data: list[Any]) -> npt.NDArray[Any]:
+    """A BYTES input's JSON ``data`` as a flat array of byte strings, every leaf in order,
+    whatever the shape. Triton sizes the strings first (every leaf must be a string) and leaves
+    their count to the request checks, which name the input and the counts."""
+    flat = _flatten(data)
+    if not set(map(type, flat)) <= {str}:
+        raise invalid_arg(f"Unable to parse JSON bytes array: {_NOT_STRING}")
+    result = np.empty(len(flat), dtype=object)
+    result[:] = [s.encode("utf-8") for s in flat]
+    return result
 
 
 def _convert(info: datatypes.DataType, flat: list[Any]) -> npt.NDArray[Any]:

@@ -2,6 +2,8 @@
 
 Every quoted message was recorded from real Triton 2.51 (tritonserver started with
 tools/triton_reference.py) serving the same models, except where a comment says otherwise.
+Where several inputs are wrong or listed, Triton walks them in its input map's order
+(:mod:`repokit.core.triton_input_order`), not the request's.
 """
 
 from __future__ import annotations
@@ -63,8 +65,8 @@ async def test_requested_output_subset(service: InferenceService) -> None:
         ),
         (add_sub(9, 16), NOID + "inference request batch-size must be <= 8 for 'add_sub'"),
         (
-            add_sub(1, 15),
-            NOID + "unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [-1,16], "
+            add_sub(1, 15),  # both inputs are wrong: Triton names the first of its input map
+            NOID + "unexpected shape for input 'INPUT1' for model 'add_sub'. Expected [-1,16], "
             "got [1,15]. " + NOTE,
         ),
         (
@@ -86,7 +88,7 @@ async def test_requested_output_subset(service: InferenceService) -> None:
                 inputs=[spec(n, f32(1, 16)) for n in ("INPUT0", "INPUT1", "FOO")],
             ),
             NOID + "expected 2 inputs but got 3 inputs for model 'add_sub'. Got input(s) "
-            "['INPUT0','INPUT1','FOO'], but missing required input(s) ]. Please provide all "
+            "['FOO','INPUT1','INPUT0'], but missing required input(s) ]. Please provide all "
             "required input(s).",
         ),
         (
@@ -101,16 +103,16 @@ async def test_requested_output_subset(service: InferenceService) -> None:
             InferRequest(
                 "add_sub", inputs=[spec("INPUT0", f32(2, 16)), spec("INPUT1", f32(1, 16))]
             ),
-            NOID + "input 'INPUT1' batch size does not match other inputs for 'add_sub'",
+            NOID + "input 'INPUT0' batch size does not match other inputs for 'add_sub'",
         ),
         (
             add_sub(0, 16),
-            NOID + "input byte size mismatch for input 'INPUT0' for model 'add_sub'. "
+            NOID + "input byte size mismatch for input 'INPUT1' for model 'add_sub'. "
             "Expected 64, got 0",
         ),
         (
             InferRequest("add_sub", inputs=[spec("INPUT0", f32()), spec("INPUT1", f32())]),
-            NOID + "input 'INPUT0' has no shape but model requires batch dimension for 'add_sub'",
+            NOID + "input 'INPUT1' has no shape but model requires batch dimension for 'add_sub'",
         ),
         (
             InferRequest(
@@ -132,7 +134,7 @@ async def test_requested_output_subset(service: InferenceService) -> None:
         (
             InferRequest("opt_in", inputs=[spec(n, f32(2)) for n in ("A", "B", "C")]),
             NOID + "expected number of inputs between 1 and 2 but got 3 inputs for model "
-            "'opt_in'. Got input(s) ['A','B','C'], but missing required input(s) ]. Please "
+            "'opt_in'. Got input(s) ['B','C','A'], but missing required input(s) ]. Please "
             "provide all required input(s).",
         ),
         (

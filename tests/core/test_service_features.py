@@ -317,7 +317,7 @@ async def test_shared_memory_errors(
         (
             InferRequest("add_sub", inputs=spec_in("r1", 0, 60)),
             Code.INVALID_ARG,
-            "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model "
+            "[request id: <id_unknown>] input byte size mismatch for input 'INPUT1' for model "
             "'add_sub'. Expected 64, got 60",
         ),
         (

@@ -170,12 +170,12 @@ def test_variable_dim_inferred_from_json_element_count(tmp_path: Path) -> None:
         ({"data": [{"INPUT0": [1] * 16}]}, "data.json: $.data[0]: input 'INPUT1' is missing"),
         (
             {"data": [{"INPUT0": [1] * 15, "INPUT1": [1] * 16}]},
-            "data.json: $.data[0].INPUT0: Failed to parse 'data' field: shape does not match",
+            "data.json: $.data[0].INPUT0: Unable to parse 'data': Shape does not match true shape",
         ),
         (
             {"data": [{"INPUT0": ["a"] * 16, "INPUT1": [1] * 16}]},
             "data.json: $.data[0].INPUT0: Unable to parse 'data': attempt to access JSON "
-            "non-number as number",
+            "non-number as double",
         ),
         (
             {"data": [{"INPUT0": {"b64": "!!"}, "INPUT1": [1] * 16}]},

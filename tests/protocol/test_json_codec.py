@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 from repokit.errors import Code, RepokitError
-from repokit.protocol.json_codec import MAX_NESTING, array_from_json, array_to_json
+from repokit.protocol.json_codec import (
+    MAX_NESTING,
+    array_from_json,
+    array_to_json,
+    strings_from_json,
+)
 
 
 def decode(datatype: str, shape: list[int], data: Any) -> np.ndarray:
@@ -116,7 +121,7 @@ def test_element_count_mismatch() -> None:
         "Unable to parse 'data': Shape does not match true shape of 'data' field"
     )
     assert rejects("FP32", [4], [[1, 2], [3]]) == (
-        "Failed to parse 'data' field: shape does not match true shape"
+        "Unable to parse 'data': Shape does not match true shape of 'data' field"
     )
 
 
@@ -161,3 +166,30 @@ def test_non_utf8_bytes_output_asks_for_binary() -> None:
         array_to_json("BYTES", np.array([b"\xff"], dtype=object), output_name="OUT")
     assert info.value.code is Code.INVALID_ARG
     assert "output 'OUT'" in info.value.message and "binary_data" in info.value.message
+
+
+def test_element_errors_in_triton_order() -> None:
+    # Triton reads the elements in order: a wrong one among the first ``count`` comes first,
+    # then too many; with too few, any wrong element comes first
+    assert rejects("FP32", [2], [1, "x", 3]) == (
+        "Unable to parse 'data': attempt to access JSON non-number as double"
+    )
+    assert rejects("FP32", [2], [1, 2, "x"]) == (
+        "Unable to parse 'data': Shape does not match true shape of 'data' field"
+    )
+    assert rejects("FP32", [4], [1, "x"]) == (
+        "Unable to parse 'data': attempt to access JSON non-number as double"
+    )
+    assert rejects("INT32", [4], [1, 1.5]) == (
+        "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
+    )
+
+
+def test_strings_from_json_leaves_the_count_to_the_request_checks() -> None:
+    strings = strings_from_json([["a", "bc"], ["é"]])
+    assert strings.dtype == object and list(strings) == [b"a", b"bc", "é".encode()]
+    with pytest.raises(RepokitError) as info:
+        strings_from_json(["a", 1])
+    assert info.value.message == (
+        "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
+    )

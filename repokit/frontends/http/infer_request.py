@@ -28,7 +28,7 @@ import orjson
 from repokit.errors import RepokitError, invalid_arg
 from repokit.protocol import datatypes
 from repokit.protocol.array_shape import shaped
-from repokit.protocol.json_codec import array_from_json
+from repokit.protocol.json_codec import array_from_json, strings_from_json
 from repokit.protocol.model_version import parse_model_version as parse_model_version
 from repokit.protocol.plain_json import plain_json_input, plain_output
 from repokit.protocol.types import (
@@ -405,6 +405,8 @@ def _json_array(
         dtype = np.uint8 if info is None else object if info.numpy is None else info.numpy
         return shaped(np.empty(0, dtype=dtype), shape)
     data = _member_array(item, "data", "Unable to parse 'data'")
+    if datatype == "BYTES":
+        return strings_from_json(data)
     if info is not None and info.itemsize > 0:
         byte_size = count * info.itemsize
         if byte_size > max_input_size:

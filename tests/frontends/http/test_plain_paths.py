@@ -70,11 +70,11 @@ def test_plain_json_inputs_match_the_checked_path(
     [
         (
             {"name": "X", "datatype": "FP32", "shape": [2], "data": [1.0, True]},
-            "Unable to parse 'data': attempt to access JSON non-number as number",
+            "Unable to parse 'data': attempt to access JSON non-number as double",
         ),
         (
             {"name": "X", "datatype": "FP32", "shape": [2], "data": [1.0, "2"]},
-            "Unable to parse 'data': attempt to access JSON non-number as number",
+            "Unable to parse 'data': attempt to access JSON non-number as double",
         ),
         (
             {"name": "X", "datatype": "INT32", "shape": [2], "data": [1, 2.0]},
@@ -91,7 +91,7 @@ def test_plain_json_inputs_match_the_checked_path(
         ),
         (
             {"name": "X", "datatype": "FP32", "shape": [3], "data": [1.0, 2.0]},
-            "Failed to parse 'data' field: shape does not match true shape",
+            "Unable to parse 'data': Shape does not match true shape of 'data' field",
         ),
         (
             {"name": "X", "datatype": "FP32", "shape": [1], "data": [1.0, 2.0]},
