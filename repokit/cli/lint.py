@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -25,7 +25,9 @@ from repokit.cli.server_options import (
     for_server,
 )
 from repokit.config.diagnostics import Severity
-from repokit.config.report import RepositoryReport
+
+if TYPE_CHECKING:  # the rules are imported when lint runs
+    from repokit.config.report import RepositoryReport
 
 
 class FailOn(str, enum.Enum):

@@ -9,7 +9,7 @@ three windows; a table of all levels follows.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console, Group
@@ -29,21 +29,11 @@ from repokit.cli.output import (
 )
 from repokit.cli.version_option import VersionOption
 from repokit.perf.errors import GENERIC_ERROR, OPTION_ERROR, PerfError
-from repokit.perf.options import (
-    PerfOptions,
-    deprecated_concurrency,
-    parse_endpoint,
-    parse_header,
-    parse_id_range,
-    parse_rate_range,
-    parse_request_parameter,
-    parse_shape,
-)
-from repokit.perf.periodic import parse_periodic_range
-from repokit.perf.report import LevelResult, PerfReport
-from repokit.perf.server_stats import ServerBreakdown
-from repokit.perf.statistics import STABILITY_WINDOW, WindowSummary
-from repokit.perf.transports.tls import TlsOptions
+
+if TYPE_CHECKING:  # the load generator (numpy, the transports) is imported when perf runs
+    from repokit.perf.report import LevelResult, PerfReport
+    from repokit.perf.server_stats import ServerBreakdown
+    from repokit.perf.statistics import WindowSummary
 
 
 class _PerfGroup(RepokitGroup):
@@ -76,6 +66,8 @@ def _us(ns: float) -> str:
 
 
 def _spread(values: list[float]) -> str:
+    from repokit.perf.statistics import STABILITY_WINDOW
+
     if len(values) < STABILITY_WINDOW or min(values) <= 0:
         return "-"
     last = values[-STABILITY_WINDOW:]
@@ -111,6 +103,8 @@ class LiveView:
         self.live.start()
 
     def _render(self, progress: Any) -> Group:
+        from repokit.perf.statistics import STABILITY_WINDOW
+
         windows: list[WindowSummary] = progress.windows
         head = Text.assemble(
             (f"{progress.level_label}", "bold"),
@@ -537,6 +531,19 @@ def register(app: typer.Typer) -> None:
         """Measure throughput and latency until stable (perf_analyzer's method)."""
         if ctx.invoked_subcommand is not None:
             return
+        from repokit.perf.options import (
+            PerfOptions,
+            deprecated_concurrency,
+            parse_endpoint,
+            parse_header,
+            parse_id_range,
+            parse_rate_range,
+            parse_request_parameter,
+            parse_shape,
+        )
+        from repokit.perf.periodic import parse_periodic_range
+        from repokit.perf.transports.tls import TlsOptions
+
         console = make_console()
         try:
             if not model:

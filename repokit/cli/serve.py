@@ -8,7 +8,6 @@ Boolean flags take tritonserver's explicit values (``--allow-client-shm=true``,
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -64,6 +63,8 @@ def _run(coro: Any) -> Any:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        import asyncio
+
         return asyncio.run(coro)
     return uvloop.run(coro)
 
@@ -517,7 +518,7 @@ def _serve(settings: Any, notes: list[str]) -> int:
 
 
 def register(app: typer.Typer) -> None:
-    from repokit.cli.serve_flags import getopt_abbreviations, long_option_names
+    from repokit.cli.option_abbreviations import getopt_abbreviations, long_option_names
 
     app.command(
         "serve",

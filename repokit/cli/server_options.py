@@ -7,11 +7,12 @@ from __future__ import annotations
 import dataclasses
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from repokit.config.report import ValidateOptions
+if TYPE_CHECKING:
+    from repokit.config.report import ValidateOptions
 
 
 class Target(str, Enum):

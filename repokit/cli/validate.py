@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from repokit.cli.output import examples, make_console, print_data, print_error
-from repokit.cli.render import render_text, to_sarif
 from repokit.cli.server_options import (
     BackendDirectoryOption,
     GpusOption,
@@ -20,11 +19,9 @@ from repokit.cli.server_options import (
     TargetOption,
     for_server,
 )
-from repokit.config.report import ValidateOptions
-from repokit.config.validate import validate_repository
-from repokit.config.validate_json import validate_json_file
-from repokit.errors import RepokitError
-from repokit.repository.layout import looks_like_model_dir
+
+if TYPE_CHECKING:  # the rules (protobuf, jsonschema, ...) are imported when validate runs
+    from repokit.config.report import ValidateOptions
 
 
 class OutputFormat(str, Enum):
@@ -35,6 +32,8 @@ class OutputFormat(str, Enum):
 
 def resolve_target(path: Path, models: list[str]) -> tuple[Path, tuple[str, ...]]:
     """A model directory becomes (its parent repository, that model)."""
+    from repokit.repository.layout import looks_like_model_dir
+
     resolved = path.resolve()
     if resolved.is_dir() and looks_like_model_dir(resolved) and not models:
         return resolved.parent, (resolved.name,)
@@ -49,8 +48,14 @@ def run_validate(
     err_console: Console | None = None,
 ) -> int:
     """Validate and render; returns the exit code (0 clean, 1 errors, 2 usage error)."""
+    from repokit.cli.render import render_text, to_sarif
+    from repokit.config.validate import validate_repository
+    from repokit.errors import RepokitError
+
     try:
         if path.is_file():
+            from repokit.config.validate_json import validate_json_file  # jsonschema
+
             report = validate_json_file(path, options)
         else:
             report = validate_repository(path, options)
@@ -115,6 +120,8 @@ def register(app: typer.Typer) -> None:
         ] = True,
     ) -> None:
         """Report every reason Triton would refuse to load each model, without a server."""
+        from repokit.config.report import ValidateOptions
+
         console = make_console()
         err_console = make_console(stderr=True)
         if not path.exists():

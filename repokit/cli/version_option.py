@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import Annotated
 
 import typer
@@ -12,6 +11,8 @@ from repokit.cli.output import make_console
 
 
 def version_text() -> str:
+    from importlib import metadata  # not at import: every command would pay for it
+
     try:
         return f"repokit {metadata.version('repokit')}"
     except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
