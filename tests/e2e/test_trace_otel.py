@@ -5,6 +5,8 @@ attributes; a client's W3C ``traceparent`` (HTTP header, gRPC metadata) becomes 
 from __future__ import annotations
 
 import json
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from repokit.core.tracing.options import parse_trace_flags
+from tests.cli.serve_process import PORT_FLAGS, ServeProcess
 from tests.e2e.test_trace_bls import write_bls_model
 from tests.frontends.http.server_thread import ServerThread, copy_models, running_server
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan, running_receiver
@@ -236,3 +239,50 @@ def test_missing_receiver_does_not_fail_requests(repo: Path, tmp_path: Path) -> 
     with running_server(repo, trace=trace) as srv:
         url = f"http://{srv.http_url}/v2/models/add_sub/infer"
         assert requests.post(url, json=_body(), timeout=30).status_code == 200
+
+
+# nothing exported before the server stops, one span a batch: every span waits for the flush
+_QUEUED_FLAGS = (
+    "--trace-config", "mode=opentelemetry",
+    "--trace-config", "opentelemetry,bsp_schedule_delay=600000",
+    "--trace-config", "opentelemetry,bsp_max_export_batch_size=1",
+    "--trace-config", "level=TIMESTAMPS",
+    "--trace-config", "rate=1",
+)  # fmt: skip
+
+
+def _serve_and_stop(repo: Path, url: str, requests_sent: int) -> tuple[float, ServeProcess]:
+    """Start ``repokit serve`` exporting to ``url``, send requests, SIGTERM it: the seconds it
+    took to exit after the signal."""
+    server = ServeProcess(
+        str(repo), *PORT_FLAGS, *_QUEUED_FLAGS, "--trace-config", f"opentelemetry,url={url}"
+    )
+    try:
+        infer = f"http://{server.url('HTTPService')}/v2/models/add_sub/infer"
+        for _ in range(requests_sent):
+            assert requests.post(infer, json=_body(), timeout=30).status_code == 200
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=120) == 0, server.text
+        return time.monotonic() - signalled, server
+    finally:
+        server.kill()
+
+
+def test_unreachable_receiver_does_not_hold_the_server_at_exit(repo: Path) -> None:
+    # 5 requests: 15 batches queued at exit, which the exporter retried with backoff (1, 2,
+    # 4 s each) until the span processor's 30 s shutdown wait ran out; tried once each now
+    took, server = _serve_and_stop(repo, "http://127.0.0.1:9/v1/traces", 5)  # nothing listens
+    assert took < 20, f"exit took {took:.1f} s:\n{server.text}"
+    assert "Traceback" not in server.text
+
+
+def test_reachable_receiver_gets_every_queued_span_at_exit(
+    repo: Path, receiver: OtlpReceiver
+) -> None:
+    before = len(receiver.spans)
+    _, server = _serve_and_stop(repo, receiver.url, 5)
+    # each request: its InferRequest span, the model's span and its compute span
+    spans = receiver.spans[before:]
+    assert len(spans) == 15, server.text
+    assert sorted({s.name for s in spans}) == ["InferRequest", "add_sub", "compute"]

@@ -10,7 +10,8 @@ the rate and count, its ``InferRequest`` span a child of the client's span.
 
 Spans are built when the request is answered, from the recorded monotonic timestamps (shifted
 to the wall clock once, when the exporter starts), and handed to the SDK's batch span
-processor (``bsp_*`` settings), whose thread exports them; the server flushes it when it stops.
+processor (``bsp_*`` settings), whose thread exports them; the server flushes it when it stops,
+trying each queued batch once (:class:`ReceiverSession`).
 A python model that asks for its request's context (``request.trace().get_context()``) gets
 Triton's JSON of the W3C context of its model span (``{"traceparent": "00-<trace id>-<span
 id>-01"}``) while the span does not exist yet: the ids are chosen then (:meth:`context_of`)
@@ -26,6 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 try:
+    import requests
     from opentelemetry import trace as otel_trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
@@ -65,18 +67,54 @@ class PlannedIds(RandomIdGenerator):
         return planned or super().generate_span_id()
 
 
+class ReceiverSession(requests.Session):
+    """The exporter's HTTP session. While the server runs, the exporter retries a receiver it
+    cannot reach (with backoff: 1, 2, 4 s... up to its 10 s timeout, for each batch). Once the
+    server stops (:attr:`stopping`), each queued batch is tried once, as tritonserver's exporter
+    tries it: a failure is not worth a retry (nor are the batches after it), so the server exits
+    promptly when the receiver is unreachable and still delivers the spans when it is not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopping = False
+        self.unreachable = ""  # why the receiver failed while stopping
+
+    def request(self, *args: Any, **kwargs: Any) -> requests.Response:
+        if self.stopping and self.unreachable:
+            raise _GiveUp(self.unreachable)
+        try:
+            response = super().request(*args, **kwargs)
+        except requests.RequestException as exc:
+            if not self.stopping:
+                raise  # the exporter retries
+            self.unreachable = f"the server is stopping and the receiver failed: {exc}"
+            raise _GiveUp(self.unreachable) from exc
+        if self.stopping and not response.ok:
+            self.unreachable = (
+                f"the server is stopping and the receiver answered {response.status_code}"
+            )
+            response.close()
+            raise _GiveUp(self.unreachable)
+        return response
+
+
+class _GiveUp(requests.RequestException):
+    """Not a connection error: the exporter's client gives the batch up without a retry."""
+
+
 class OtelExporter:
     def __init__(self, startup: TraceStartup) -> None:
         url = startup.otel_setting("url", DEFAULT_OTEL_URL)
         if "://" not in url:  # tritonserver takes host:port/path
             url = f"http://{url}"
         self._ids = PlannedIds()
+        self._session = ReceiverSession()
         self._provider = TracerProvider(
             resource=Resource.create(startup.otel_resources()), id_generator=self._ids
         )
         self._provider.add_span_processor(
             BatchSpanProcessor(
-                OTLPSpanExporter(endpoint=url),
+                OTLPSpanExporter(endpoint=url, session=self._session),
                 max_queue_size=int(startup.otel_setting("bsp_max_queue_size", "2048")),
                 schedule_delay_millis=float(startup.otel_setting("bsp_schedule_delay", "5000")),
                 max_export_batch_size=int(startup.otel_setting("bsp_max_export_batch_size", "512")),
@@ -173,7 +211,8 @@ class OtelExporter:
                 span.end()
 
     def shutdown(self) -> None:
-        """Export what is queued and stop the processor's thread."""
+        """Export what is queued (each batch tried once) and stop the processor's thread."""
+        self._session.stopping = True
         self._provider.shutdown()
 
 
