@@ -28,6 +28,20 @@ class Code(enum.Enum):
     UNKNOWN = "UNKNOWN"
 
 
+# Triton's names of the codes, as its ``Status::AsString()`` writes them before a message
+# ("Internal: ..."): the reasons of failed model loads carry them
+CODE_TEXT: dict[Code, str] = {
+    Code.INTERNAL: "Internal",
+    Code.NOT_FOUND: "Not found",
+    Code.INVALID_ARG: "Invalid argument",
+    Code.UNAVAILABLE: "Unavailable",
+    Code.UNSUPPORTED: "Unsupported",
+    Code.ALREADY_EXISTS: "Already exists",
+    Code.CANCELLED: "Cancelled",
+    Code.UNKNOWN: "Unknown",
+}
+
+
 class RepokitError(Exception):
     """An error with a protocol-neutral code and a message a user can act on."""
 

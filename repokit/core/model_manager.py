@@ -60,7 +60,7 @@ from repokit.core.response_cache import ResponseCache
 from repokit.core.scheduling import StepRunner
 from repokit.core.settings import ServerSettings
 from repokit.core.statistics import ModelStats
-from repokit.errors import RepokitError, internal, invalid_arg, not_found, unavailable
+from repokit.errors import CODE_TEXT, RepokitError, internal, invalid_arg, not_found, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.model_version import parse_model_version
 from repokit.scheduler.base import ScheduledResult
@@ -633,8 +633,8 @@ class ModelManager:
         reason = f"Invalid argument: {exc.reason}"
         for status in refused:
             status.reason = reason
-        text = "".join(f"version {s.version} is at READY state: {reason};\n" for s in refused)
-        return invalid_arg(f"load failed for model '{public_name(record.name)}': {text}")
+        text = "".join(f"version {s.version} is at READY state: {reason};" for s in refused)
+        return invalid_arg(f"load failed for model '{public_name(record.name)}': {text}\n")
 
     @staticmethod
     def _drop_versions(record: ModelRecord) -> None:
@@ -800,10 +800,10 @@ class ModelManager:
                 describe_step=self.describe_step,
             )
         except RepokitError as exc:
-            return exc.message
+            return triton_reason(exc)
         except Exception as exc:  # a backend bug must not take other models down
             log.exception("loading %s version %d failed", loaded.name, loaded.version)
-            return f"{type(exc).__name__}: {exc}"
+            return f"Internal: {type(exc).__name__}: {exc}"
         return ""
 
     def _inherit_step_labels(self, loaded: LoadedVersion) -> None:
@@ -878,18 +878,24 @@ class ModelManager:
             if private is not None:
                 shutil.rmtree(private.parent, ignore_errors=True)
             raise _load_failed(name, failures, update_failures)
+        if failures:
+            # Triton aborts a first load that any version failed: the versions that did load
+            # are unloaded again (UNAVAILABLE, "unloaded"), and a later load tries them all
+            await asyncio.gather(*(fresh[v].stop() for v in fresh if v not in failures))
         old = record.versions
         old_private = record.private_dir
         record.versions = {
             v: VersionStatus(v, UNAVAILABLE, failures[v])
             if v in failures
+            else VersionStatus(v, UNAVAILABLE, UNLOADED_REASON)
+            if failures
             else VersionStatus(v, READY, "", kept[v] if v in kept else fresh[v])
             for v in definition.versions
         }
         record.version_stamps = stamps
         record.known, record.reason = True, ""
         for number, loaded in fresh.items():
-            if number not in failures and loaded.backend is not None:
+            if not failures and loaded.backend is not None:
                 loaded.backend.on_failed = functools.partial(
                     self._version_failed, name, number, loaded
                 )
@@ -1008,6 +1014,13 @@ async def _stop_version(loaded: LoadedVersion, deadline: float | None) -> None:
     log.info("successfully unloaded '%s' version %d", loaded.name, loaded.version)
 
 
+def triton_reason(exc: RepokitError) -> str:
+    """A version's load failure as Triton states it: its code's name, then the message
+    (``Status::AsString()``); messages already written that way stay as they are."""
+    prefix = CODE_TEXT[exc.code] + ": "
+    return exc.message if exc.message.startswith(prefix) else prefix + exc.message
+
+
 def _load_failed(
     name: str, failures: dict[int, str], update_failures: dict[int, str] | None = None
 ) -> RepokitError:
@@ -1015,5 +1028,5 @@ def _load_failed(
     leaves its version READY)."""
     states = {v: ("UNAVAILABLE", r) for v, r in failures.items()}
     states.update({v: ("READY", r) for v, r in (update_failures or {}).items()})
-    text = "".join(f"version {v} is at {s} state: {r};\n" for v, (s, r) in sorted(states.items()))
-    return invalid_arg(f"load failed for model '{name}': {text}")
+    text = "".join(f"version {v} is at {s} state: {r};" for v, (s, r) in sorted(states.items()))
+    return invalid_arg(f"load failed for model '{name}': {text}\n")

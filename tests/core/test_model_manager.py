@@ -338,7 +338,7 @@ async def test_failed_load_does_not_touch_other_models(
         await explicit.load_model("identity", json.dumps(config))
     # a failed reload keeps the serving version
     assert error.value.message == (
-        "load failed for model 'identity': version 1 is at UNAVAILABLE state: boom;\n"
+        "load failed for model 'identity': version 1 is at UNAVAILABLE state: Internal: boom;\n"
     )
     assert explicit.model_ready("identity")
     await explicit.infer(identity_request())

@@ -108,8 +108,7 @@ def test_auto_complete_and_load_failures(triton: Endpoints, repokit: Endpoints) 
         "auto",
         [{"name": "X", "shape": [1, 3], "datatype": "INT64", "data": [1, 2, 3]}],
     )
-    # Triton prefixes backend load failures with the code name ("Internal: "); repokit does
-    # not yet (a known difference, named in the parity report), so the prefix is dropped here
+    # both prefix a backend's load failure with its code's name ("Internal: ")
     reasons = []
     for base in (triton.http, repokit.http):
         index = requests.post(f"{base}/v2/repository/index", json={}, timeout=10).json()
@@ -118,7 +117,7 @@ def test_auto_complete_and_load_failures(triton: Endpoints, repokit: Endpoints) 
             {
                 name: (
                     found[name]["state"],
-                    found[name]["reason"].split("\n")[0].removeprefix("Internal: "),
+                    found[name]["reason"].split("\n")[0],
                 )
                 for name in ("init_fail", "auto_conflict")
             }

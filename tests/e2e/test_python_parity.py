@@ -213,10 +213,12 @@ def test_auto_complete_config_becomes_the_models_config(
 def test_load_failures_are_reported_on_the_model_only(server: ServerThread) -> None:
     index = {e["name"]: e for e in _client(server, "http").get_model_repository_index()}
     assert index["init_fail"]["state"] == "UNAVAILABLE"
-    assert index["init_fail"]["reason"].startswith("RuntimeError: initialize failed on purpose")
+    assert index["init_fail"]["reason"].startswith(
+        "Internal: RuntimeError: initialize failed on purpose"
+    )
     assert index["auto_conflict"]["reason"].startswith(
-        "ValueError: unable to load model 'auto_conflict', configuration expects datatype "
-        "TYPE_FP32 for input 'INPUT0', model provides TYPE_INT32"
+        "Internal: ValueError: unable to load model 'auto_conflict', configuration expects "
+        "datatype TYPE_FP32 for input 'INPUT0', model provides TYPE_INT32"
     )
     assert index["features"]["state"] == "READY"
 

@@ -375,7 +375,7 @@ def test_failing_warmup_fails_the_load(server: ServerThread) -> None:
     index = {e["name"]: e for e in server.handle.service.repository_index()}
     entry = index["warm_fail"]
     assert entry["state"] == "UNAVAILABLE"
-    assert entry["reason"].startswith("failed to run warmup sample 'zeros': ")
+    assert entry["reason"].startswith("Invalid argument: failed to run warmup sample 'zeros': ")
     assert "zeros are refused" in entry["reason"]
 
 
