@@ -300,7 +300,7 @@ def test_infer_errors_and_their_codes(proto: Protocol) -> None:
     enc = _encodings(proto)[0]
     _expect_error(
         proto, "INVALID_ARG",
-        "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'add_sub'. "
+        "[request id: <id_unknown>] unexpected shape for input 'INPUT1' for model 'add_sub'. "
         "Expected [-1,16], got [1,15]. NOTE: Setting a non-zero max_batch_size in the model "
         "config requires a batch dimension to be prepended to each input shape. If you want to "
         "specify the full shape including the batch dim in your input dims config, try setting "

@@ -95,7 +95,7 @@ def test_infer_errors(client: grpcclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException) as info:
         client.infer("add_sub", _add_sub_inputs(a, a))
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert "unexpected shape for input 'INPUT0' for model 'add_sub'" in info.value.message()
+    assert "unexpected shape for input 'INPUT1' for model 'add_sub'" in info.value.message()
     with pytest.raises(InferenceServerException) as info:
         client.infer("missing", _add_sub_inputs(a, a))
     assert info.value.status() == "StatusCode.NOT_FOUND"
@@ -389,9 +389,11 @@ def _malformed() -> list[tuple[str, pb.ModelInferRequest, grpc.StatusCode, str]]
          "[request id: t] incomplete string length indicator for inference input 'B' for model "
          "'types', expecting 4 bytes but only 2 bytes available. Please make sure the string "
          "length indicator is in one buffer."),
+        # B has a string too many and H the wrong datatype: Triton checks H first (the order
+        # of its input map, repokit.core.triton_input_order)
         ("too many typed strings", typed, grpc.StatusCode.INVALID_ARGUMENT,
-         "[request id: t] unexpected number of string elements 2 for inference input 'B' for "
-         "model 'types', expecting 1"),
+         "[request id: t] inference input 'H' data-type is 'INT8', but model 'types' expects "
+         "'FP16'"),
         ("unknown datatype", _valid_types(I=("int8", [1], b"\x05")),
          grpc.StatusCode.INVALID_ARGUMENT,
          "[request id: t] inference input 'I' data-type is '<invalid>', but model 'types' "

@@ -490,7 +490,7 @@ def _add_sub_body(batch: int = 1) -> bytes:
          "does not support batching"),
         ("add_sub", 'batch_size: 1 input { name: "INPUT0" dims: 15 batch_byte_size: 60 } '
          'input { name: "INPUT1" dims: 15 batch_byte_size: 60 }', b"\0" * 120, "INVALID_ARG",
-         "unexpected shape for input 'INPUT0'"),
+         "unexpected shape for input 'INPUT1'"),
         ("add_sub", 'batch_size: 1 input { name: "INPUT0" batch_byte_size: 60 } '
          'input { name: "INPUT1" batch_byte_size: 60 }', b"\0" * 120, "INVALID_ARG",
          "byte size mismatch"),
