@@ -19,7 +19,8 @@ from google.protobuf.message import DecodeError
 
 from repokit.core.server_log import VERBOSE
 from repokit.core.service import InferenceService
-from repokit.errors import Code, RepokitError, invalid_arg, unsupported
+from repokit.errors import Code, RepokitError, unsupported
+from repokit.frontends.cuda_shared_memory import cuda_register_refused
 from repokit.frontends.grpc import messages
 from repokit.frontends.grpc.codec import parse_infer_request
 from repokit.frontends.grpc.infer_codec import GrpcInferCall, GrpcInferCodec
@@ -289,14 +290,9 @@ class InferenceServicer:
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        # INVALID_ARGUMENT, as Triton 2.51 built without GPU support (and repokit's HTTP: 400)
-        await abort_with(
-            context,
-            invalid_arg(
-                f"failed to register CUDA shared memory region: '{request.name}', "
-                "GPUs not supported"
-            ),
-        )
+        # as Triton 2.51's release build without a GPU: the CUDA IPC open fails, whatever the
+        # request holds (repokit.frontends.cuda_shared_memory)
+        await abort_with(context, cuda_register_refused(request.name))
 
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context

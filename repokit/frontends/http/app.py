@@ -9,7 +9,7 @@ regexes in Triton's order (:mod:`.routing`), checks the restricted-API header, t
 :mod:`repokit.frontends.status`.
 
 Endpoints answered like a Triton built without the feature: CUDA shared memory as a CPU-only
-Triton (status ``[]``, register 400 "GPUs not supported", unregister 200).
+Triton (status ``[]``, register 400 as the release build without a GPU, unregister 200).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from typing import Any
 from repokit.core.service import InferenceService
 from repokit.core.tracing.setting import SETTING_KEYS as TRACE_SETTING_KEYS
 from repokit.core.tracing.trace import Trace
-from repokit.errors import Code, RepokitError, invalid_arg
+from repokit.errors import Code, RepokitError, invalid_arg, not_found
+from repokit.frontends.cuda_shared_memory import check_cuda_register, cuda_register_refused
 from repokit.frontends.header_forwarding import HeaderForwarding
 from repokit.frontends.http.compression import choose_response_encoding, compress, decompress_body
 from repokit.frontends.http.generate import (
@@ -311,20 +312,23 @@ class Endpoints:
         return empty_response(200, "application/json")
 
     async def cuda_shm(self, request: HttpRequest, route: Route) -> HttpResponse:
-        """As a CPU-only Triton: no region can ever be registered."""
+        """As Triton 2.51's release build (built with GPU support) on a machine without GPUs:
+        no region can ever be registered; a register request is read and checked as Triton
+        does, and a well-formed one fails where Triton's CUDA IPC open fails."""
         if route.action == "status":
             if route.region:
-                raise invalid_arg(f"Unable to find cuda shared memory region: '{route.region}'")
+                raise not_found(f"Unable to find cuda shared memory region: '{route.region}'")
             return json_response([])
-        if route.action == "register":
-            if not self.allow_client_shm:
-                raise RepokitError(Code.UNSUPPORTED, CLIENT_SHM_DISABLED)
-            raise invalid_arg(
-                f"failed to register CUDA shared memory region: '{route.region}', "
-                "GPUs not supported"
-            )
         if not self.allow_client_shm:
             raise RepokitError(Code.UNSUPPORTED, CLIENT_SHM_DISABLED)
+        if route.action == "register":
+            if not route.region:
+                raise invalid_arg(
+                    "'region name' is necessary to register cuda shared memory region"
+                )
+            document = parse_json_document(request.body, self.max_input_size)
+            check_cuda_register(document)
+            raise cuda_register_refused(route.region)
         return empty_response(200, "application/json")
 
     # --- logging & trace -------------------------------------------------------------------

@@ -154,6 +154,10 @@ def parse_json_document(buffer: bytes | memoryview, max_size: int) -> Any:
         except _TooBigForDouble as too_big:
             raise invalid_arg(f"failed to parse the request JSON buffer: {too_big}") from None
         except (ValueError, RecursionError):
+            if not bytes(buffer).strip(b" \t\r\n"):  # RapidJSON's words, as Triton's
+                raise invalid_arg(
+                    f"failed to parse the request JSON buffer: The document is empty. at {size}"
+                ) from None
             raise invalid_arg(f"failed to parse the request JSON buffer: {exc}") from None
 
 

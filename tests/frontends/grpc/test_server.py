@@ -151,10 +151,9 @@ async def test_status_codes_and_unexpected_errors(server: Any) -> None:
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stub.CudaSharedMemoryRegister(pb.CudaSharedMemoryRegisterRequest(name="g"))
-        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # Triton without GPUs
-        assert info.value.details() == (
-            "failed to register CUDA shared memory region: 'g', GPUs not supported"
-        )
+        # Triton 2.51's release build without a GPU: the CUDA IPC open fails
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert info.value.details() == ("failed to register shared memory region: invalid args")
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stub.RepositoryIndex(pb.RepositoryIndexRequest(repository_name="r"))
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
