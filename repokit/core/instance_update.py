@@ -25,8 +25,12 @@ again as before (see the README's differences).
 from __future__ import annotations
 
 import dataclasses
+import logging
 
+from repokit.core.server_log import VERBOSE_DETAIL
 from repokit.protocol.generated import model_config_pb2 as mc
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +40,10 @@ class InstanceSpec:
     name: str  # <group name>_<i>, as Triton names it
     signature: bytes  # the group without name and count, and the device
     passive: bool
+
+    @property
+    def device_id(self) -> str:
+        return self.signature.split(b":", 1)[0].decode()
 
 
 def instance_specs(config: mc.ModelConfig) -> list[InstanceSpec]:
@@ -75,6 +83,30 @@ class InstancePlan:
     @property
     def changes(self) -> bool:
         return bool(self.removed) or any(slot is None for slot, _ in self.layout)
+
+
+def log_created(specs: list[InstanceSpec]) -> None:
+    """Triton's --log-verbose 2 line of each instance it created."""
+    if log.isEnabledFor(VERBOSE_DETAIL):
+        for spec in specs:
+            log.log(
+                VERBOSE_DETAIL,
+                "Created model instance named '%s' with device id '%s'",
+                spec.name,
+                spec.device_id,
+            )
+
+
+def log_reused(specs: list[InstanceSpec]) -> None:
+    """Triton's --log-verbose 2 line of each serving instance an update keeps."""
+    if log.isEnabledFor(VERBOSE_DETAIL):
+        for spec in specs:
+            log.log(
+                VERBOSE_DETAIL,
+                "Re-using model instance named '%s' with device id '%s'",
+                spec.name,
+                spec.device_id,
+            )
 
 
 def plan_update(

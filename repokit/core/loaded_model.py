@@ -19,6 +19,8 @@ from repokit.core.config_json import config_to_json
 from repokit.core.instance_update import (
     InstanceSpec,
     instance_specs,
+    log_created,
+    log_reused,
     plan_update,
     with_groups_of,
 )
@@ -194,6 +196,7 @@ class LoadedVersion:
             specs = instance_specs(self.config)
             if len(specs) == backend.instance_count:
                 self.instance_layout = list(enumerate(specs))
+                log_created(specs)
             self._use_cache(cache)
             self.wire_lane = wire_lane_for(  # declines a version with the cache
                 self.name,
@@ -238,6 +241,7 @@ class LoadedVersion:
             old_context, config=config, config_json=json.dumps(config_to_json(config))
         )
         created = plan.created
+        log_reused([spec for slot, spec in plan.layout if slot is not None])
         try:
             added = await backend.add_instances([spec.name for spec in created]) if created else []
             try:
@@ -248,6 +252,7 @@ class LoadedVersion:
         except BaseException:
             backend.context = old_context
             raise
+        log_created(created)
         # as Triton's instance list: the instances kept (in the new config's order), then
         # the new ones (the last of a signature is the one a later update keeps)
         kept = [(slot, spec) for slot, spec in plan.layout if slot is not None]

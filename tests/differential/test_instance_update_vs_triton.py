@@ -7,6 +7,7 @@ repository index."""
 from __future__ import annotations
 
 import compileall
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from repokit.core.server_log import VERBOSE_DETAIL
+from repokit.core.settings import LogSettings
 from tests.differential.triton_reference import running_triton
 from tests.e2e.test_instance_update import MODEL, _config, _events, _infer
 from tests.frontends.http.server_thread import running_server
@@ -94,3 +97,50 @@ def test_scaling_a_python_model_matches_triton(tmp_path: Path) -> None:
     with running_server(repo, model_control_mode="explicit", load_models=["scaled"]) as server:
         got = _transcript(server.http_url, repo)
     assert got == expected
+
+
+INSTANCE_LINE = re.compile(
+    r"(?:Re-using|Created) model instance named '[^']*' with device id '\d+'"
+)
+
+
+def _instance_lines(messages: list[str]) -> list[str]:
+    """The instance lines in order, each run of "Created" lines sorted (instances created
+    together finish in any order in Triton)."""
+    lines = [m.group(0) for text in messages if (m := INSTANCE_LINE.search(text))]
+    ordered: list[str] = []
+    run: list[str] = []
+    for line in [*lines, ""]:
+        if line.startswith("Created"):
+            run.append(line)
+            continue
+        ordered += sorted(run)
+        run = []
+        if line:
+            ordered.append(line)
+    return ordered
+
+
+def test_verbose_instance_lines_match_triton(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At --log-verbose 2 Triton logs each instance a load creates and each one an update
+    keeps ("Created model instance named ..." / "Re-using model instance named ...")."""
+    flags = ["--model-control-mode=explicit", "--load-model=scaled", "--log-verbose=2"]
+    triton_repo = _repository(tmp_path / "triton")
+    work = tmp_path / "triton-work"
+    with running_triton(triton_repo, work, flags, ready=["scaled"]) as triton:
+        _transcript(triton.url.removeprefix("http://"), triton_repo)
+    expected = _instance_lines((work / "triton.log").read_text().splitlines())
+    caplog.set_level(VERBOSE_DETAIL, logger="repokit")
+    repo = _repository(tmp_path / "repokit")
+    verbose = LogSettings(log_verbose_level=2)
+    with running_server(
+        repo, model_control_mode="explicit", load_models=["scaled"], log=verbose
+    ) as server:
+        _transcript(server.http_url, repo)
+    assert _instance_lines(caplog.messages) == expected
+    assert expected[:2] == [
+        "Created model instance named 'scaled_0_0' with device id '0'",
+        "Re-using model instance named 'scaled_0_0' with device id '0'",
+    ]
