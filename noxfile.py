@@ -51,6 +51,7 @@ WORKERS_TESTS = (
     "tests/e2e/test_rate_limiter.py",
     "tests/e2e/test_rate_limiter_devices.py",
     "tests/e2e/test_python_cancellation.py",
+    "tests/e2e/test_trace_files.py",
     "tests/cli/test_serve_shutdown.py",
     "tests/cli/test_serve_workers.py",
     "tests/frontends/workers",

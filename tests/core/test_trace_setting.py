@@ -100,3 +100,39 @@ def test_manager_fallback_and_refusals(tmp_path: Path) -> None:
     with pytest.raises(RepokitError, match="expect only 1 value for 'log_frequency'"):
         manager.update("", {"log_frequency": ["1", "2"]})
     manager.stop()
+
+
+@pytest.mark.parametrize("log_frequency", ["0", "3"])
+def test_a_trace_ending_after_the_server_stopped_is_still_written(
+    tmp_path: Path, log_frequency: str
+) -> None:
+    # a response still being sent at exit, or a frontend worker's last timestamps arriving
+    # after the manager stopped: its trace goes into the closed file, the earlier ones stay
+    base = tmp_path / "t.json"
+    manager = TraceManager(
+        parse_trace_flags(
+            [
+                f"triton,file={base}",
+                "level=TIMESTAMPS",
+                "rate=1",
+                f"triton,log-frequency={log_frequency}",
+            ]
+        )
+    )
+    early, late = manager.sample("m"), manager.sample("m")
+    assert early is not None and late is not None
+    for number, trace in enumerate((early, late), start=1):
+        trace.start_request("m", 1, f"r{number}")
+    early.finish()
+    manager.stop()
+    late.stamp("HTTP_SEND_END")
+    late.finish()
+    if log_frequency == "0":
+        documents = [json.loads(base.read_text())]
+    else:  # the early trace flushed at stop, the late one at once in a file of its own
+        documents = [json.loads(Path(f"{base}.{i}").read_text()) for i in (0, 1)]
+        assert not Path(f"{base}.2").exists()
+    headers = [item for document in documents for item in document if "model_name" in item]
+    assert [h["request_id"] for h in headers] == ["r1", "r2"]
+    late_stamps = [item for document in documents for item in document if "timestamps" in item]
+    assert "HTTP_SEND_END" in json.dumps(late_stamps)

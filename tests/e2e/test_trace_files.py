@@ -6,6 +6,7 @@ Triton's JSON trace file, ensembles give their composing models child traces, an
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,20 +70,29 @@ class Traces:
         self.base = base
         self.seen = len(_index_files(base))
 
-    def files(self) -> list[Path]:
+    def files(self, count: int) -> list[Path]:
+        """The index files written since, once there are ``count`` of them (or after 30 s).
+        A trace is written when it ends, after its response's last byte was sent
+        (HTTP_SEND_END), as tritonserver writes it: the client may read the file first (with
+        frontend workers the trace ends in the scheduling process, a message later)."""
+        deadline = time.monotonic() + 30
+        while len(_index_files(self.base)) - self.seen < count and time.monotonic() < deadline:
+            time.sleep(0.02)
         return _index_files(self.base)[self.seen :]
 
-    def objects(self) -> list[dict[str, Any]]:
+    def objects(self, count: int) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for path in self.files():
+        for path in self.files(count):
             document = json.loads(path.read_text())
             assert isinstance(document, list)
             out.extend(document)
         return out
 
-    def by_id(self) -> dict[int, dict[str, Any]]:
+    def by_id(self, count: int) -> dict[int, dict[str, Any]]:
+        """Trace id -> its header, timestamps and tensors, from ``count`` index files (each
+        holds a request's trace tree)."""
         traces: dict[int, dict[str, Any]] = {}
-        for item in self.objects():
+        for item in self.objects(count):
             entry = traces.setdefault(item["id"], {"stamps": [], "tensors": []})
             if "timestamps" in item:
                 entry["stamps"].extend(item["timestamps"])
@@ -121,7 +131,7 @@ def test_http_and_grpc_requests_are_traced(
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
     grpc.infer("add_sub_onnx", _inputs(grpcclient), request_id="grpc-1")
     grpc.close()
-    found = traces.by_id()
+    found = traces.by_id(2)
     assert len(found) == 2
     first, second = (found[k] for k in sorted(found))
     assert first["header"] == {
@@ -154,13 +164,13 @@ def test_rate_and_count(
     http.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "3"})
     for _ in range(7):
         http.infer("add_sub", _inputs(httpclient))
-    assert len(traces.by_id()) == 2  # the 3rd and the 6th request
+    assert len(traces.by_id(2)) == 2  # the 3rd and the 6th request
     traces = Traces(trace_base)
     settings = http.update_trace_settings(settings={"trace_rate": "1", "trace_count": "2"})
     assert settings["trace_count"] == "2"
     for _ in range(4):
         http.infer("add_sub", _inputs(httpclient))
-    assert len(traces.by_id()) == 2
+    assert len(traces.by_id(2)) == 2
     assert http.get_trace_settings()["trace_count"] == "0"  # counted down
 
 
@@ -173,7 +183,7 @@ def test_model_setting_traces_only_that_model(
     )
     http.infer("add_sub", _inputs(httpclient))
     http.infer("add_sub_onnx", _inputs(httpclient))
-    found = traces.by_id()
+    found = traces.by_id(1)
     assert [entry["header"]["model_name"] for entry in found.values()] == ["add_sub_onnx"]
 
 
@@ -183,7 +193,7 @@ def test_tensors_level(
     traces = Traces(trace_base)
     http.update_trace_settings(settings={"trace_level": ["TENSORS"], "trace_rate": "1"})
     http.infer("add_sub_onnx", _inputs(httpclient))
-    (entry,) = traces.by_id().values()
+    (entry,) = traces.by_id(1).values()
     assert entry["stamps"] == []  # TENSORS alone records no timestamps
     tensors = {(t["activity"], t["tensor"]["name"]): t["tensor"] for t in entry["tensors"]}
     assert sorted(tensors) == [
@@ -211,7 +221,7 @@ def test_ensemble_composing_models_get_child_traces(
     b = httpclient.InferInput("B", [1, 16], "FP32")
     b.set_data_from_numpy(np.ones((1, 16), dtype=np.float32))
     http.infer("add_sub_ensemble", [a, b], request_id="ens")
-    found = traces.by_id()
+    found = traces.by_id(1)  # the ensemble's trace and its children's, in one file
     assert len(found) == 3
     parent = next(e for e in found.values() if e["header"]["model_name"] == "add_sub_ensemble")
     parent_id = parent["header"]["id"]
@@ -234,13 +244,13 @@ def test_log_frequency_rotates(
     )
     for _ in range(5):
         http.infer("add_sub", _inputs(httpclient))
-    files = traces.files()
+    files = traces.files(2)
     assert len(files) == 2  # two full files of two traces; the fifth waits for its pair
     for path in files:
         assert len({item["id"] for item in json.loads(path.read_text())}) == 2
     # replacing the setting writes what it holds (the fifth trace, in a file of its own)
     http.update_trace_settings(settings={"log_frequency": "1"})
-    assert len(traces.files()) == 3
+    assert len(traces.files(3)) == 3
 
 
 def test_raw_http_with_compression_and_failed_requests(
@@ -261,7 +271,7 @@ def test_raw_http_with_compression_and_failed_requests(
     assert answer.json()["outputs"][0]["data"][:2] == [1.0, 2.0]
     bad = requests.post(url, json={"inputs": []}, timeout=30)
     assert bad.status_code == 400  # answered as usual; refused before a model: no trace
-    (entry,) = traces.by_id().values()
+    (entry,) = traces.by_id(1).values()
     assert entry["header"]["model_name"] == "add_sub"
     assert _names(entry)[-2:] == ["HTTP_SEND_START", "HTTP_SEND_END"]
 

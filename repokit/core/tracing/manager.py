@@ -80,8 +80,11 @@ class TraceManager:
             self.otel = OtelExporter(self.startup)
 
     def stop(self) -> None:
-        """Write what was collected and close the trace files; flush the exporter."""
+        """Write what was collected and close the trace files; flush the exporter. A trace
+        that ends later (its response was still being sent, or a frontend worker's last
+        timestamps arrive after this) is written at once, into the closed file."""
         for setting in (self._global, *self._models.values()):
+            setting.retired = True
             setting.flush()
         for file in self._files.values():
             file.close()

@@ -2,7 +2,8 @@
 
 With ``log_frequency`` 0 the traces go to ``<file>``: the file is created (truncated) at the
 first write, each later write appends to the array, and the array is closed when the server
-stops (until then the file is an unterminated array, as tritonserver's is). Otherwise every
+stops (until then the file is an unterminated array, as tritonserver's is; a trace that ends
+after that goes into the closed array, never over it). Otherwise every
 ``log_frequency`` traces go to a new complete file ``<file>.0``, ``<file>.1``, ... (the index
 counts per file name); so do the traces collected when ``trace_count`` runs out.
 """
@@ -10,6 +11,7 @@ counts per file name); so do the traces collected when ``trace_count`` runs out.
 from __future__ import annotations
 
 import logging
+import os
 from typing import TextIO
 
 log = logging.getLogger(__name__)
@@ -20,6 +22,7 @@ class TraceFile:
         self.name = name
         self._index = 0
         self._main: TextIO | None = None
+        self._closed = False  # the array of <file> was written and closed
 
     def save(self, objects: list[str], to_index_file: bool) -> None:
         """Write trace objects (each a JSON object's text); I/O errors are logged, as
@@ -33,6 +36,9 @@ class TraceFile:
                 self._index += 1
                 with open(path, "w", encoding="utf-8") as out:
                     out.write(f"[{body}]")
+                return
+            if self._closed:
+                self._append_to_closed(body)
                 return
             if self._main is None:
                 self._main = open(self.name, "w", encoding="utf-8")  # noqa: SIM115 - kept open
@@ -48,8 +54,16 @@ class TraceFile:
         """Close the array of ``<file>`` (server shutdown)."""
         main, self._main = self._main, None
         if main is not None:
+            self._closed = True
             try:
                 main.write("]")
                 main.close()
             except OSError as exc:
                 log.error("failed closing trace file: %s", exc)
+
+    def _append_to_closed(self, body: str) -> None:
+        """Put trace objects into the closed array of ``<file>``: before its final ``]``."""
+        with open(self.name, "rb+") as out:
+            end = out.seek(0, os.SEEK_END)
+            out.seek(max(end - 1, 0))
+            out.write(f",{body}]".encode())
