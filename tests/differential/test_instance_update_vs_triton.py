@@ -139,8 +139,22 @@ def test_verbose_instance_lines_match_triton(
         repo, model_control_mode="explicit", load_models=["scaled"], log=verbose
     ) as server:
         _transcript(server.http_url, repo)
-    assert _instance_lines(caplog.messages) == expected
     assert expected[:2] == [
         "Created model instance named 'scaled_0_0' with device id '0'",
         "Re-using model instance named 'scaled_0_0' with device id '0'",
     ]
+    # which instance a scale-down keeps is the one whose initialize ended last, in any order on
+    # either server: after the first update only the number of each line is compared
+    got = _instance_lines(caplog.messages)
+    assert got[:2] == expected[:2]
+    assert _any_index(got[2:]) == _any_index(expected[2:])
+    # ... and the updates after it keep one same instance on both
+    kept = [
+        {line for line in lines[2:] if line.startswith("Re-using")} for lines in (got, expected)
+    ]
+    assert len(kept[0]) == len(kept[1]) == 1
+
+
+def _any_index(lines: list[str]) -> list[str]:
+    """The instance lines with the index of each kept ("Re-using") instance left out."""
+    return _instance_lines([re.sub(r"^(Re-using .*_)\d+'", r"\1N'", line) for line in lines])
