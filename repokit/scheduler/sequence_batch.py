@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +138,12 @@ class SequenceBatchScheduler(Scheduler):
         self._config = config
         self._direct_delay_ns = int(sb.direct.max_queue_delay_microseconds) * 1000
         self._direct_min_util = float(sb.direct.minimum_slot_utilization)
+        # inputs whose shapes must match to batch: a Direct batch holds one shape of them
+        self._direct_key: Callable[[_Job], Hashable] | None = (
+            (lambda job: batching_key(job.request, self._rules))
+            if self._rules.checks_inputs
+            else None
+        )
         instance_ids = (
             list(instances)
             if instances is not None
@@ -316,7 +322,9 @@ class SequenceBatchScheduler(Scheduler):
                 batch: list[Dispatched[_Job] | None] = [item.payload for item in decision.batch]
             else:
                 delay = 0 if self._stopping else self._direct_delay_ns
-                batch, wake = self.slots.direct_batch(instance, now, delay, self._direct_min_util)
+                batch, wake = self.slots.direct_batch(
+                    instance, now, delay, self._direct_min_util, self._direct_key
+                )
             if batch:
                 await self._run(instance, batch)
                 continue

@@ -19,12 +19,17 @@ order and each sees the implicit state left by the previous one.
 Direct batches keep the slot layout: position ``i`` of the batch is slot ``i`` of the instance,
 up to the highest slot that holds a sequence; slots without a ready request are ``None`` (the
 driver fills them with a zero request whose READY control is false, as Triton's null request).
+Given a batching ``key`` (the shapes of inputs that must match to batch), a Direct batch takes
+only the ready slots whose next request has the key of the oldest ready request; the others wait
+for the next batch, as Triton runs sequences of different shapes one batch after another when
+ragged batching is off (``qa/L0_sequence_batcher`` test_ragged_batch on variable-shape models).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -162,9 +167,16 @@ class SequenceSlots(Generic[T]):
 
     # --- dispatch -----------------------------------------------------------------------
     def direct_batch(
-        self, instance: int, now_ns: int, delay_ns: int = 0, min_utilization: float = 0.0
+        self,
+        instance: int,
+        now_ns: int,
+        delay_ns: int = 0,
+        min_utilization: float = 0.0,
+        key: Callable[[T], Hashable] | None = None,
     ) -> tuple[list[Dispatched[T] | None], int]:
-        """The next Direct batch of an instance in slot layout, or ([], wake time)."""
+        """The next Direct batch of an instance in slot layout, or ([], wake time). With a
+        ``key``, only the slots whose next request batches with the oldest one (module
+        docstring)."""
         owners = self._owners[instance]
         ready = [i for i, s in enumerate(owners) if self._ready(s)]
         if not ready:
@@ -173,6 +185,11 @@ class SequenceSlots(Generic[T]):
             oldest = min(owners[i].queue[0].enqueue_ns for i in ready)  # type: ignore[union-attr]
             if now_ns - oldest < delay_ns:
                 return [], oldest + delay_ns
+        if key is not None and len(ready) > 1:
+            heads = {i: owners[i].queue[0] for i in ready}  # type: ignore[union-attr]
+            first = min(ready, key=lambda i: heads[i].enqueue_ns)
+            wanted = key(heads[first].payload)
+            ready = [i for i in ready if i == first or key(heads[i].payload) == wanted]
         highest = max(i for i, s in enumerate(owners) if s is not None)
         batch: list[Dispatched[T] | None] = [None] * (highest + 1)
         for i in ready:

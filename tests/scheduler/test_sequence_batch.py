@@ -379,6 +379,43 @@ async def test_oldest_strategy_batches_only_equal_shapes_unless_ragged(
     await sched.stop()
 
 
+async def test_direct_batches_hold_one_shape_of_inputs_that_are_not_ragged() -> None:
+    """Triton 2.51 (qa/L0_sequence_batcher test_ragged_batch, variable-shape models): Direct
+    sequences whose requests differ in shape run in separate batches, the oldest request's
+    shape first; the slot layout stays. repokit merged them all into one batch, which failed to
+    concatenate and left every request of the model unanswered."""
+    cfg = (SEQ % "").replace("dims: [ 1 ]", "dims: [ -1 ]", 1)
+    backend = RecordingBackend()
+    backend.gate = asyncio.Event()
+    sched = SequenceBatchScheduler(backend, config(cfg), model_dir=Path("."), clock=ManualClock())
+    await sched.start()
+
+    def shaped(corrid: int, length: int) -> BackendRequest:
+        data = np.full((1, length), corrid, dtype=np.int32)
+        return BackendRequest(
+            inputs={"INPUT0": tensor("INPUT0", data, "INT32")},
+            requested_outputs=(),
+            correlation_id=corrid,
+            flags=FLAG_START | FLAG_END,
+        )
+
+    first = asyncio.create_task(sched.submit(shaped(9, 2), 1))
+    await until(lambda: len(backend.batches) == 1)
+    others = [
+        asyncio.create_task(sched.submit(shaped(c, n), 1))
+        for c, n in ((1, 2), (2, 2), (3, 1), (4, 3))
+    ]
+    await until(lambda: sched.pending_count == 4)
+    backend.gate.set()
+    await asyncio.gather(first, *others)
+    shapes = [
+        sorted({tuple(r.inputs["INPUT0"].shape) for r in reqs if values(r, "READY") == [True]})
+        for _, reqs in backend.batches[1:]
+    ]
+    assert shapes == [[(1, 2)], [(1, 1)], [(1, 3)]]
+    await sched.stop()
+
+
 async def test_oldest_a_sequence_in_a_slot_freed_by_an_end_waits_until_that_end_ran() -> None:
     """Triton 2.51 (its per-slot in_flight_; L0_dyna_sequence_batcher test_backlog_fill): the
     slot an END frees goes to the next sequence at once, but that sequence's first request is
