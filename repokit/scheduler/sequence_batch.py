@@ -352,8 +352,9 @@ class SequenceBatchScheduler(Scheduler):
             await self._waker.sleep(next_ns)
 
     async def _run(self, instance: int, batch: list[Dispatched[_Job] | None]) -> None:
-        template = next(d for d in batch if d is not None)[1].payload.request
-        requests = [self._prepare(d) if d is not None else self._filler(template) for d in batch]
+        real = {i: self._prepare(d) for i, d in enumerate(batch) if d is not None}
+        template = next(iter(real.values()))
+        requests = [real[i] if i in real else self._filler(template) for i in range(len(batch))]
         if self._iterative:
             for prepared, dispatched in zip(requests, batch, strict=True):
                 if dispatched is not None:
@@ -440,14 +441,18 @@ class SequenceBatchScheduler(Scheduler):
         )
 
     def _filler(self, template: BackendRequest) -> BackendRequest:
-        """The request standing in an empty Direct slot: zeros and READY=0."""
+        """The request standing in an empty Direct slot: zeros and READY=0, shaped as the
+        batch's first request as prepared (with its controls and states: a state of variable
+        shape may have grown past its initial shape, and the batch must concatenate)."""
         inputs = {
             name: InferTensor(name, t.datatype, t.shape, _zeros_like(t))
             for name, t in template.inputs.items()
         }
         inputs.update(self._controls.tensors(start=False, end=False, ready=False, corrid=0))
         if self._states:
-            inputs.update(self._states.null(self._states.initial()))
+            states = {s.input_name for s in self._states.specs}
+            current = {n: t for n, t in template.inputs.items() if n in states}
+            inputs.update(self._states.null(current or self._states.initial()))
         return BackendRequest(inputs=inputs, requested_outputs=template.requested_outputs)
 
 

@@ -240,6 +240,41 @@ async def test_implicit_state_is_carried_between_requests_and_reset_at_start() -
     await sched.stop()
 
 
+async def test_a_filler_takes_the_shape_of_a_grown_variable_state() -> None:
+    """A state of dims [ -1 ] takes the shape of the output it carries; the zero request of an
+    empty slot beside it must have that shape too, or a merged (onnxruntime) batch cannot
+    concatenate (qa/L0_implicit_state test_ragged_batch[modelsv,onnx]: the fillers had the
+    initial state's shape, the worker failed and no request was answered again)."""
+    cfg = (SEQ % (STATE % "").replace("dims: [ 1 ]", "dims: [ -1 ]")).replace(
+        "dims: [ 1 ]", "dims: [ -1 ]", 1
+    )
+    backend = AccumulatingBackend()
+    sched = SequenceBatchScheduler(
+        backend, config(cfg), model_dir=Path("."), clock=ManualClock(), merge_batches=True
+    )
+    await sched.start()
+
+    def shaped(corrid: int, values: list[int], *, start: bool, end: bool) -> BackendRequest:
+        data = np.array([values], dtype=np.int32)
+        flags = (FLAG_START if start else 0) | (FLAG_END if end else 0)
+        return BackendRequest(
+            inputs={"INPUT0": tensor("INPUT0", data, "INT32")},
+            requested_outputs=(),
+            correlation_id=corrid,
+            flags=flags,
+        )
+
+    first = await asyncio.gather(
+        sched.submit(shaped(1, [5, 5], start=True, end=True), 1),
+        sched.submit(shaped(2, [1, 2], start=True, end=False), 1),
+    )
+    assert [r.result.outputs[0].data.tolist() for r in first] == [[[5, 5]], [[1, 2]]]
+    # corrid 1 ended: its slot (0) is empty and gets a filler beside corrid 2's state [1, 2]
+    second = await asyncio.wait_for(sched.submit(shaped(2, [10, 10], start=False, end=True), 1), 30)
+    assert second.result.outputs[0].data.tolist() == [[11, 12]]
+    await sched.stop()
+
+
 class RequestedOnlyAccumulatingBackend(AccumulatingBackend):
     """Answers the requested outputs only and, when none are requested, the config's outputs
     only (as onnxruntime does): the state output comes back only when asked for."""
