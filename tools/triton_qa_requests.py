@@ -199,8 +199,19 @@ DECOUPLED_TESTS = (
 
 
 def decoupled() -> list[Scenario]:
+    # test.sh exports TRITONSERVER_DELAY_GRPC_RESPONSE=2000 (after the server started) for the
+    # client of test_one_to_multi_many, which asserts that it is set
     runs: list[Step] = [
-        PytestRun(f"decoupled_test.py::DecoupledTest::{name}", runner="unittest", timeout=1200)
+        PytestRun(
+            f"decoupled_test.py::DecoupledTest::{name}",
+            runner="unittest",
+            timeout=1200,
+            env=(
+                {"TRITONSERVER_DELAY_GRPC_RESPONSE": "2000"}
+                if name == "test_one_to_multi_many"
+                else {}
+            ),
+        )
         for name in DECOUPLED_TESTS
     ]
     return [

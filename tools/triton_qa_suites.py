@@ -158,7 +158,7 @@ NOT_APPLICABLE: dict[str, str] = {
     "L0_decoupled custom trial": "the repeat/square/identity models of Triton's C++ test"
     " backends (libtriton_repeat.so ...); the python trial runs the same tests",
     "L0_decoupled test_one_to_multi_many's TRITONSERVER_DELAY_GRPC_RESPONSE": "test.sh exports"
-    " it after the server started, so neither server reads it; the test runs without it",
+    " it after the server started, so neither server reads it; only the test's client gets it",
     "L0_json": "a C++ unit test of Triton's JSON parser (triton_json_test)",
     "L0_backend_output_detail": "a C++ program on Triton's in-process C API",
     "L0_output_validation": "libtorch models (libtorch_model_store2)",
