@@ -170,7 +170,7 @@ async def _submit_traced(
     queue_start = trace.queued(request.inputs.values())
     scheduled, elapsed = await submit(loaded, request, batch_size, traced=True)
     if not loaded.is_ensemble:  # as Triton: an ensemble computes nothing itself
-        trace.computed(queue_start, scheduled.queue_ns, scheduled.timing)
+        trace.computed(queue_start, scheduled.queue_ns, scheduled.timing, time.monotonic_ns())
     trace.outputs(scheduled.result.outputs)
     return scheduled, elapsed
 

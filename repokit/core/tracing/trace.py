@@ -12,9 +12,13 @@ last child is released), its objects and its children's are collected by its set
 mode, as one trace) or exported as spans (opentelemetry mode).
 
 Timestamps are ``time.monotonic_ns()`` (Triton's steady clock). The compute timestamps are
-placed from the scheduler's measurements: the request's queue time after ``QUEUE_START``, then
-the execution's input, infer and output durations (the python backend measures these in the
-instance process).
+placed from the scheduler's measurements: ``COMPUTE_START`` after ``QUEUE_START`` by the
+request's queue time, ``COMPUTE_INPUT_END`` after it by the execution's input duration,
+``COMPUTE_END`` when the server has the result, ``COMPUTE_OUTPUT_START`` before it by the output
+duration (the python backend measures the durations in the instance process). As with Triton's
+python backend, whose compute timestamps are taken in the server around the stub's work, the
+infer span holds the trips to and from the instance, so the requests a model makes while it
+executes (BLS) lie within it.
 """
 
 from __future__ import annotations
@@ -157,13 +161,13 @@ class Trace:
                 self.record_tensor(QUEUE_INPUT, tensor)
         return now
 
-    def computed(self, queue_start: int, queue_ns: int, timing: Timing) -> None:
-        """COMPUTE_START .. COMPUTE_END from the scheduler's queue time and the execution's
-        durations."""
+    def computed(self, queue_start: int, queue_ns: int, timing: Timing, ended: int) -> None:
+        """COMPUTE_START .. COMPUTE_END from the scheduler's queue time, the execution's
+        durations and the moment the server had the result (``ended``, monotonic ns)."""
         start = queue_start + queue_ns
         input_end = start + timing.compute_input_ns
-        output_start = input_end + timing.compute_infer_ns
-        end = output_start + timing.compute_output_ns
+        end = max(ended, input_end + timing.compute_infer_ns + timing.compute_output_ns)
+        output_start = end - timing.compute_output_ns
         self.stamp("COMPUTE_START", start)
         self.stamp("COMPUTE_INPUT_END", input_end)
         self.stamp("COMPUTE_OUTPUT_START", output_start)
