@@ -17,6 +17,7 @@ TritonJson errors); repokit deliberately answers 400, the KServe spec's code for
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +37,9 @@ _NOT_NUMBER = "attempt to access JSON non-number as double"
 _NOT_STRING = "attempt to access JSON non-string as string"
 
 _NUMBER_TYPES = frozenset({int, float})
+# JSON numbers beyond a float datatype's range become infinities, as Triton casts its doubles;
+# numpy would also print "overflow encountered in cast" to the server's stderr
+warnings.filterwarnings("ignore", "overflow encountered in cast", RuntimeWarning, __name__)
 # too many elements and too few: Triton 2.51 says the same for both
 _SHAPE_MISMATCH = "Shape does not match true shape of 'data' field"
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -193,3 +195,23 @@ def test_strings_from_json_leaves_the_count_to_the_request_checks() -> None:
     assert info.value.message == (
         "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
     )
+
+
+def test_numbers_beyond_a_float_range_become_infinities_without_a_warning() -> None:
+    """As Triton casts its doubles: 1e39 as FP32 is inf, and nothing is printed to the server's
+    stderr (numpy's "overflow encountered in cast")."""
+    probe = (
+        "import numpy as np\n"
+        "from repokit.protocol.json_codec import array_from_json\n"
+        "from repokit.protocol.plain_json import plain_json_array\n"
+        "item = {'name': 'x', 'datatype': 'FP32', 'shape': [2], 'data': [1e39, -1e39]}\n"
+        "print(plain_json_array(item, 1 << 30)[3].tolist())\n"
+        "print(array_from_json('FP32', [1], [1e39], input_name='x').tolist())\n"
+        "print(array_from_json('FP32', [2], [1.5, -1e39], input_name='x').tolist())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", probe], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["[inf, -inf]", "[inf]", "[1.5, -inf]"]
+    assert done.stderr == ""
