@@ -352,6 +352,26 @@ class SequenceBatchScheduler(Scheduler):
             await self._waker.sleep(next_ns)
 
     async def _run(self, instance: int, batch: list[Dispatched[_Job] | None]) -> None:
+        """Run a batch and answer its requests. Whatever goes wrong around the backend's
+        execution (preparing, joining or splitting the batch, its states) fails the batch's
+        requests with INTERNAL and the worker goes on: the model's other requests are served."""
+        try:
+            await self._run_batch(instance, batch)
+        except Exception as exc:
+            log.exception("model '%s': a sequence batch failed", self.slots.model)
+            error = internal(f"sequence batch failed: {type(exc).__name__}: {exc}")
+            now = self._clock()
+            for dispatched in batch:
+                if dispatched is None:
+                    continue
+                seq, entry = dispatched
+                for key in [k for k, (_, d) in self._executing.items() if d is dispatched]:
+                    del self._executing[key]
+                self.slots.complete(seq, now)
+                settle_error(entry.payload, error)
+            self._waker.poke()
+
+    async def _run_batch(self, instance: int, batch: list[Dispatched[_Job] | None]) -> None:
         real = {i: self._prepare(d) for i, d in enumerate(batch) if d is not None}
         template = next(iter(real.values()))
         requests = [real[i] if i in real else self._filler(template) for i in range(len(batch))]

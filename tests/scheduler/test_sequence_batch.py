@@ -99,6 +99,37 @@ async def test_empty_slots_are_filled_with_zero_requests_that_are_not_ready() ->
     await sched.stop()
 
 
+async def test_a_batch_that_fails_outside_the_backend_fails_its_requests_only() -> None:
+    """A fault around the execution (preparing, joining or splitting a batch) answers that
+    batch's requests with INTERNAL; the worker goes on, and the sequence's next request and
+    other sequences are served (before, the worker task died and every later request of the
+    model waited for ever)."""
+    backend = RecordingBackend()
+    sched = await scheduler(backend)
+    prepare = sched._prepare
+
+    def faulty(dispatched: object) -> BackendRequest:
+        prepared = prepare(dispatched)  # type: ignore[arg-type]
+        if values(prepared, "INPUT0") == [13]:
+            raise ValueError("a stand-in for a bug")
+        return prepared
+
+    sched._prepare = faulty  # type: ignore[method-assign]
+    with pytest.raises(RepokitError) as failed:
+        await asyncio.wait_for(sched.submit(seq_request(1, 13, start=True), 1), 30)
+    assert failed.value.code is Code.INTERNAL
+    assert failed.value.message == "sequence batch failed: ValueError: a stand-in for a bug"
+    answered = await asyncio.wait_for(
+        asyncio.gather(
+            sched.submit(seq_request(1, 2, end=True), 1),
+            sched.submit(seq_request(2, 3, start=True, end=True), 1),
+        ),
+        30,
+    )
+    assert [r.result.outputs[0].data.reshape(-1).tolist() for r in answered] == [[4], [6]]
+    await sched.stop()
+
+
 async def test_backlogged_sequence_runs_when_a_slot_ends() -> None:
     backend = RecordingBackend()
     cfg = SEQ.replace("max_batch_size: 4", "max_batch_size: 1")
