@@ -4,6 +4,7 @@ formatting, and the manager's fallback rules."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +137,34 @@ def test_a_trace_ending_after_the_server_stopped_is_still_written(
     assert [h["request_id"] for h in headers] == ["r1", "r2"]
     late_stamps = [item for document in documents for item in document if "timestamps" in item]
     assert "HTTP_SEND_END" in json.dumps(late_stamps)
+
+
+def test_index_file_appears_only_when_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader polling for ``<file>.N`` never opens it empty (CI saw '' once): the file is
+    written under a hidden name and renamed into place."""
+    seen: list[tuple[str, bool, str]] = []
+    real_replace = os.replace
+
+    def replace(source: str, target: str) -> None:
+        seen.append((Path(source).name, Path(target).exists(), Path(source).read_text()))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    file = TraceFile(str(tmp_path / "t.json"))
+    file.save(['{"id":1}', '{"id":1,"timestamps":[]}'], to_index_file=True)
+    assert seen == [(".t.json.0.partial", False, '[{"id":1},{"id":1,"timestamps":[]}]')]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json.0"]
+
+
+def test_failed_index_file_write_leaves_no_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refuse(source: str, target: str) -> None:
+        raise PermissionError(13, "Permission denied", target)
+
+    monkeypatch.setattr(os, "replace", refuse)
+    TraceFile(str(tmp_path / "t.json")).save(['{"id":1}'], to_index_file=True)
+    assert "failed creating trace file" in caplog.text
+    assert list(tmp_path.iterdir()) == []

@@ -3,13 +3,15 @@
 With ``log_frequency`` 0 the traces go to ``<file>``: the file is created (truncated) at the
 first write, each later write appends to the array, and the array is closed when the server
 stops (until then the file is an unterminated array, as tritonserver's is; a trace that ends
-after that goes into the closed array, never over it). Otherwise every
-``log_frequency`` traces go to a new complete file ``<file>.0``, ``<file>.1``, ... (the index
-counts per file name); so do the traces collected when ``trace_count`` runs out.
+after that goes into the closed array, never over it). Otherwise every ``log_frequency`` traces
+go to a new complete file ``<file>.0``, ``<file>.1``, ... (the index counts per file name; each
+is written whole, then renamed into place); so do the traces collected when ``trace_count``
+runs out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import TextIO
@@ -32,10 +34,8 @@ class TraceFile:
         body = ",".join(objects)
         try:
             if to_index_file:
-                path = f"{self.name}.{self._index}"
+                self._write_whole(f"{self.name}.{self._index}", f"[{body}]")
                 self._index += 1
-                with open(path, "w", encoding="utf-8") as out:
-                    out.write(f"[{body}]")
                 return
             if self._closed:
                 self._append_to_closed(body)
@@ -60,6 +60,21 @@ class TraceFile:
                 main.close()
             except OSError as exc:
                 log.error("failed closing trace file: %s", exc)
+
+    @staticmethod
+    def _write_whole(path: str, text: str) -> None:
+        """Write a file that appears complete or not at all: a reader polling for index files
+        (a test, a log shipper) never opens one that is empty or cut short."""
+        folder, name = os.path.split(path)
+        partial = os.path.join(folder, f".{name}.partial")
+        try:
+            with open(partial, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(partial, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+            raise
 
     def _append_to_closed(self, body: str) -> None:
         """Put trace objects into the closed array of ``<file>``: before its final ``]``."""
