@@ -502,8 +502,9 @@ def _serve(settings: Any, notes: list[str]) -> int:
         pass
     except ModelsFailedToLoad as exc:  # --exit-on-error: tritonserver opens no port then
         log.info(models_table(exc.index), extra={RAW: True})
-        if core.model_control_mode == "explicit":  # tritonserver names the --load-model
-            name, _, reason = exc.failures[0].partition(": ")
+        known = [f for f in exc.failures if f.partition(": ")[0] not in exc.unknown]
+        if core.model_control_mode == "explicit" and known:  # it names the --load-model
+            name, _, reason = known[0].partition(": ")
             message = f"Invalid argument - load failed for model '{name}': {reason}"
         else:
             message = "Internal - failed to load all models"

@@ -11,9 +11,12 @@ _MODES = {"none": "MODE_NONE", "explicit": "MODE_EXPLICIT", "poll": "MODE_POLL"}
 
 
 def models_table(index: list[dict[str, Any]]) -> str:
-    """One row per model version: READY, or UNAVAILABLE with the reason."""
+    """One row per model version: READY, or UNAVAILABLE with the reason. As tritonserver's,
+    it leaves out the models nothing tried to load (explicit mode: those not named by
+    --load-model), which the repository index lists without a state."""
     rows = []
-    for entry in sorted(index, key=lambda e: (str(e.get("name")), str(e.get("version", "")))):
+    tried = [entry for entry in index if "state" in entry]
+    for entry in sorted(tried, key=lambda e: (str(e.get("name")), str(e.get("version", "")))):
         state = str(entry.get("state", "UNKNOWN"))
         reason = entry.get("reason")
         status = f"{state}: {reason}" if reason else state
@@ -30,6 +33,11 @@ def options_table(settings: ServerSettings, extensions: list[str]) -> str:
     rows += [(f"model_repository_path[{i}]", p) for i, p in enumerate(settings.repositories)]
     rows += [
         ("model_control_mode", _MODES[settings.model_control_mode]),
+    ]
+    if settings.model_control_mode == "explicit":  # tritonserver's set of --load-model names
+        startup = sorted(set(settings.load_models))
+        rows += [(f"startup_models_{i}", name) for i, name in enumerate(startup)]
+    rows += [
         ("strict_model_config", int(settings.strict_model_config)),
         ("model_config_name", settings.model_config_name),
         ("rate_limit", "EXEC_COUNT" if settings.rate_limit == "execution_count" else "OFF"),

@@ -163,6 +163,9 @@ def _configured_backend_factory(
     return create
 
 
+MODEL_NOT_FOUND = "model not found in any model repository."
+
+
 def check_model_name(name: str) -> None:
     if not name.strip():
         raise invalid_arg("Model name cannot be empty. Please enter a valid name to deploy.")
@@ -263,6 +266,8 @@ class ModelManager:
         self._locks: dict[str, asyncio.Lock] = {}
         self._poll_task: asyncio.Task[None] | None = None
         self._load_slots: asyncio.Semaphore | None = None  # created in the running loop
+        # --load-model names found in no repository when the server started
+        self.unknown_startup_models: list[str] = []
         self.server: ServerApi | None = None  # handed to backends (set by the service)
         # the server's response cache, shared by every model that enables it
         cache = settings.response_cache
@@ -277,10 +282,17 @@ class ModelManager:
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         mode = self._settings.model_control_mode
-        names = list(self._directories())
+        directories = self._directories()
+        names = list(directories)
         if mode == "explicit" and "*" not in self._settings.load_models:
             wanted = dict.fromkeys(self._settings.load_models)
             names = [key for name in wanted for key in self._keys_named(name)]
+            # tritonserver polls each --load-model first: one in no repository is logged
+            # and left out (the others load), and the start fails (--exit-on-error)
+            self.unknown_startup_models = sorted(n for n in names if n not in directories)
+            for name in self.unknown_startup_models:
+                log.error("failed to poll model '%s': %s", public_name(name), MODEL_NOT_FOUND)
+            names = [name for name in names if name in directories]
         await asyncio.gather(*(self._load_quietly(name) for name in names))
         if mode == "poll" and self._settings.repository_poll_secs > 0:
             self._poll_task = asyncio.create_task(self._poll_forever())

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from repokit.core.compose import build_service
+from repokit.core.model_manager import MODEL_NOT_FOUND, public_name
 from repokit.core.service import InferenceService
 from repokit.core.settings import ServerSettings
 from repokit.frontends.grpc.options import DEFAULT_TRANSPORT
@@ -215,20 +216,26 @@ async def _close_connections(servers: list[HttpServer], deadline: float) -> None
 class ModelsFailedToLoad(Exception):
     """Some model (or version) failed to load at startup and ``--exit-on-error`` is on."""
 
-    def __init__(self, index: list[dict[str, Any]], failures: list[str]) -> None:
+    def __init__(
+        self, index: list[dict[str, Any]], failures: list[str], unknown: list[str] | None = None
+    ) -> None:
         super().__init__("failed to load all models")
         self.index = index
         self.failures = failures
+        self.unknown = unknown or []  # --load-model names found in no repository
 
 
 def startup_failures(service: InferenceService) -> list[str]:
     """``name: reason`` of each model version that failed to load while starting (fatal with
     ``--exit-on-error`` in every control mode: an explicit ``--load-model`` that fails stops
     tritonserver too)."""
-    return [
+    failed = [
         f"{e['name']}: {e.get('reason', '')}"
         for e in service.repository_index()
         if e.get("state") == "UNAVAILABLE" and e.get("reason") != "unloaded"
+    ]
+    return failed + [
+        f"{public_name(name)}: {MODEL_NOT_FOUND}" for name in service.manager.unknown_startup_models
     ]
 
 
@@ -277,7 +284,8 @@ async def start_server(
     if failures:  # --exit-on-error: tritonserver exits before it opens any port
         index = service.repository_index()
         await service.stop()
-        raise ModelsFailedToLoad(index, failures)
+        unknown = [public_name(name) for name in service.manager.unknown_startup_models]
+        raise ModelsFailedToLoad(index, failures, unknown)
     handle = ServerHandle(service=service, settings=settings)
     try:
         if settings.workers > 1:  # N processes serve HTTP and gRPC over this one's service

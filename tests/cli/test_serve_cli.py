@@ -278,6 +278,54 @@ def test_a_failed_startup_load_exits_before_any_port_opens(
     assert "Started" not in output and "Errno" not in output  # no port was bound
 
 
+def test_a_load_model_in_no_repository_stops_the_start_as_tritonserver(tmp_path: Path) -> None:
+    """tritonserver 2.51 logs the name it cannot find, loads the other --load-model names,
+    then exits 1 with 'failed to load all models' (--exit-on-error) before opening a port."""
+    repo = _repo(tmp_path, "add_sub")
+    result = subprocess.run(
+        [sys.executable, "-m", "repokit", "serve", str(repo), "--http-port", "0",
+         "--grpc-port", "0", "--metrics-port", "0", "--model-control-mode=explicit",
+         "--load-model=nosuch", "--load-model=add_sub"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert (
+        "failed to poll model 'nosuch': model not found in any model repository." in result.stderr
+    )
+    assert "successfully loaded 'add_sub'" in result.stderr  # the others load all the same
+    assert "error: creating server: Internal - failed to load all models" in result.stderr
+    assert "Started" not in result.stderr + result.stdout
+
+
+def test_without_exit_on_error_a_missing_load_model_is_logged_and_the_rest_served(
+    tmp_path: Path,
+) -> None:
+    repo = _repo(tmp_path, "add_sub", "identity")
+    s = _start(
+        str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+        "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
+        "--model-control-mode=explicit", "--load-model=nosuch", "--load-model=add_sub",
+        "--exit-on-error=false",
+    )  # fmt: skip
+    try:
+        seen = "".join(s.lines)
+        assert "failed to poll model 'nosuch': model not found" in seen
+        # the options table lists the --load-model names as tritonserver's (a sorted set)
+        assert re.search(r"\| startup_models_0 +\| add_sub +\|", seen)
+        assert re.search(r"\| startup_models_1 +\| nosuch +\|", seen)
+        # the models table has the models something tried to load, not 'identity'
+        assert re.search(r"\| add_sub +\| 1 +\| READY +\|", seen)
+        assert "| identity" not in seen
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{s.ports['HTTPService']}")
+        assert client.is_model_ready("add_sub")
+        assert not client.is_model_ready("nosuch")
+        client.close()  # as tritonserver, the server waits for open HTTP connections
+    finally:
+        s.process.send_signal(signal.SIGINT)
+        s.process.communicate(timeout=30)
+    assert s.process.returncode == 0
+
+
 def test_exit_on_error_false_serves_the_other_models(tmp_path: Path) -> None:
     repo = _repo(tmp_path, "add_sub")
     shutil.copytree(repo / "add_sub", repo / "broken")
