@@ -65,7 +65,7 @@ from repokit.backends.base import (
     WireEntry,
     WireRequest,
 )
-from repokit.errors import RepokitError, unavailable
+from repokit.errors import RepokitError, internal, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.wire_batch_size import wire_batch_size
 from repokit.scheduler.base import CancelledInQueue, Retiring, ScheduledResult, Scheduler
@@ -408,24 +408,35 @@ class DynamicBatchScheduler(Scheduler):
             await self._waker.sleep(self._planner.queues.closest_deadline())
 
     async def _run(self, instance: int, batch: list[QueuedItem[_Job]]) -> int:
-        """Execute a batch and answer its requests; how long the execution took (ns)."""
+        """Execute a batch and answer its requests; how long the execution took (ns).
+
+        Whatever goes wrong around the backend's execution (joining or splitting the batch,
+        counting it) answers the batch's requests INTERNAL with the traceback in the log, and
+        the worker goes on; before, the error ended the worker (or the pipelined batch's task)
+        silently and the requests of the model hung, with preserve_ordering every later one."""
         executed = None
+        live = [item for item in batch if not item.payload.future.done()]
+        ordered = self._ordered
+        if live and ordered is not None:
+            ordered.admit([item.payload.future for item in live])
         try:
-            executed = await self._execute(instance, batch)
+            if live:
+                executed = await self._execute(instance, live)
+        except Exception as exc:
+            self._fail(live, exc)
         finally:
             if self._early:  # the instance is free: its worker takes the next batch first
                 self._held[instance] -= 1
                 self._handed[instance].popleft()
                 if not self._held[instance]:
-                    ran_ns = 0 if executed is None else _ran_ns(executed[2])
+                    ran_ns = 0 if executed is None else _ran_ns(executed[1])
                     self._planner.instance_freed(self._clock(), len(batch), ran_ns)
                 self._waker.poke()
         if executed is None:
             return 0
         if self._early:
             await asyncio.sleep(0)  # the worker runs before these answers go out
-        live, results, timing, started_ns = executed
-        ordered = self._ordered
+        results, timing, started_ns = executed
         for item, result in zip(live, results, strict=True):
             scheduled = (
                 None
@@ -439,16 +450,32 @@ class DynamicBatchScheduler(Scheduler):
                 future.set_result(scheduled)
         return _ran_ns(timing)
 
+    def _fail(self, live: list[QueuedItem[_Job]], exc: Exception) -> None:
+        """Answer the requests of a batch that failed outside the backend's execution with
+        INTERNAL (counted as failed requests; with preserve_ordering in their turn)."""
+        log.error(
+            "model '%s': a batch of %d requests failed outside the model's execution",
+            self._name,
+            len(live),
+            exc_info=exc,
+        )
+        error = internal(
+            f"in model '{self._name}', the batch failed outside the model's execution: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        failed = ScheduledResult(BackendResult(error=error), 0, Timing())
+        for item in live:
+            future = item.payload.future
+            if self._ordered is not None:  # released in turn: later batches are not held up
+                self._ordered.complete(future, failed)
+            elif not future.done():
+                future.set_result(failed)
+
     async def _execute(
-        self, instance: int, batch: list[QueuedItem[_Job]]
-    ) -> tuple[list[QueuedItem[_Job]], list[BackendResult], Timing, int] | None:
-        """Run the live requests of a batch: (them, their results, the timing, when the
-        execution started), or None when every request was cancelled meanwhile."""
-        live = [item for item in batch if not item.payload.future.done()]
-        if not live:
-            return None
-        if self._ordered is not None:
-            self._ordered.admit([item.payload.future for item in live])
+        self, instance: int, live: list[QueuedItem[_Job]]
+    ) -> tuple[list[BackendResult], Timing, int]:
+        """Run the live requests of a batch: their results, the timing and when the execution
+        started."""
         start_ns = self._clock()
         requests = [item.payload.request for item in live]
         sizes = [item.batch_size for item in live]
@@ -457,19 +484,25 @@ class DynamicBatchScheduler(Scheduler):
             plain = cast("list[BackendRequest]", requests)  # (no wire lane when merging)
             merged = merge_requests(plain, self._rules)
             results, timing = await execute_batch(self._backend, instance, [merged])
+            self._executed(sum(sizes), timing)  # it ran, whatever the split does
             results = split_result(results[0], plain, sizes, self._rules)
-        elif wired:
-            results, timing = await execute_batch(self._backend, instance, requests, self._entries)
         else:
-            results, timing = await execute_batch(self._backend, instance, requests)
-        if self._on_execution is not None:
+            if wired:
+                results, timing = await execute_batch(
+                    self._backend, instance, requests, self._entries
+                )
+            else:
+                results, timing = await execute_batch(self._backend, instance, requests)
             ran = sum(sizes)
             if wired:  # entries the instance did not take did not run
                 ran -= sum([s for s, r in zip(sizes, results, strict=True) if r is WIRE_FALLBACK])
-            if ran:
-                self._on_execution(ran, timing)
+            self._executed(ran, timing)
         # a batch sent early waited at the instance too: queue time runs until it started
-        return live, results, timing, max(start_ns, self._clock() - _ran_ns(timing))
+        return results, timing, max(start_ns, self._clock() - _ran_ns(timing))
+
+    def _executed(self, ran: int, timing: Timing) -> None:
+        if ran and self._on_execution is not None:
+            self._on_execution(ran, timing)
 
 
 def _settle(done: asyncio.Future[None], _task: object = None) -> None:
