@@ -8,6 +8,7 @@ Boolean flags take tritonserver's explicit values (``--allow-client-shm=true``,
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,6 +20,8 @@ from repokit.cli.output import examples, make_console, print_error
 # the words tritonserver 2.51 takes for a bool flag, in any case (its ParseOption<bool>)
 _TRUE = {"true", "1", "on"}
 _FALSE = {"false", "0", "off"}
+# tritonserver reads repositories in S3, Google Cloud Storage and Azure Storage
+CLOUD_REPOSITORY = re.compile(r"^(s3|gs|as):/+")
 
 
 def parse_bool(value: str, flag: str) -> bool:
@@ -319,6 +322,13 @@ def serve(
     if not repos:
         repos = [default_sample_repository()]
     for repo in repos:
+        cloud = CLOUD_REPOSITORY.match(str(repo))  # Path made s3://b/p into s3:/b/p
+        if cloud and not repo.is_dir():
+            url = f"{cloud.group(1)}://{str(repo)[cloud.end() :]}"
+            raise typer.BadParameter(
+                f"model repository '{url}' is in cloud storage, which repokit does not read:"
+                " copy the repository to a local directory and serve that"
+            )
         if not repo.is_dir():
             raise typer.BadParameter(f"model repository '{repo}' is not a directory")
     if http_max_input_size <= 0:

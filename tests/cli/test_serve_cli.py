@@ -186,6 +186,12 @@ def test_grpc_tls_flags(tmp_path: Path) -> None:
             "requires setting '--model-control-mode=explicit'",
         ),
         (["--http-max-input-size", "0"], "must be greater than 0"),
+        # the repositories of Triton's docs in cloud storage, named whole (not s3:/bucket)
+        (
+            ["--model-repository=s3://bucket/path/to/model/repository"],
+            "model repository 's3://bucket/path/to/model/repository' is in cloud storage",
+        ),
+        (["--model-repository=gs://bucket/models"], "'gs://bucket/models' is in cloud storage"),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(tmp_path: Path, flags: list[str], message: str) -> None:
