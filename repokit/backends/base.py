@@ -124,6 +124,11 @@ class Timing:
     compute_input_ns: int = 0
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
+    # when the instance started the execution, time.monotonic_ns() (CLOCK_MONOTONIC, shared by
+    # every process; the trace clock): a backend whose instances run in processes of their
+    # own reports it (the python backend), so a trace's compute timestamps are the instance's
+    # moments and not estimated from when its reply arrived; 0 when not known
+    started_ns: int = 0
 
 
 class Backend(abc.ABC):

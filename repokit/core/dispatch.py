@@ -116,7 +116,13 @@ async def _submit_cached(
         return scheduled, elapsed
     ran = scheduled.timing
     timing = CacheTiming(
-        ran.compute_input_ns, ran.compute_infer_ns, ran.compute_output_ns, cache, key, lookup_ns
+        ran.compute_input_ns,
+        ran.compute_infer_ns,
+        ran.compute_output_ns,
+        ran.started_ns,
+        cache=cache,
+        key=key,
+        lookup_ns=lookup_ns,
     )
     return ScheduledResult(scheduled.result, scheduled.queue_ns, timing), elapsed
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,37 @@ async def test_after_a_slow_batch_each_queued_batch_is_answered_when_it_ran(
     (third,), _ = await queued[1]
     np.testing.assert_array_equal(third.outputs[0].data, np.full((1, 4), 3, np.float32))
     assert sent == ["execute x1", "execute x1", "execute x1"]
+    await backend.unload()
+
+
+async def test_the_instance_reports_when_it_started_each_execution(tmp_path: Path) -> None:
+    """On the server's trace clock (time.monotonic_ns: CLOCK_MONOTONIC, shared by every
+    process): a batch queued at the instance behind another starts once that one ended, and
+    its reported start does not move when the server reads the answers late."""
+    backend = await load(tmp_path, "stamps", PER_REQUEST_GATES)
+    gates = tmp_path / "stamps" / "1"
+    sent = time.monotonic_ns()
+    first = asyncio.ensure_future(backend.execute(0, [row(1)]))
+    await asyncio.sleep(0)
+    second = asyncio.ensure_future(backend.execute(0, [row(2)]))
+    await asyncio.sleep(0.05)
+    (gates / "gate2").touch()
+    opened = time.monotonic_ns()
+    (gates / "gate1").touch()
+    time.sleep(0.3)  # the server's loop is busy while the answers come in
+    (one,), first_timing = await first
+    (two,), second_timing = await second
+    read = time.monotonic_ns()
+    assert one.error is None and two.error is None
+    assert sent <= first_timing.started_ns
+    # the first execute waited for its gate: it ended after the gate opened
+    assert (
+        first_timing.started_ns + first_timing.compute_input_ns + (first_timing.compute_infer_ns)
+        >= opened
+    )
+    assert opened <= second_timing.started_ns  # it ran after the first one
+    ran = second_timing.compute_input_ns + second_timing.compute_infer_ns
+    assert second_timing.started_ns + ran + second_timing.compute_output_ns <= read
     await backend.unload()
 
 

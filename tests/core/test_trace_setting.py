@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from repokit.backends.base import Timing
 from repokit.core.tracing.manager import TraceManager
 from repokit.core.tracing.options import parse_trace_flags
 from repokit.core.tracing.setting import TIMESTAMPS, TraceSetting
@@ -168,3 +169,26 @@ def test_failed_index_file_write_leaves_no_partial_file(
     TraceFile(str(tmp_path / "t.json")).save(['{"id":1}'], to_index_file=True)
     assert "failed creating trace file" in caplog.text
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("started", [0, 5_000, 900])
+def test_compute_timestamps_start_when_the_instance_started(tmp_path: Path, started: int) -> None:
+    """COMPUTE_START is the instance's own moment when the backend reports it (a reply read
+    late on a busy machine moves nothing), never before QUEUE_START; without it, QUEUE_START
+    plus the queue time. COMPUTE_END is when the server had the result."""
+    manager = TraceManager(
+        parse_trace_flags([f"triton,file={tmp_path / 't.json'}", "level=TIMESTAMPS", "rate=1"])
+    )
+    trace = manager.sample("m")
+    assert trace is not None
+    queue_start, queue_ns, ended = 1_000, 3_000, 50_000
+    trace.computed(queue_start, queue_ns, Timing(100, 200, 300, started), ended)
+    stamps = dict(trace.events)
+    start = {0: queue_start + queue_ns, 5_000: 5_000, 900: queue_start}[started]
+    assert stamps == {
+        "COMPUTE_START": start,
+        "COMPUTE_INPUT_END": start + 100,
+        "COMPUTE_OUTPUT_START": ended - 300,
+        "COMPUTE_END": ended,
+    }
+    manager.stop()

@@ -267,7 +267,7 @@ class PythonBackend(Backend):
             for tensor in request.inputs.values():
                 size += tensor.data.nbytes
         try:
-            status, body, (input_ns, infer_ns, output_ns) = await self._queues.call(
+            status, body, (input_ns, infer_ns, output_ns, started_ns) = await self._queues.call(
                 target, EXECUTE, batch, size
             )
         except ipc.ChannelClosed:
@@ -284,7 +284,7 @@ class PythonBackend(Backend):
             target.wire_plan = wired[0].request.plan
         if target.link is not None and not self._decoupled:
             target.link.requests_done(batch)
-        timing = Timing(input_ns, infer_ns, output_ns)
+        timing = Timing(input_ns, infer_ns, output_ns, started_ns)
         if status != OK:
             if status == RESCHEDULED:
                 items, indexes = body
@@ -321,7 +321,7 @@ class PythonBackend(Backend):
         # before it was sent never reached the process)
         item: WireItem = (codec, raw, key, None if target.wire_plan is plan else plan, limit)
         try:
-            status, body, (input_ns, infer_ns, output_ns) = await self._queues.call(
+            status, body, (input_ns, infer_ns, output_ns, started_ns) = await self._queues.call(
                 target, EXECUTE, item, len(raw)
             )
         except ipc.ChannelClosed:
@@ -335,7 +335,7 @@ class PythonBackend(Backend):
             target.link.request_done(key)
         if status == FALLBACK:
             return None
-        timing = Timing(input_ns, infer_ns, output_ns)
+        timing = Timing(input_ns, infer_ns, output_ns, started_ns)
         if status != WIRE:  # the instance failed the message as a whole
             return WireRun(BackendResult(error=RepokitError(Code.INTERNAL, str(body))), 0, timing)
         kind, payload, batch_size = body

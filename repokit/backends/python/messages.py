@@ -21,7 +21,8 @@ Server -> instance: operations, answered in order, one reply each
   whose responses it encodes;
 - ``(FINALIZE, None)`` -> ``(OK, None)``: run ``finalize`` and exit.
 
-A :data:`BatchReply` is ``(status, body, (input_ns, infer_ns, output_ns))``:
+A :data:`BatchReply` is ``(status, body, (input_ns, infer_ns, output_ns, started_ns))``
+(``started_ns``: the instance's CLOCK_MONOTONIC moment the execution started, 0 for none):
 
 - ``OK``: body lists one :data:`PackedResult` per request;
 - ``ERROR``: body is the message; every request of the batch fails with it (INTERNAL);
@@ -135,7 +136,7 @@ END: Final = "end"
 SENT_LATER: Final = ("sender",)
 # a wire entry's result: the instance did not take the request (nothing ran for it)
 FELL_BACK: Final = (FALLBACK,)
-NO_TIMING: Final = (0, 0, 0)
+NO_TIMING: Final = (0, 0, 0, 0)
 
 # --- records --------------------------------------------------------------------------------
 # one input: (name, packed array (ipc.PackedArray), "BF16" or None)
@@ -151,7 +152,9 @@ WireItem = tuple[str, bytes, int, "WirePlan | None", int]
 # bytes, the plan or None as in a WireItem, the server's maximum input size, request key); the
 # key is last, as in a RequestItem
 WireEntryItem = tuple[str, bytes, "WirePlan | None", int, int]
-Timing = tuple[int, int, int]
+# (input_ns, infer_ns, output_ns, started_ns): the durations, and when the instance started
+# the execution (time.monotonic_ns(): CLOCK_MONOTONIC, the server's trace clock too; 0: none)
+Timing = tuple[int, int, int, int]
 # (status, body, timing) of one execute item
 BatchReply = tuple[str, Any, Timing]
 # (OK, [(name, packed array)], parameters), (ERROR, code name, message) or SENT_LATER

@@ -80,6 +80,7 @@ from repokit.backends.python.messages import (
     PackedResult,
     RequestBatch,
     RequestItem,
+    Timing,
     WireItem,
     pack_model_response,
 )
@@ -289,21 +290,21 @@ class Instance:
             if isinstance(batch, tuple):  # a WireItem (a batch is a list)
                 prepared.append(batch)
                 continue
-            started = time.perf_counter_ns()
+            started = time.monotonic_ns()
             requests, wired = self._build(batch)
-            prepared.append(_Prepared(requests, time.perf_counter_ns() - started, wired))
+            prepared.append(_Prepared(requests, time.monotonic_ns() - started, wired))
         return op, prepared
 
     def execute(self, batch: RequestBatch | WireItem | _Prepared) -> BatchReply:
         if isinstance(batch, tuple):  # a WireItem (a batch is a list)
             return self._execute_wire(batch)
         if isinstance(batch, _Prepared):
-            now = time.perf_counter_ns()
+            now = time.monotonic_ns()
             requests, wired, started, built = batch.requests, batch.wired, now - batch.input_ns, now
         else:
-            started = time.perf_counter_ns()
+            started = time.monotonic_ns()
             requests, wired = self._build(batch)
-            built = time.perf_counter_ns()
+            built = time.monotonic_ns()
         if wired is None:
             return self._execute_requests(requests, started, built)
         if not requests:  # the instance took none of them
@@ -380,7 +381,7 @@ class Instance:
         standard path (nothing ran), else ``(WIRE, (kind, payload, batch size), timing)``: kind
         ``BODY`` with the encoded response, or the status and payload of the usual reply of a
         batch of one (``OK`` with the packed response, ``ERROR``, ``RESCHEDULED``)."""
-        started = time.perf_counter_ns()
+        started = time.monotonic_ns()
         protocol, raw, key, given, limit = item
         taken = self._decode_wire(protocol, raw, given, limit)
         if taken is None:
@@ -391,18 +392,18 @@ class Instance:
             [tensor(name, array, False) for name, array in arrays],
             requested, request_id, 0, 0, "{}", key,
         )  # fmt: skip
-        built = time.perf_counter_ns()
+        built = time.monotonic_ns()
         status, results, timing = self._execute_requests([request], started, built, wire=True)
         if status != WIRE:
             return WIRE, (status, results, batch_size), timing
-        input_ns, infer_ns, _ = timing
+        input_ns, infer_ns, _, _ = timing
         body = codec.encode_response(plan, results[0], requested, request_id)
         reply = (
             (BODY, body, batch_size)
             if body is not None
             else (OK, [pack_model_response(results[0], requested)], batch_size)
         )
-        return WIRE, reply, (input_ns, infer_ns, time.perf_counter_ns() - built - infer_ns)
+        return WIRE, reply, (input_ns, infer_ns, time.monotonic_ns() - built - infer_ns, started)
 
     def _execute_requests(
         self,
@@ -431,16 +432,20 @@ class Instance:
                 problem = format_exception(exc)
         finally:
             RUNTIME.parents.reset(parents)
-        executed = time.perf_counter_ns()
+        executed = time.monotonic_ns()
         if any([request.response_sender_if_used() is not None for request in requests]):
             return self._answers_with_senders(
-                requests, responses, problem, rescheduled, (built - started, executed - built)
+                requests,
+                responses,
+                problem,
+                rescheduled,
+                (built - started, executed - built, 0, started),
             )
         if problem is not None:
             message = (
                 f"Failed to process the request(s) for model '{self.name}', message: {problem}"
             )
-            return ERROR, message, (built - started, executed - built, 0)
+            return ERROR, message, (built - started, executed - built, 0, started)
         if rescheduled:
             results: list[Any] = [
                 None
@@ -450,11 +455,11 @@ class Instance:
                     responses or [None] * len(requests), requests, strict=True
                 )
             ]
-            finished = time.perf_counter_ns()
-            timing = (built - started, executed - built, finished - executed)
+            finished = time.monotonic_ns()
+            timing = (built - started, executed - built, finished - executed, started)
             return RESCHEDULED, (results, rescheduled), timing
         if wire:
-            return WIRE, responses, (built - started, executed - built, 0)
+            return WIRE, responses, (built - started, executed - built, 0, started)
         if codecs is not None:
             results = [
                 _pack_response(response, request.requested_output_names())
@@ -467,8 +472,8 @@ class Instance:
                 _pack_response(response, request.requested_output_names())
                 for response, request in zip(responses, requests, strict=True)
             ]
-        finished = time.perf_counter_ns()
-        return OK, results, (built - started, executed - built, finished - executed)
+        finished = time.monotonic_ns()
+        return OK, results, (built - started, executed - built, finished - executed, started)
 
     def _rescheduled(self, requests: list[pb_utils.InferenceRequest]) -> tuple[int, ...]:
         """Indexes of the requests the model released with RESCHEDULE in this execute call.
@@ -499,7 +504,7 @@ class Instance:
         responses: Any,
         problem: str | None,
         rescheduled: tuple[int, ...],
-        timing: tuple[int, int],
+        timing: Timing,
     ) -> BatchReply:
         """The answers of a non-decoupled batch where requests used their response sender
         (Triton's rules): a response sent while ``execute`` ran is the request's answer (a
@@ -528,12 +533,11 @@ class Instance:
             else:
                 items.append(SENT_LATER)
                 answered = True
-        output_ns = 0
         if problem is not None and not answered:
-            return ERROR, message, (timing[0], timing[1], output_ns)
+            return ERROR, message, timing
         if rescheduled:
-            return RESCHEDULED, (items, rescheduled), (timing[0], timing[1], output_ns)
-        return OK, items, (timing[0], timing[1], output_ns)
+            return RESCHEDULED, (items, rescheduled), timing
+        return OK, items, timing
 
     @staticmethod
     def _check_returned(
@@ -583,7 +587,7 @@ class Instance:
                 )
         except BaseException as exc:
             problem = format_exception(exc)
-        executed = time.perf_counter_ns()
+        executed = time.monotonic_ns()
         rescheduled = self._rescheduled(requests) if RUNTIME.reschedule_requested else ()
         if problem is not None:
             message = (
@@ -597,9 +601,9 @@ class Instance:
                     with contextlib.suppress(pb_utils.TritonModelException):  # closed meanwhile
                         sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         if rescheduled and problem is None:
-            timing = (built - started, executed - built, 0)
+            timing = (built - started, executed - built, 0, started)
             return RESCHEDULED, ([None] * len(requests), rescheduled), timing
-        return OK, [None] * len(requests), (built - started, executed - built, 0)
+        return OK, [None] * len(requests), (built - started, executed - built, 0, started)
 
     @staticmethod
     def _check(responses: Any, count: int) -> str | None:

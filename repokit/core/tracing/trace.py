@@ -11,13 +11,17 @@ has ended (a BLS request may outlive its caller's response, as Triton keeps a tr
 last child is released), its objects and its children's are collected by its setting (triton
 mode, as one trace) or exported as spans (opentelemetry mode).
 
-Timestamps are ``time.monotonic_ns()`` (Triton's steady clock). The compute timestamps are
-placed from the scheduler's measurements: ``COMPUTE_START`` after ``QUEUE_START`` by the
-request's queue time, ``COMPUTE_INPUT_END`` after it by the execution's input duration,
+Timestamps are ``time.monotonic_ns()`` (Triton's steady clock; CLOCK_MONOTONIC, which every
+process of the machine shares). The compute timestamps are placed from the scheduler's
+measurements: ``COMPUTE_START`` when the instance started the execution (the python backend's
+instance processes report that moment on the same clock; a pipelined batch may wait there
+while the instance runs another, and a reply may arrive late on a busy machine, so no estimate
+from the reply's arrival would do), else after ``QUEUE_START`` by the request's queue time,
+``COMPUTE_INPUT_END`` after it by the execution's input duration,
 ``COMPUTE_END`` when the server has the result, ``COMPUTE_OUTPUT_START`` before it by the output
 duration (the python backend measures the durations in the instance process). As with Triton's
 python backend, whose compute timestamps are taken in the server around the stub's work, the
-infer span holds the trips to and from the instance, so the requests a model makes while it
+infer span holds the trip back from the instance, so the requests a model makes while it
 executes (BLS) lie within it.
 """
 
@@ -162,9 +166,11 @@ class Trace:
         return now
 
     def computed(self, queue_start: int, queue_ns: int, timing: Timing, ended: int) -> None:
-        """COMPUTE_START .. COMPUTE_END from the scheduler's queue time, the execution's
+        """COMPUTE_START .. COMPUTE_END from the execution's start (the instance's moment when
+        the backend reports it, else after ``queue_start`` by the scheduler's queue time), its
         durations and the moment the server had the result (``ended``, monotonic ns)."""
-        start = queue_start + queue_ns
+        started = timing.started_ns
+        start = max(started, queue_start) if started else queue_start + queue_ns
         input_end = start + timing.compute_input_ns
         end = max(ended, input_end + timing.compute_infer_ns + timing.compute_output_ns)
         output_start = end - timing.compute_output_ns
