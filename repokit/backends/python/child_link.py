@@ -20,6 +20,7 @@ threads never interleave frames.
 from __future__ import annotations
 
 import itertools
+import select
 import socket
 import threading
 from collections import deque
@@ -44,6 +45,10 @@ class ChildLink:
         self._ids = itertools.count(1)
         self.cancelled: set[int] = set()
         self.closed = False
+        # tells whether bytes (or the end) arrived without reading them: a non-blocking read
+        # of an empty socket costs a raised BlockingIOError, several times a poll
+        self._arrivals = select.poll()
+        self._arrivals.register(sock.fileno(), select.POLLIN)
 
     # --- sending -----------------------------------------------------------------------------
     def send(self, message: Any) -> None:
@@ -111,9 +116,11 @@ class ChildLink:
 
     def ready_op(self) -> Any:
         """The next operation if it has arrived already (read without blocking), else None."""
-        if not self._ops:
-            self.poll()
         ops = self._ops
+        if not ops:
+            if not self._arrivals.poll(0):  # nothing arrived (the common case when idle)
+                return None
+            self.poll()
         return ops.popleft() if ops else None
 
     def poll(self) -> None:
