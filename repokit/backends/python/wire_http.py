@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from repokit.backends.python.wire_checks import numeric_outputs
+from repokit.backends.python.wire_json_inputs import common_request
 from repokit.backends.wire_plan import WirePlan
 from repokit.protocol.plain_json import plain_json_array, plain_output
 from repokit.protocol.plain_request import plain_input
@@ -33,20 +34,30 @@ DecodedRequest = tuple[list[tuple[str, "np.ndarray[Any, Any]"]], set[str], str, 
 _KEYS = frozenset({"id", "inputs", "outputs"})
 
 
-def _orjson() -> Any:
-    import orjson
-
-    return orjson
+_loads: Any = None  # orjson.loads, imported with the first request
 
 
 def decode_request(body: bytes, plan: WirePlan, limit: int) -> DecodedRequest | None:
     """The request's inputs as arrays, or None when the server must take it (``limit``: the
-    server's maximum input size)."""
+    server's maximum input size). A body in the common form takes the one-pass decoding of
+    :mod:`.wire_json_inputs`; any other the checked one, which gives the same for that form."""
+    global _loads
+    if _loads is None:
+        import orjson
+
+        _loads = orjson.loads
     try:
-        document = _orjson().loads(body)
+        document = _loads(body)
     except Exception:
         return None
-    if type(document) is not dict or not document.keys() <= _KEYS:
+    if type(document) is not dict:
+        return None
+    return common_request(document, plan, limit) or _checked_request(document, plan, limit)
+
+
+def _checked_request(document: dict[str, Any], plan: WirePlan, limit: int) -> DecodedRequest | None:
+    """The request of a JSON object by the plain rules, one call per rule."""
+    if not document.keys() <= _KEYS:
         return None
     request_id = document.get("id", "")
     items = document.get("inputs")
