@@ -38,49 +38,97 @@ if TYPE_CHECKING:
 DecodedRequest = tuple[list[tuple[str, "np.ndarray[Any, Any]"]], set[str], str, int]
 
 
-def _messages() -> Any:
-    from repokit.protocol.generated import grpc_service_pb2
+_request_type: Any = None  # ModelInferRequest, imported with the first request
 
-    return grpc_service_pb2
+# a fixed-dims input of the plan: (datatype, config dims as a list, dtype, elements per batch
+# item, bytes per batch item); made once per plan (_fixed_inputs)
+_Fixed = tuple[str, list[int], "np.dtype[Any]", int, int]
+_cached: tuple[WirePlan, dict[str, _Fixed]] | None = None
+
+
+def _fixed_inputs(plan: WirePlan) -> dict[str, _Fixed]:
+    """The plan's inputs of fixed dims with elements, checked without the general rules'
+    calls (the same checks, see :func:`_fits`)."""
+    global _cached
+    if _cached is not None and _cached[0] is plan:
+        return _cached[1]
+    fixed = {
+        name: (datatype, list(dims), dtype, count, count * dtype.itemsize)
+        for name, (datatype, dims, dtype, count) in plan.inputs.items()
+        if count > 0
+    }
+    _cached = (plan, fixed)
+    return fixed
 
 
 def decode_request(raw: bytes, plan: WirePlan, limit: int = 0) -> DecodedRequest | None:
     """The request's inputs as writable arrays, or None when the server must take it
     (``limit`` is for the HTTP decoder's signature: gRPC has its message size limit)."""
+    global _request_type
+    if _request_type is None:
+        from repokit.protocol.generated import grpc_service_pb2
+
+        _request_type = grpc_service_pb2.ModelInferRequest
     try:
-        msg = _messages().ModelInferRequest.FromString(raw)
+        msg = _request_type.FromString(raw)
     except Exception:  # the server parsed these bytes; never decide an error here
         return None
-    contents = msg.raw_input_contents
-    tensors = msg.inputs
+    # slices: one list each (every access to a repeated field builds its container anew)
+    tensors = msg.inputs[:]
+    contents = msg.raw_input_contents[:]
     expected = plan.inputs
     if msg.parameters or len(tensors) != len(expected) or len(contents) != len(tensors):
         return None
+    fixed = _fixed_inputs(plan)
     max_batch = plan.max_batch_size
     batch_size = 0
     arrays: list[tuple[str, np.ndarray[Any, Any]]] = []
     seen: set[str] = set()
-    for index, tensor in enumerate(tensors):
+    for tensor, data in zip(tensors, contents, strict=True):
         if tensor.parameters or tensor.HasField("contents"):
             return None
         name = tensor.name
-        data = contents[index]
-        shape = tuple(tensor.shape)
-        checked = plain_input(
-            expected, max_batch, seen, name, tensor.datatype, shape, len(data), batch_size
-        )
-        if checked is None:
-            return None
-        dtype, batch_size = checked
+        datatype = tensor.datatype
+        shape = tensor.shape[:]
+        spec = fixed.get(name)
+        if spec is not None and name not in seen and datatype == spec[0]:
+            batch_size = _fits(spec, shape, len(data), max_batch, batch_size)
+            if batch_size < 0:
+                return None
+            dtype = spec[2]
+        else:
+            checked = plain_input(
+                expected, max_batch, seen, name, datatype, tuple(shape), len(data), batch_size
+            )
+            if checked is None:
+                return None
+            dtype, batch_size = checked
         seen.add(name)
         # a writable copy, as the packed path delivers (models may write into their inputs)
-        arrays.append((name, np.frombuffer(bytearray(data), dtype=dtype).reshape(shape)))
+        arrays.append((name, np.ndarray(shape, dtype, bytearray(data))))
     requested: set[str] = set()
-    for output in msg.outputs:
-        if output.parameters or output.name not in plan.outputs:
-            return None
-        requested.add(output.name)
+    outputs = msg.outputs
+    if outputs:
+        for output in outputs:
+            if output.parameters or output.name not in plan.outputs:
+                return None
+            requested.add(output.name)
     return arrays, requested or set(plan.outputs), msg.id, batch_size
+
+
+def _fits(spec: _Fixed, shape: list[int], nbytes: int, max_batch: int, batch_size: int) -> int:
+    """The request's batch size when a fixed-dims input's ``shape`` and byte count are those
+    :func:`~repokit.protocol.plain_request.plain_input` takes (``batch_size``: that of the
+    request's other inputs, 0 = none yet), else -1."""
+    _, dims, _, _, item_bytes = spec
+    if not max_batch:
+        return batch_size if shape == dims and nbytes == item_bytes else -1
+    batch = shape[0] if shape else 0
+    if shape[1:] != dims or batch < 1 or batch > max_batch or nbytes != batch * item_bytes:
+        return -1
+    if batch_size and batch != batch_size:
+        return -1
+    return batch
 
 
 def encode_response(
