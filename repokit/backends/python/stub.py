@@ -179,11 +179,6 @@ class Instance:
             threading.Thread(target=loop.run_forever, daemon=True).start()
         return self._background
 
-    def _run_execute(self, requests: list[pb_utils.InferenceRequest]) -> Any:
-        """A non-decoupled ``execute``; a coroutine runs on the background loop and is
-        waited for."""
-        return self._run(self.model.execute(requests))
-
     def _run_in_background(self, coroutine: Any) -> None:
         """A decoupled ``async def execute``: run it without waiting."""
         future = asyncio.run_coroutine_threadsafe(
@@ -417,23 +412,35 @@ class Instance:
         ``wire`` a successful single response comes back unconverted (status ``WIRE``); with
         ``codecs`` (a batch with wire entries) the wire entries' responses come back encoded
         where their codec can encode them."""
-        parents = RUNTIME.parents.set(tuple([request.key() for request in requests]))
+        runtime = RUNTIME
+        parents = runtime.parents.set(
+            (requests[0]._key,) if len(requests) == 1 else tuple([r._key for r in requests])
+        )
         rescheduled: tuple[int, ...] = ()
         responses: Any = None
         try:
             if self.decoupled:
                 return self._execute_decoupled(requests, started, built)
             try:
-                responses = self._run_execute(requests)
-                if RUNTIME.reschedule_requested:
+                responses = self.model.execute(requests)
+                if type(responses) is not list:  # a coroutine is waited for (see _run)
+                    responses = self._run(responses)
+                if runtime.reschedule_requested:
                     rescheduled = self._rescheduled(requests)
-                problem = self._check_returned(responses, requests, rescheduled)
+                problem = (
+                    None  # the common case: one InferenceResponse per request
+                    if type(responses) is list
+                    and len(responses) == len(requests)
+                    and not rescheduled
+                    and _all_responses(responses)
+                    else self._check_returned(responses, requests, rescheduled)
+                )
             except BaseException as exc:
                 problem = format_exception(exc)
         finally:
-            RUNTIME.parents.reset(parents)
+            runtime.parents.reset(parents)
         executed = time.monotonic_ns()
-        if any([request.response_sender_if_used() is not None for request in requests]):
+        if _some_sender_used(requests):
             return self._answers_with_senders(
                 requests,
                 responses,
@@ -656,6 +663,24 @@ class Instance:
                     "stub.py",
                     0,
                 )
+
+
+def _all_responses(responses: list[Any]) -> bool:
+    """Whether every item is an ``InferenceResponse`` (as :meth:`Instance._check_returned`
+    checks first; a loop, which costs less than ``all`` over a comprehension)."""
+    response_type = pb_utils.InferenceResponse
+    for response in responses:  # noqa: SIM110 - a generator for all() costs more
+        if type(response) is not response_type:
+            return False
+    return True
+
+
+def _some_sender_used(requests: list[pb_utils.InferenceRequest]) -> bool:
+    """Whether a request's response sender was asked for (by ``execute``)."""
+    for request in requests:  # noqa: SIM110 - a generator for any() costs more
+        if request._sender is not None:
+            return True
+    return False
 
 
 def _pack_response(response: Any, requested: set[str]) -> PackedResult | None:
