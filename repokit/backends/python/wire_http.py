@@ -21,6 +21,7 @@ import numpy as np
 
 from repokit.backends.python.wire_checks import numeric_outputs
 from repokit.backends.python.wire_json_inputs import common_request
+from repokit.backends.python.wire_json_response import common_response
 from repokit.backends.wire_plan import WirePlan
 from repokit.protocol.plain_json import plain_json_array, plain_output
 from repokit.protocol.plain_request import plain_input
@@ -101,7 +102,11 @@ def encode_response(
 ) -> bytes | None:
     """The response's JSON (:func:`repokit.protocol.plain_response.plain_json_response`, as the
     server writes it), or None when the packed form must carry it (an error, response
-    parameters, or an output that is not plain JSON numbers or booleans)."""
+    parameters, or an output that is not plain JSON numbers or booleans). The common response
+    is written from kept pieces (:mod:`.wire_json_response`)."""
+    body = common_response(plan, response, requested, request_id)
+    if body is not None:
+        return body
     outputs = numeric_outputs(response, requested)
     if outputs is None:
         return None
