@@ -107,7 +107,10 @@ def build(
         bool, typer.Option("--profile", help="Derive optimization profiles and warmup samples.")
     ] = False,
     profiles: Annotated[
-        int, typer.Option("--profiles", min=1, help="Split the batch range into N profiles.")
+        int,
+        typer.Option(
+            "--profiles", min=1, metavar="N", help="Split the batch range into N profiles."
+        ),
     ] = 1,
     split_at_preferred: Annotated[
         bool,
@@ -117,6 +120,7 @@ def build(
         list[str] | None,
         typer.Option(
             "--shape",
+            metavar="NAME:MIN,OPT,MAX",
             help="NAME:MIN,OPT,MAX non-batch range of a dynamic input (each an integer or AxB).",
         ),
     ] = None,
@@ -148,10 +152,12 @@ def build(
         OutputFormat, typer.Option("--format", help="Report format.")
     ] = OutputFormat.text,
     workspace: Annotated[
-        int, typer.Option("--workspace", min=1, help="TensorRT workspace limit in MB.")
+        int,
+        typer.Option("--workspace", min=1, metavar="MB", help="TensorRT workspace limit in MB."),
     ] = 1024,
     model: Annotated[
-        list[str] | None, typer.Option("--model", help="Only build this model (repeatable).")
+        list[str] | None,
+        typer.Option("--model", metavar="NAME", help="Only build this model (repeatable)."),
     ] = None,
     fp16: Annotated[
         bool, typer.Option("--fp16", help="FP16 builder flag (TensorRT < 11 only).")

@@ -72,7 +72,10 @@ def lint(
         OutputFormat.text
     ),
     cores: Annotated[
-        int, typer.Option(min=0, help="Cores to compare CPU instance counts with (0 = this host).")
+        int,
+        typer.Option(
+            min=0, metavar="N", help="Cores to compare CPU instance counts with (0 = this host)."
+        ),
     ] = 0,
     strict: Annotated[
         bool, typer.Option(help="Triton's --disable-auto-complete-config semantics.")

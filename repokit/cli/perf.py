@@ -313,6 +313,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "-u",
                 "--url",
+                metavar="HOST:PORT",
                 help="host:port; several (host1:8000,host2:8000 or -u repeated) share each "
                 "level's load and are reported one by one and merged.",
             ),
@@ -369,8 +370,10 @@ def register(app: typer.Typer) -> None:
         max_trials: Annotated[int, typer.Option("-r", "--max-trials")] = 10,
         percentile: Annotated[int, typer.Option("--percentile")] = -1,
         warmup_request_count: Annotated[int, typer.Option("--warmup-request-count")] = 0,
-        shape: Annotated[list[str] | None, typer.Option("--shape")] = None,
-        input_data: Annotated[list[str] | None, typer.Option("--input-data")] = None,
+        shape: Annotated[list[str] | None, typer.Option("--shape", metavar="NAME:SHAPE")] = None,
+        input_data: Annotated[
+            list[str] | None, typer.Option("--input-data", metavar="FILE|random|zero")
+        ] = None,
         string_length: Annotated[int, typer.Option("--string-length")] = 128,
         string_data: Annotated[str | None, typer.Option("--string-data")] = None,
         sequence_length: Annotated[int | None, typer.Option("--sequence-length")] = None,
@@ -385,7 +388,9 @@ def register(app: typer.Typer) -> None:
         ] = 102400,
         input_tensor_format: Annotated[str, typer.Option("--input-tensor-format")] = "binary",
         output_tensor_format: Annotated[str, typer.Option("--output-tensor-format")] = "binary",
-        header: Annotated[list[str] | None, typer.Option("-H", "--header")] = None,
+        header: Annotated[
+            list[str] | None, typer.Option("-H", "--header", metavar="NAME:VALUE")
+        ] = None,
         csv_file: Annotated[Path | None, typer.Option("-f", "--filename")] = None,
         verbose_csv: Annotated[bool, typer.Option("--verbose-csv")] = False,
         profile_export_file: Annotated[Path | None, typer.Option("--profile-export-file")] = None,
@@ -483,7 +488,9 @@ def register(app: typer.Typer) -> None:
         request_parameter: Annotated[
             list[str] | None,
             typer.Option(
-                "--request-parameter", help="name:value:type (string, int, bool); gRPC only."
+                "--request-parameter",
+                metavar="NAME:VALUE:TYPE",
+                help="name:value:type (string, int, bool); gRPC only.",
             ),
         ] = None,
         trace_level: Annotated[
@@ -525,7 +532,8 @@ def register(app: typer.Typer) -> None:
             False
         ),
         data_directory: Annotated[
-            list[str] | None, typer.Option("--data-directory", help="Deprecated: --input-data.")
+            list[str] | None,
+            typer.Option("--data-directory", metavar="DIR", help="Deprecated: --input-data."),
         ] = None,
     ) -> None:
         """Measure throughput and latency until stable (perf_analyzer's method)."""

@@ -75,7 +75,10 @@ def _run(coro: Any) -> Any:
 def serve(
     repositories: Annotated[
         list[Path] | None,
-        typer.Argument(help="Model repositories (default: the bundled sample repository)."),
+        typer.Argument(
+            metavar="REPOSITORY",
+            help="Model repositories (default: the bundled sample repository).",
+        ),
     ] = None,
     model_repository: Annotated[
         list[Path] | None,

@@ -28,6 +28,7 @@ GpusOption = Annotated[
     typer.Option(
         "--gpus",
         min=0,
+        metavar="N",
         help="With --target gpu: the server's GPU count; instance groups naming other GPU ids "
         "are refused, as Triton refuses them.",
     ),

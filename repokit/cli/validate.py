@@ -92,7 +92,8 @@ def register(app: typer.Typer) -> None:
             ),
         ],
         model: Annotated[
-            list[str] | None, typer.Option("--model", help="Only this model (repeatable).")
+            list[str] | None,
+            typer.Option("--model", metavar="NAME", help="Only this model (repeatable)."),
         ] = None,
         output: Annotated[
             OutputFormat, typer.Option("--format", help="Output format.")

@@ -241,6 +241,18 @@ def test_help_piped_is_whole_with_examples_and_h_alias(command: list[str]) -> No
     assert f"repokit {' '.join(command)}" in long_help.split("Examples:")[1]
 
 
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_help_names_option_values_not_python_types(command: list[str]) -> None:
+    """A repeatable option reads ``--model NAME``, a bounded number ``--gpus N``: never the
+    ``<list[str]>`` or ``<int range>`` newer typer releases derive from the annotation."""
+    code, output = _invoke([*command, "--help"], PIPED)
+    assert code == 0
+    options = [line for line in output.splitlines() if line.lstrip().startswith("-")]
+    assert options
+    for line in options:
+        assert "list[" not in line and " range>" not in line, line
+
+
 def test_serve_help_piped_keeps_every_option_name_and_line_whole() -> None:
     code, output = _invoke(["serve", "--help"], PIPED)
     assert code == 0
