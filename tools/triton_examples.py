@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
 from google.protobuf import text_format
 
+from repokit.parent_death import popen_tied
 from repokit.protocol.generated import model_config_pb2 as mc
 from tools.triton_git import extract
 from tools.triton_reference import TritonServer
@@ -644,7 +645,7 @@ class Server:
             *setup.repokit_flags,
         ]
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
+            self.process = popen_tied(
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -50,6 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
+from repokit.parent_death import popen_tied
 from tools.triton_git import extract
 from tools.triton_qa_suites import (
     NOT_APPLICABLE,
@@ -111,7 +112,7 @@ class Target:
                 *flags,
             ]
             with self.log_path.open("wb") as log:
-                self.proc = subprocess.Popen(
+                self.proc = popen_tied(
                     command,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -126,7 +127,7 @@ class Target:
             self.log_path = self.workdir / f"{log_name}.triton.log"
             command = installation.command(repository, HTTP, GRPC, METRICS, flags)
             with self.log_path.open("wb") as log:
-                self.proc = subprocess.Popen(
+                self.proc = popen_tied(
                     command,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -214,7 +215,7 @@ def reexec_in_netns(argv: list[str]) -> int:
         sys.exit("triton_qa: 'unshare' is missing; run with --no-netns and ports 8000-8002 free")
     env = {**os.environ, NETNS_MARK: "1"}
     command = [unshare, "--user", "--map-root-user", "--net", sys.executable, *argv]
-    child = subprocess.Popen(command, env=env)
+    child = popen_tied(command, env=env)
 
     def forward(signum: int, _frame: object) -> None:  # let the inner run stop its servers
         child.send_signal(signum)

@@ -37,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
+from repokit.parent_death import popen_tied
 from tools.triton_git import extract
 from tools.triton_reference import TritonServer, free_ports
 
@@ -850,7 +851,7 @@ def server(kind: str, repo: Path, flags: list[str], workdir: Path) -> Iterator[S
             *flags,
         ]
         with log.open("wb") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+            process = popen_tied(command, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
         srv = Server(kind, http, grpc, log, process=process)
     try:
         if not _ready(srv.http, 0, 180):

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from repokit.parent_death import popen_tied
+
 PYTRITON_VERSION = "0.7.0"  # the nvidia-pytriton release that carries tritonserver 2.51.0
 TRITON_VERSION = "2.51.0"
 REQUIREMENTS = (f"nvidia-pytriton=={PYTRITON_VERSION}", "numpy<2")
@@ -377,8 +379,12 @@ class TritonServer:
         flags: Sequence[str] = (),
         installation: Installation | None = None,
         ports: tuple[int, int, int] | None = None,
+        die_with_parent: bool = True,
     ) -> None:
         self.repository = Path(repository).resolve()
+        # the server gets SIGKILL when this process dies, however (a killed pytest or tool
+        # leaves no tritonserver behind); False: it may outlive this process (--detach)
+        self.die_with_parent = die_with_parent
         self.log_path = Path(log_path)
         self.flags = list(flags)
         self.installation = installation
@@ -406,7 +412,8 @@ class TritonServer:
             with self.log_path.open("ab") as log:
                 with self._log_lock:
                     self._log_offset, self._crashed = log.tell(), False
-                self.process = subprocess.Popen(
+                popen = popen_tied if self.die_with_parent else subprocess.Popen
+                self.process = popen(
                     command,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -675,7 +682,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         free = iter(free_ports(3))
         http, grpc, metrics = (port or next(free) for port in asked)
         ports = (http, grpc, metrics)
-    server = TritonServer(args.repository, log, flags, installation, ports)
+    server = TritonServer(
+        args.repository, log, flags, installation, ports, die_with_parent=not args.detach
+    )
     signal.signal(signal.SIGTERM, _interrupt)  # before the start: a stop meanwhile stops it too
     try:
         server.start(args.timeout)

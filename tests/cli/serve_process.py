@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+from repokit.parent_death import popen_tied
 from tests.serve_workers import serve_workers
 
 STARTED = re.compile(r"Started (HTTPService|GRPCInferenceService|Metrics Service) at (\S+):(\d+)")
@@ -26,7 +27,7 @@ class ServeProcess:
         workers = serve_workers()
         if workers > 1 and not any(a.startswith("--workers") for a in args):
             args = (*args, "--workers", str(workers))  # the suite's --serve-workers
-        self.process = subprocess.Popen(
+        self.process = popen_tied(
             [sys.executable, "-m", "repokit", "serve", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

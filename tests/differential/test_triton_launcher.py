@@ -161,6 +161,49 @@ def test_the_command_in_the_foreground_stops_on_sigterm(repository: Path, tmp_pa
             os.killpg(pid, signal.SIGKILL)
 
 
+# starts a server from a worker thread that then ends, prints its pid, waits to be killed
+LAUNCHER = """
+import sys, threading, time
+from pathlib import Path
+from tools.triton_reference import TritonServer
+
+server = TritonServer(Path(sys.argv[1]), Path(sys.argv[2]))
+starter = threading.Thread(target=server.start)
+starter.start()
+starter.join()
+print(server.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_launcher_takes_its_server_along(tmp_path: Path) -> None:
+    """A killed pytest run or tool (SIGKILL, a timeout) left tritonserver running: the server
+    now gets SIGKILL when the process that started it dies."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(empty), str(tmp_path / "k.log")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pid = 0
+    try:
+        assert launcher.stdout is not None
+        pid = int(launcher.stdout.readline())
+        time.sleep(0.3)
+        assert group_members(pid) == [pid]  # it outlived the thread that started it
+        launcher.kill()
+        launcher.wait()
+        assert wait_until(lambda: group_members(pid) == [])
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        if pid and group_members(pid):
+            os.killpg(pid, signal.SIGKILL)
+
+
 def test_stop_removes_the_python_backends_shared_memory_regions(server: TritonServer) -> None:
     """A killed tritonserver leaves its python backend's regions in /dev/shm (1 MiB or more
     each; hundreds had piled up on a test machine): stop removes those of its server."""

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from repokit.parent_death import popen_tied
+
 _STARTED = re.compile(r"Started (HTTPService|GRPCInferenceService|Metrics Service) at (\S+):(\d+)")
 
 
@@ -35,7 +37,7 @@ class ServedProcess:
 
 @contextmanager
 def served(repo: Path, *flags: str, timeout: float = 120.0) -> Iterator[ServedProcess]:
-    process = subprocess.Popen(
+    process = popen_tied(
         [
             sys.executable, "-m", "repokit", "serve", str(repo), "--http-port", "0",
             "--grpc-port", "0", "--metrics-port", "0", "--http-address", "127.0.0.1",

@@ -86,9 +86,13 @@ _STUB_MODULE = "repokit.backends.python.stub"
 # Triton's qa kill_server), reach every process, and the server (not each instance) decides how
 # to shut down: it lets requests finish, then has every instance run finalize. An instance
 # ends when the server tells it to or when its socket closes (the server is gone).
+# the instance dies with the server (SIGKILL when the thread that started it ends: its event
+# loop's, which lives as long as the server), even one busy in execute when the server is
+# killed; an idle one would also see its socket close
 _STUB_BOOT = (
     "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN); import runpy; "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "from repokit.parent_death import tie_to_parent; tie_to_parent({parent}); import runpy; "
     f"runpy.run_module({_STUB_MODULE!r}, run_name='__main__', alter_sys=True)"
 )
 _PACKAGE_PARENT = str(Path(repokit.__file__).resolve().parent.parent)
@@ -215,7 +219,7 @@ class InstanceProcesses:
                 [
                     sys.executable,
                     "-c",
-                    _STUB_BOOT,
+                    _STUB_BOOT.format(parent=os.getpid()),
                     str(child_sock.fileno()),
                     str(child_fds.fileno()),
                 ],
