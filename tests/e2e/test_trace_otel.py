@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,3 +288,70 @@ def test_reachable_receiver_gets_every_queued_span_at_exit(
     spans = receiver.spans[before:]
     assert len(spans) == 15, server.text
     assert sorted({s.name for s in spans}) == ["InferRequest", "add_sub", "compute"]
+
+
+class HungReceiver:
+    """A receiver that takes every connection and reads what comes, but never answers."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/v1/traces"
+        self._held: list[socket.socket] = []
+        self.requested = threading.Event()  # some bytes of a request came
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:  # closed
+                return
+            self._held.append(connection)
+            threading.Thread(target=self._read, args=(connection,), daemon=True).start()
+
+    def _read(self, connection: socket.socket) -> None:
+        try:
+            while connection.recv(65536):
+                self.requested.set()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._listener.close()
+        for connection in self._held:
+            connection.close()
+
+
+@pytest.mark.parametrize(
+    "schedule_delay_ms", ["600000", "20"], ids=["queued_at_exit", "on_its_way_at_exit"]
+)
+def test_a_receiver_that_never_answers_does_not_hold_the_server_at_exit(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, schedule_delay_ms: str
+) -> None:
+    """The flush at exit is bounded as a whole (2 s): before, a receiver that took the
+    connection and never answered held the exit for the exporter's timeout (10 s by default),
+    for the batches queued at exit and for one already on its way when the server was told to
+    stop; with the timeout made 600 s here, until the span processor gave up (30 s)."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "600")
+    receiver = HungReceiver()
+    flags = [
+        f
+        if "bsp_schedule_delay" not in f
+        else f"opentelemetry,bsp_schedule_delay={schedule_delay_ms}"
+        for f in _QUEUED_FLAGS
+    ]
+    server = ServeProcess(
+        str(repo), *PORT_FLAGS, *flags, "--trace-config", f"opentelemetry,url={receiver.url}"
+    )
+    try:
+        infer = f"http://{server.url('HTTPService')}/v2/models/add_sub/infer"
+        for _ in range(3):
+            assert requests.post(infer, json=_body(), timeout=30).status_code == 200
+        if schedule_delay_ms != "600000":
+            assert receiver.requested.wait(60)  # a batch is on its way
+        server.process.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0, server.text  # a bound far beyond 2 s, below 30
+        assert "Traceback" not in server.text
+    finally:
+        server.kill()
+        receiver.close()

@@ -11,7 +11,7 @@ the rate and count, its ``InferRequest`` span a child of the client's span.
 Spans are built when the request is answered, from the recorded monotonic timestamps (shifted
 to the wall clock once, when the exporter starts), and handed to the SDK's batch span
 processor (``bsp_*`` settings), whose thread exports them; the server flushes it when it stops,
-trying each queued batch once (:class:`ReceiverSession`).
+trying each queued batch once, within :data:`EXIT_FLUSH_S` in all (:class:`ReceiverSession`).
 A python model that asks for its request's context (``request.trace().get_context()``) gets
 Triton's JSON of the W3C context of its model span (``{"traceparent": "00-<trace id>-<span
 id>-01"}``) while the span does not exist yet: the ids are chosen then (:meth:`context_of`)
@@ -22,7 +22,9 @@ This module is imported only in opentelemetry mode (the ``tracing`` extra).
 from __future__ import annotations
 
 import json
+import logging
 import random
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +50,10 @@ if TYPE_CHECKING:
     from repokit.core.tracing.trace import Trace
 
 TRACER_NAME = "triton-server"
+# at exit, the queued spans are sent within this many seconds in all (see OtelExporter.shutdown)
+EXIT_FLUSH_S = 2.0
+EXIT_JOIN_MARGIN_S = 0.5  # what the processor's shutdown may take beyond the last request
+log = logging.getLogger(__name__)
 
 
 class PlannedIds(RandomIdGenerator):
@@ -70,18 +76,32 @@ class PlannedIds(RandomIdGenerator):
 class ReceiverSession(requests.Session):
     """The exporter's HTTP session. While the server runs, the exporter retries a receiver it
     cannot reach (with backoff: 1, 2, 4 s... up to its 10 s timeout, for each batch). Once the
-    server stops (:attr:`stopping`), each queued batch is tried once, as tritonserver's exporter
-    tries it: a failure is not worth a retry (nor are the batches after it), so the server exits
-    promptly when the receiver is unreachable and still delivers the spans when it is not."""
+    server stops (:meth:`stop_by`), each queued batch is tried once, as tritonserver's exporter
+    tries it, and only until the flush's deadline: a failure is not worth a retry (nor are the
+    batches after it), and a receiver that takes the connection but does not answer is not
+    waited for beyond the deadline, so the server exits promptly when the receiver is
+    unreachable or hung and still delivers the spans when it answers."""
 
     def __init__(self) -> None:
         super().__init__()
         self.stopping = False
         self.unreachable = ""  # why the receiver failed while stopping
+        self._deadline = 0.0  # time.monotonic() by which the flush at exit ends
+
+    def stop_by(self, deadline: float) -> None:
+        """The server stops: from now on each request is tried once, until ``deadline``."""
+        self._deadline = deadline
+        self.stopping = True
 
     def request(self, *args: Any, **kwargs: Any) -> requests.Response:
-        if self.stopping and self.unreachable:
-            raise _GiveUp(self.unreachable)
+        if self.stopping:
+            if self.unreachable:
+                raise _GiveUp(self.unreachable)
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                self.unreachable = "the server is stopping and the receiver did not answer in time"
+                raise _GiveUp(self.unreachable)
+            kwargs["timeout"] = _within(kwargs.get("timeout"), left)
         try:
             response = super().request(*args, **kwargs)
         except requests.RequestException as exc:
@@ -96,6 +116,13 @@ class ReceiverSession(requests.Session):
             response.close()
             raise _GiveUp(self.unreachable)
         return response
+
+
+def _within(timeout: Any, left: float) -> Any:
+    """A requests timeout (None, seconds, or (connect, read)) that ends within ``left`` s."""
+    if isinstance(timeout, tuple):
+        return tuple(left if t is None else min(t, left) for t in timeout)
+    return left if timeout is None else min(float(timeout), left)
 
 
 class _GiveUp(requests.RequestException):
@@ -211,9 +238,22 @@ class OtelExporter:
                 span.end()
 
     def shutdown(self) -> None:
-        """Export what is queued (each batch tried once) and stop the processor's thread."""
-        self._session.stopping = True
-        self._provider.shutdown()
+        """Export what is queued (each batch tried once) and stop the processor's thread,
+        within :data:`EXIT_FLUSH_S` in all: a receiver that takes the connection and never
+        answers held the exit for the exporter's timeout (10 s, also for a batch already on
+        its way when the server stopped). Past the deadline the spans not delivered are given
+        up (the processor's thread is a daemon: it does not hold the process)."""
+        deadline = time.monotonic() + EXIT_FLUSH_S
+        self._session.stop_by(deadline)
+        flush = threading.Thread(target=self._provider.shutdown, name="otel-flush", daemon=True)
+        flush.start()
+        flush.join(EXIT_FLUSH_S + EXIT_JOIN_MARGIN_S)
+        if flush.is_alive():
+            log.warning(
+                "OpenTelemetry: the trace receiver did not take the last spans within %g s; "
+                "they are dropped",
+                EXIT_FLUSH_S,
+            )
 
 
 def _random_id(bits: int) -> int:
