@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from repokit.backends.python.wire_checks import numeric_outputs
+from repokit.backends.python.wire_grpc_response import common_response
 from repokit.backends.wire_plan import WirePlan
 from repokit.protocol.plain_request import plain_input
 from repokit.protocol.plain_response import plain_grpc_response
@@ -136,7 +137,11 @@ def encode_response(
 ) -> bytes | None:
     """The serialized ModelInferResponse (:mod:`repokit.protocol.plain_response`, as the server
     writes it), or None when the packed form must carry it (an error, response parameters, or
-    an output that is not a plain numeric array)."""
+    an output that is not a plain numeric array). The common response is written from kept
+    pieces (:mod:`.wire_grpc_response`)."""
+    body = common_response(plan, response, requested, request_id)
+    if body is not None:
+        return body
     outputs = numeric_outputs(response, requested)
     if outputs is None:
         return None
