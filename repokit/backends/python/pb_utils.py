@@ -472,6 +472,15 @@ class InferenceRequest:
         return pb_bls.async_execute(self, decoupled)
 
 
+def _all_tensors(items: list[Any]) -> bool:
+    """Whether every item is a ``Tensor`` (a loop: ``all`` over a comprehension costs about
+    twice as much for a response's few outputs)."""
+    for item in items:  # noqa: SIM110 - a generator for all() costs more
+        if type(item) is not Tensor:
+            return False
+    return True
+
+
 class InferenceResponse:
     """The response for one request: output tensors, or an error (no attributes of its own,
     as in Triton)."""
@@ -488,7 +497,7 @@ class InferenceResponse:
             type(output_tensors) is list
             and error is None
             and parameters is None
-            and all([type(t) is Tensor for t in output_tensors])
+            and _all_tensors(output_tensors)
         ):
             self._outputs: list[Tensor] = output_tensors[:]  # the common case, checked at once
             self._error = None
