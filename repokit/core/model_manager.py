@@ -40,6 +40,7 @@ from repokit.core.config_json import config_to_json
 from repokit.core.dispatch import run_composing
 from repokit.core.instance_update import without_instances
 from repokit.core.latency_summary import LatencySummaries
+from repokit.core.load_stage import version_stage_status
 from repokit.core.loaded_model import (
     BackendFactory,
     LoadedVersion,
@@ -599,10 +600,12 @@ class ModelManager:
             refused = self._update_refused(record, directory, exc)
             if refused is not None:
                 raise refused from exc
-            if exc.rule.startswith("instance-group-") and exc.config is not None and exc.versions:
-                # Triton finds these when it creates the versions' instances: each version
-                # fails with the reason (the serving ones, if any, serve on)
-                reason = f"Invalid argument: {exc.reason}"
+            status = version_stage_status(exc.rule)
+            if status is not None and exc.config is not None and exc.versions:
+                # Triton finds these when it creates the versions (their instances, inputs
+                # and outputs, files): each version fails with the reason (the serving
+                # ones, if any, serve on)
+                reason = f"{status}: {exc.reason}"
                 if not record.ready():
                     record.reason, record.known = "", True
                     record.versions = {

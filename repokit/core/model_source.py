@@ -19,6 +19,7 @@ from repokit.config.report import ValidateOptions
 from repokit.config.rules.context import RuleContext
 from repokit.config.rules.io import check_io
 from repokit.config.validate import validate_model
+from repokit.core.load_stage import version_stage_status
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.repository.layout import scan_model_dir
 
@@ -149,6 +150,8 @@ def read_model(
         if d.severity is Severity.ERROR and not (completes_io and d.rule in DEFERRED_IO_RULES)
     ]
     if errors or report.config is None:
+        # Triton reports what it checks when it polls before what it checks per version
+        errors.sort(key=lambda d: version_stage_status(d.rule) is not None)
         first = errors[0] if errors else None
         reason = first.message if first is not None else f"model '{name}' could not be read"
         raise ModelLoadError(
