@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repokit.config.diagnostics import Severity
+from repokit.config.ensemble_graph import ENSEMBLE_PLATFORM, check_scheduling
 from repokit.config.report import ValidateOptions
 from repokit.config.rules.context import RuleContext
 from repokit.config.rules.io import check_io
@@ -149,6 +150,14 @@ def read_model(
         for d in report.diagnostics
         if d.severity is Severity.ERROR and not (completes_io and d.rule in DEFERRED_IO_RULES)
     ]
+    if report.config is not None and report.config.platform == ENSEMBLE_PLATFORM:
+        # ValidateEnsembleSchedulingConfig, part of Triton's poll: the steps and the data
+        # flow between them (validate runs it with the rules across the repository)
+        errors += [
+            finding.bind(name, "config.pbtxt")
+            for finding in check_scheduling(report.config)
+            if finding.severity is Severity.ERROR
+        ]
     if errors or report.config is None:
         # Triton reports what it checks when it polls before what it checks per version
         errors.sort(key=lambda d: version_stage_status(d.rule) is not None)

@@ -120,3 +120,48 @@ def test_a_loaded_model_whose_new_config_fails_per_version_serves_on(repo: Path)
             assert client.get_model_config("good").config.input[0].dims == [4]
         finally:
             client.close()
+
+
+ENSEMBLE_NO_STEPS = """name: "ens"
+platform: "ensemble"
+max_batch_size: 0
+input [{ name: "E_IN" data_type: TYPE_FP32 dims: [ 4 ] }]
+output [{ name: "E_OUT" data_type: TYPE_FP32 dims: [ 4 ] }]
+ensemble_scheduling { }
+"""
+
+ENSEMBLE_UNUSED_TENSOR = """name: "ens_unused"
+platform: "ensemble"
+max_batch_size: 0
+input [{ name: "E_IN" data_type: TYPE_FP32 dims: [ 4 ] }]
+output [{ name: "E_OUT" data_type: TYPE_FP32 dims: [ 4 ] }]
+ensemble_scheduling { step [
+  { model_name: "good" model_version: -1
+    input_map { key: "IN" value: "E_IN" } output_map { key: "OUT" value: "E_OUT" } },
+  { model_name: "good" model_version: -1
+    input_map { key: "IN" value: "E_IN" } output_map { key: "OUT" value: "EXTRA" } }
+] }
+"""
+
+
+def test_an_ensemble_triton_refuses_at_poll_does_not_load(repo: Path) -> None:
+    """Triton's ValidateEnsembleSchedulingConfig (steps, maps, the data flow) refuses these
+    when it polls; before, repokit served them (only validate checked them)."""
+    for name, config in (("ens", ENSEMBLE_NO_STEPS), ("ens_unused", ENSEMBLE_UNUSED_TENSOR)):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(config)
+    with running_server(repo, model_control_mode="explicit", load_models=["good"]) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            for name, reason in (
+                ("ens", "must specify 'step' for ensemble 'ens'"),
+                ("ens_unused", "ensemble tensor 'EXTRA' is unused in ensemble 'ens_unused'"),
+            ):
+                with pytest.raises(InferenceServerException) as error:
+                    client.load_model(name)
+                assert error.value.message().startswith(
+                    f"failed to load '{name}', failed to poll from model repository: {reason}"
+                )
+                assert not client.is_model_ready(name)
+        finally:
+            client.close()
