@@ -7,10 +7,14 @@ thread of its own (:func:`popen_tied` hands the start to it when called from any
 so a server started from a worker thread of a pool does not die with that worker).
 
 * :func:`popen_tied`: ``subprocess.Popen`` for programs we do not control (tritonserver, a
-  ``repokit serve`` started by a tool): the signal is set between fork and exec (it survives
-  the exec), and a child whose parent already died meanwhile exits at once.
+  ``repokit serve`` started by a tool or a test): the child starts as a small Python program
+  (isolated, without site: a few ms) that sets the signal and execs the command (the signal
+  survives the exec; a child whose parent already died meanwhile exits at once). Not a
+  ``preexec_fn``: that runs in the forked copy of a parent that may hold other threads'
+  locks, and runs its at-fork hooks (gRPC's printed epoll errors there and a server did not
+  start).
 * :func:`tie_to_parent`: called first thing by a Python child we start ourselves (repokit's
-  model instance processes), which keeps ``subprocess``'s fast start (no ``preexec_fn``).
+  model instance processes).
 
 Elsewhere than on Linux both do nothing more than ``subprocess.Popen`` / nothing.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,21 +88,37 @@ class _Spawner:
 _SPAWNER = _Spawner()
 
 
+# argv: the signal, the parent's pid, the program (found by the parent), the command
+_TIE_AND_EXEC = (
+    "import ctypes, os, sys; "
+    f"ctypes.CDLL(None).prctl({PR_SET_PDEATHSIG}, int(sys.argv[1]), 0, 0, 0); "
+    "os.getppid() == int(sys.argv[2]) or os._exit(1); "
+    "os.execv(sys.argv[3], sys.argv[4:])"
+)
+
+
 def popen_tied(args: Any, sig: int = signal.SIGKILL, **kwargs: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(args, **kwargs)`` whose child gets ``sig`` when this process dies
-    (see the module docstring); ``kwargs`` may not hold a ``preexec_fn`` of their own."""
-    prctl = _prctl()
-    if prctl is None:
+    (see the module docstring). ``args`` is a command list (no shell); a program that is not
+    found raises FileNotFoundError here, as Popen does."""
+    if _prctl() is None or kwargs.get("shell") or "executable" in kwargs:
         return subprocess.Popen(args, **kwargs)
-    parent = os.getpid()
-
-    def tie() -> None:  # in the child, between fork and exec
-        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
+    command = [os.fspath(a) for a in ([args] if isinstance(args, (str, os.PathLike)) else args)]
+    env = kwargs.get("env")
+    search = env.get("PATH", os.defpath) if env is not None else None
+    program = command[0]
+    if os.sep not in program:
+        found = shutil.which(program, path=search)
+        if found is None:
+            raise FileNotFoundError(2, "No such file or directory", program)
+        program = found
+    elif kwargs.get("cwd") is not None and not os.path.isabs(program):
+        program = os.path.join(os.fspath(kwargs["cwd"]), program)
+    wrapped = [sys.executable, "-I", "-S", "-c", _TIE_AND_EXEC, str(int(sig)), str(os.getpid())]
+    wrapped += [program, *command]
 
     def start() -> subprocess.Popen[Any]:
-        return subprocess.Popen(args, preexec_fn=tie, **kwargs)
+        return subprocess.Popen(wrapped, **kwargs)
 
     if threading.current_thread() is threading.main_thread():
         return start()

@@ -83,3 +83,10 @@ def test_a_plain_child_outlives_its_killed_parent() -> None:
         assert not gone_within(child, 1)
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+def test_a_program_that_is_not_found_raises_as_popen_does() -> None:
+    from repokit.parent_death import popen_tied
+
+    with pytest.raises(FileNotFoundError):
+        popen_tied(["no-such-program-here", "x"])
