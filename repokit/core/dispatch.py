@@ -47,7 +47,7 @@ from repokit.scheduler.queue_policy import QUEUE_FULL_MESSAGE, TIMEOUT_MESSAGE
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CacheTiming(Timing):
     """The timing of a request of a model with the response cache: a hit (no execution, the
     durations are 0) or a successful miss whose result ``record_ran`` stores under ``key``."""

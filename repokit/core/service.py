@@ -26,6 +26,7 @@ from repokit.core.model_bridge import ServiceBridge
 from repokit.core.model_manager import ModelManager
 from repokit.core.outputs import finish_outputs
 from repokit.core.plain_path import prepare_plain
+from repokit.core.quick_wire import QuickDone, QuickWire
 from repokit.core.request_checks import PreparedRequest, prepare
 from repokit.core.server_log import VERBOSE, VERBOSE_DETAIL
 from repokit.core.settings import ServerSettings
@@ -393,12 +394,72 @@ class InferenceService:
                 wire = WireRequest(codec.lane, data, lane.plan, codec.lane_limit)
                 ran, elapsed = await self._in_flight(submit_wire(loaded, lane, wire), None, None)
                 if ran is not None:
-                    return self._wire_answer(codec, loaded, model, version, raw, ran, elapsed)
+                    return self.wire_answer(codec, loaded, model, version, raw, ran, elapsed)
+        return await self.infer_decoded(codec, loaded, model, version, raw)
+
+    async def infer_decoded(
+        self,
+        codec: InferCodec[RawT, DecodedT, OutT],
+        loaded: LoadedVersion,
+        model: str,
+        version: str,
+        raw: RawT,
+    ) -> OutT:
+        """The standard path of :meth:`infer_encoded`: ``raw`` decoded here and run as
+        :meth:`infer` runs it, on the version looked up (``loaded``)."""
         decoded = codec.decode(raw, model, version)
         request = codec.request(decoded)
-        # self.infer written out (a coroutine less), on the version looked up above
         admitted, prepared = self.admit(request, loaded)
         return codec.encode(decoded, await self.run_admitted(admitted, request, prepared))
+
+    def quick_version(self, model: str, version: str) -> LoadedVersion | None:
+        """The version a request to ``model`` runs on when callbacks can drive it
+        (:meth:`start_quick_wire`); None when it takes :meth:`infer_encoded` (an unknown or
+        decoupled model, one without a wire lane that callbacks drive, a server exiting)."""
+        if self._exiting:
+            return None
+        try:
+            loaded = self.manager.get(model, version)
+        except RepokitError:
+            return None
+        lane = loaded.wire_lane
+        if lane is None or lane.quick is None or loaded.decoupled:
+            return None
+        return loaded
+
+    def start_quick_wire(
+        self,
+        codec: InferCodec[RawT, Any, OutT],
+        loaded: LoadedVersion,
+        names: tuple[str, str],
+        raw: RawT,
+        done: QuickDone[OutT],
+    ) -> QuickWire[RawT, OutT] | None:
+        """:meth:`infer_encoded` of an untraced request to the model and version ``names``
+        (``loaded``: their :meth:`quick_version`), driven by callbacks
+        (:mod:`repokit.core.quick_wire`): ``done`` gets the encoded response, or the error
+        ``infer_encoded`` would raise. None when the request does not go to an instance as its
+        bytes at once; the caller then runs ``infer_encoded`` (nothing was counted)."""
+        lane = loaded.wire_lane
+        assert lane is not None and lane.quick is not None  # (quick_version)
+        data = codec.lane_bytes(raw)
+        if data is None or len(data) > WIRE_LANE_MAX_BYTES:
+            return None
+        started = time.perf_counter_ns()
+        scheduler = lane.quick
+        try:
+            ticket = scheduler.send_wire(WireRequest(codec.lane, data, lane.plan, codec.lane_limit))
+        except Exception:  # a backend bug: infer_encoded meets it again and answers it
+            return None
+        if ticket is None:
+            return None
+        self._inflight += 1
+        loaded.begin()
+        return QuickWire(self, codec, loaded, names, raw, scheduler, ticket, started, done)
+
+    def quick_ended(self) -> None:
+        """A request of :meth:`start_quick_wire` is no longer in flight."""
+        self._inflight -= 1
 
     async def _infer_encoded_traced(
         self,
@@ -422,7 +483,7 @@ class InferenceService:
             trace.stamp(send_end)
         return encoded
 
-    def _wire_answer(
+    def wire_answer(
         self,
         codec: InferCodec[RawT, DecodedT, OutT],
         loaded: LoadedVersion,

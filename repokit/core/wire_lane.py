@@ -7,7 +7,9 @@ none of that: it hands the bytes it received to the instance process, which deco
 the request, runs ``execute`` and encodes the response (the instance side of the frontend's
 codec, :mod:`repokit.core.infer_codec`). That work then runs beside the model, in the instance
 process, instead of on the event loop every client shares. Frontends do not choose: they call
-``InferenceService.infer_encoded``, which takes the lane when it can. The lane is an optional
+``InferenceService.infer_encoded``, which takes the lane when it can (the HTTP frontend first
+asks ``InferenceService.start_quick_wire``, which runs a lane request by callbacks, without a
+task: :mod:`repokit.core.quick_wire`). The lane is an optional
 capability of a scheduler (:class:`~repokit.scheduler.base.WireScheduler`: the default
 scheduler over a :class:`~repokit.backends.base.WireBackend`, and the dynamic batcher over a
 :class:`~repokit.backends.base.WireBatchBackend`; both are the python backend). The dynamic
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 
 from repokit.backends.wire_plan import WirePlan
 from repokit.core.request_checks import ModelIO
-from repokit.scheduler.base import Scheduler, WireScheduler
+from repokit.scheduler.base import QuickWireScheduler, Scheduler, WireScheduler
 
 # larger requests take the standard path: their tensors travel out of band there, without copies
 WIRE_LANE_MAX_BYTES = 64 * 1024
@@ -47,6 +49,8 @@ WIRE_LANE_MAX_BYTES = 64 * 1024
 class WireLane:
     scheduler: WireScheduler
     plan: WirePlan
+    # the scheduler when callbacks can drive its requests (repokit.core.quick_wire)
+    quick: QuickWireScheduler | None = None
 
 
 def wire_lane_for(
@@ -75,4 +79,5 @@ def wire_lane_for(
         inputs=dict(io.fast_inputs),
         outputs=frozenset(io.outputs),
     )
-    return WireLane(scheduler, plan)
+    quick = scheduler if isinstance(scheduler, QuickWireScheduler) else None
+    return WireLane(scheduler, plan, quick)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from typing import NamedTuple, Protocol, runtime_checkable
+from collections.abc import Awaitable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from repokit.backends.base import BackendRequest, BackendResult, Timing, WireRequest
+from repokit.backends.base import BackendRequest, BackendResult, Timing, WireRequest, WireRun
 
 
 class CancelledInQueue(asyncio.CancelledError):
@@ -100,3 +101,35 @@ class WireScheduler(Protocol):
         """Run one request given as its bytes; with the batch size the instance found. None
         when nothing ran (the standard path then answers the request); statistics as
         :meth:`Scheduler.submit`."""
+
+
+class WireTicket(NamedTuple):
+    """A wire request a scheduler gave an instance (:meth:`QuickWireScheduler.send_wire`)."""
+
+    instance: int
+    enqueued: int  # time.perf_counter_ns() when it was given
+    sent: Any  # what the backend sent (QuickWireBackend.send_wire)
+    reply: asyncio.Future[Any]  # completes with the instance's reply
+
+
+@runtime_checkable
+class QuickWireScheduler(WireScheduler, Protocol):
+    """A wire scheduler whose :meth:`WireScheduler.submit_wire` a caller may also drive by
+    callbacks (:mod:`repokit.core.quick_wire`): ``send_wire`` gives the request to an instance
+    (None: nothing sent, as ``submit_wire``'s None); once the ticket's ``reply`` is done,
+    ``wire_reply`` gives the run (None: nothing ran; an awaitable for ``wire_later`` when
+    the result comes later); ``wire_ended`` ends the request as ``submit_wire`` does and gives
+    its scheduled result and batch size (None: nothing ran). A client that goes away before
+    the reply is taken: ``wire_cancelled``; after it: ``wire_ended(ticket, None)``."""
+
+    def send_wire(self, request: WireRequest) -> WireTicket | None: ...
+
+    def wire_reply(self, ticket: WireTicket) -> WireRun | Awaitable[WireRun] | None: ...
+
+    async def wire_later(self, pending: Awaitable[WireRun]) -> WireRun: ...
+
+    def wire_ended(
+        self, ticket: WireTicket, run: WireRun | None
+    ) -> tuple[ScheduledResult, int] | None: ...
+
+    def wire_cancelled(self, ticket: WireTicket) -> None: ...

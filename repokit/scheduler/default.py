@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from repokit.backends.base import (
     Backend,
     BackendRequest,
     BackendResult,
+    QuickWireBackend,
     Timing,
     WireBackend,
     WireRequest,
@@ -31,7 +32,7 @@ from repokit.backends.base import (
 )
 from repokit.errors import RepokitError, internal, unavailable
 from repokit.protocol.generated import model_config_pb2 as mc
-from repokit.scheduler.base import Retiring, ScheduledResult, Scheduler
+from repokit.scheduler.base import Retiring, ScheduledResult, Scheduler, WireTicket
 
 
 def active_instances(config: mc.ModelConfig, instance_count: int) -> list[int]:
@@ -65,6 +66,10 @@ class DefaultScheduler(Scheduler):
         self._outstanding: dict[int, int] = {}
         # the backend when its instances take requests as their bytes (the wire lane)
         self._wire: WireBackend | None = backend if isinstance(backend, WireBackend) else None
+        # ... when it can also be driven by callbacks (repokit.core.quick_wire)
+        self._quick: QuickWireBackend | None = (
+            backend if isinstance(backend, QuickWireBackend) else None
+        )
         # retired instances still busy -> (requests outstanding, completes when none)
         self._leaving: dict[int, tuple[int, asyncio.Future[None]]] = {}
         self._pipelined = False  # set in start(): requests go straight to _outstanding
@@ -136,6 +141,10 @@ class DefaultScheduler(Scheduler):
     def _least_busy(self) -> int:
         """The active instance with the fewest requests outstanding, now one more."""
         outstanding = self._outstanding
+        if len(outstanding) == 1:  # one instance: the usual case, without min()'s key calls
+            for instance in outstanding:
+                outstanding[instance] += 1
+                return instance
         instance = min(outstanding, key=outstanding.__getitem__)
         outstanding[instance] += 1
         return instance
@@ -198,6 +207,64 @@ class DefaultScheduler(Scheduler):
         queue_ns = self._ran(enqueued, batch_size, timing)
         return ScheduledResult(result, queue_ns, timing), batch_size
 
+    # --- submit_wire in steps, for callbacks (repokit.core.quick_wire) -------------------------
+    def send_wire(self, request: WireRequest) -> WireTicket | None:
+        """:meth:`submit_wire` up to the request's message to the instance; None when nothing
+        was sent (as its None)."""
+        backend = self._quick
+        if self._free is None or self._stopped or not self._outstanding or backend is None:
+            return None
+        instance = self._least_busy()
+        enqueued = time.perf_counter_ns()
+        try:
+            sent = backend.send_wire(instance, request)
+        except BaseException:
+            self._done_at(instance)
+            raise
+        if sent is None:
+            self._done_at(instance)
+            return None
+        return WireTicket(instance, enqueued, sent, sent.reply)
+
+    def wire_reply(self, ticket: WireTicket) -> WireRun | Awaitable[WireRun] | None:
+        """The run of a ticket whose reply is done (None: nothing ran; an awaitable for
+        :meth:`wire_later`); failures as :meth:`submit_wire` answers them."""
+        backend = self._quick
+        assert backend is not None  # send_wire gave the ticket
+        try:
+            return backend.wire_reply(ticket.sent)
+        except Exception as exc:
+            return _failed_run(exc)
+
+    async def wire_later(self, pending: Awaitable[WireRun]) -> WireRun:
+        """A run whose result the instance sends later; failures as :meth:`submit_wire`
+        answers them."""
+        try:
+            return await pending
+        except Exception as exc:
+            return _failed_run(exc)
+
+    def wire_ended(
+        self, ticket: WireTicket, run: WireRun | None
+    ) -> tuple[ScheduledResult, int] | None:
+        """The end of a ticket's request, as :meth:`submit_wire` ends it (None: nothing ran,
+        or the client went away after its reply was taken)."""
+        self._done_at(ticket.instance)
+        if run is None:
+            return None
+        result, batch_size, timing = run
+        queue_ns = self._ran(ticket.enqueued, batch_size, timing)
+        return ScheduledResult(result, queue_ns, timing), batch_size
+
+    def wire_cancelled(self, ticket: WireTicket) -> None:
+        """The client went away before the ticket's reply was taken."""
+        backend = self._quick
+        assert backend is not None  # send_wire gave the ticket
+        try:
+            backend.wire_cancelled(ticket.sent)
+        finally:
+            self._done_at(ticket.instance)
+
     def _done_at(self, instance: int) -> None:
         """A pipelined request on ``instance`` finished."""
         if instance in self._outstanding:
@@ -259,3 +326,10 @@ class DefaultScheduler(Scheduler):
                 error=internal(f"backend returned {len(results)} results for 1 request")
             )
         return results[0]
+
+
+def _failed_run(exc: Exception) -> WireRun:
+    """A backend's failure as :meth:`DefaultScheduler.submit_wire` answers it."""
+    if isinstance(exc, RepokitError):
+        return WireRun(BackendResult(error=exc), 0, Timing())
+    return WireRun(BackendResult(error=internal(f"backend failed: {exc!r}")), 0, Timing())

@@ -25,10 +25,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from repokit.backends.base import BackendResult
 from repokit.core import service as service_module
 from repokit.core.dispatch import submit_wire
 from repokit.frontends.runner import ServerHandle
+from repokit.scheduler.default import DefaultScheduler
 from tests.frontends.grpc.serving import make_repository, running_server
+
+_wire_ended = DefaultScheduler.wire_ended
 
 _PICKY_CONFIG = """
 name: "picky"
@@ -79,15 +83,17 @@ class Server:
         encoded response, an error, or a result the server finishes."""
         answer = await submit_wire(*args)
         ran = answer[0]
-        if ran is None:
+        self.count(None if ran is None else ran[0].result)
+        return answer
+
+    def count(self, result: BackendResult | None) -> None:
+        if result is None:
             kind = "full"
         else:
-            result = ran[0].result
             kind = "body" if result.encoded is not None else "result"
             if result.error is not None:
                 kind = "raised"  # an error the instance answered
         self.outcomes[kind] += 1
-        return answer
 
     def stats(self, model: str) -> dict[str, Any]:
         client = httpclient.InferenceServerClient(self.http_url)
@@ -107,10 +113,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with running_server(repo, http=True) as handle:
         server = Server(handle)
         service_module.submit_wire = server.counted  # type: ignore[assignment]
+
+        def counted_end(scheduler: DefaultScheduler, ticket: Any, run: Any) -> Any:
+            """The end of a lane request driven by callbacks (repokit.core.quick_wire: the
+            HTTP frontend's), counted as ``counted`` counts the coroutines' dispatch."""
+            server.count(None if run is None else run.result)
+            return _wire_ended(scheduler, ticket, run)
+
+        DefaultScheduler.wire_ended = counted_end  # type: ignore[method-assign]
         try:
             yield server
         finally:
             service_module.submit_wire = submit_wire
+            DefaultScheduler.wire_ended = _wire_ended  # type: ignore[method-assign]
 
 
 def _inputs(module: Any, x: np.ndarray, name: str = "X", datatype: str = "INT32") -> list[Any]:

@@ -17,13 +17,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple, Protocol
 
+from repokit.core.quick_wire import QuickWire
 from repokit.core.service import InferenceService
 from repokit.errors import RepokitError
 from repokit.frontends.header_forwarding import forwarding
 from repokit.frontends.http import endpoints
 from repokit.frontends.http.connection_limits import ConnectionLimits, LimitSettings
+from repokit.frontends.http.infer_codec import HttpInferBody
+from repokit.frontends.http.infer_response import EncodedResponse
 from repokit.frontends.http.messages import HttpRequest, HttpResponse
-from repokit.frontends.http.request_log import log_request
+from repokit.frontends.http.request_log import log_request, request_logging
 from repokit.frontends.http.responses import error_response
 from repokit.frontends.http.restricted import endpoint_restrictions, restricted_response
 from repokit.frontends.http.routing import Endpoint, Route, resolve
@@ -66,6 +69,7 @@ class _Resolved(NamedTuple):
     restriction: tuple[str, str] | None
 
 
+_MODEL_INFER = Endpoint.MODEL_INFER  # (an enum member's lookup costs a descriptor call)
 # resolved routes kept per raw path (a client usually sends few distinct paths)
 ROUTE_CACHE_SIZE = 1024
 
@@ -134,6 +138,23 @@ class HttpFrontend:
         decompressed inputs (``--http-max-input-size``), so the transport limit is generous."""
         return max(self.max_input_size * 4, 1 << 31)
 
+    def start_quick(
+        self, request: HttpRequest, done: Callable[[HttpResponse | Exception], None]
+    ) -> QuickWire[HttpInferBody, EncodedResponse] | None:
+        """:meth:`dispatch` of an infer request driven by callbacks when it can be
+        (:meth:`~.endpoints.Endpoints.quick_infer`): ``done`` gets what :meth:`dispatch` would
+        return or raise. None: the request takes :meth:`dispatch` (nothing was done; with
+        verbose logging on, every request does)."""
+        if request.method != "POST" or request_logging():
+            return None
+        resolved = self.route(request.path)
+        if resolved is None or resolved.route.endpoint is not _MODEL_INFER:
+            return None
+        restriction = resolved.restriction
+        if restriction is not None and request.headers.get(restriction[0]) != restriction[1]:
+            return None
+        return self.endpoints.quick_infer(request, resolved.route, done)
+
     async def dispatch(self, request: HttpRequest) -> HttpResponse | None:
         log_request(request.method, request.path)
         if request.method not in ALL_METHODS:
@@ -160,5 +181,7 @@ def create_http_server(
 ) -> tuple[HttpServer, HttpFrontend]:
     """An HTTP server (not started: :meth:`HttpServer.start` on a socket) for ``service``."""
     frontend = HttpFrontend(service, settings)
-    server = HttpServer(frontend.dispatch, frontend.limits, frontend.max_body, access_log)
+    # callbacks drive plain infer requests of the core's service (not a frontend worker's)
+    quick = frontend.start_quick if isinstance(service, InferenceService) else None
+    server = HttpServer(frontend.dispatch, frontend.limits, frontend.max_body, access_log, quick)
     return server, frontend

@@ -10,9 +10,10 @@ import base64
 import binascii
 import contextlib
 import socket
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
+from repokit.core.quick_wire import QuickWire
 from repokit.core.service import InferenceService
 from repokit.core.tracing.setting import SETTING_KEYS as TRACE_SETTING_KEYS
 from repokit.core.tracing.trace import Trace
@@ -54,6 +55,22 @@ def _compressed(encoded: EncodedResponse, encoding: str) -> HttpResponse:
     return HttpResponse(
         compress(encoded.body, encoding), headers=headers, content_type=encoded.content_type
     )
+
+
+def _infer_response(encoded: EncodedResponse, accept: str | None) -> HttpResponse:
+    """The response to an infer request (``accept``: its ``Accept-Encoding``)."""
+    if accept:
+        chosen = choose_response_encoding(accept)
+        if chosen != "identity":
+            return _compressed(encoded, chosen)
+    if encoded.header_length is None:
+        return HttpResponse(encoded.head, content_type=encoded.content_type)
+    out_headers = {"Inference-Header-Content-Length": str(encoded.header_length)}
+    if encoded.size < STREAM_THRESHOLD:
+        return HttpResponse(encoded.body, headers=out_headers, content_type=encoded.content_type)
+    # Large binary outputs go to the socket as they are, after the JSON header: joining
+    # them would copy every byte once more.
+    return HttpResponse(headers=out_headers, content_type=encoded.content_type, parts=encoded.parts)
 
 
 class Endpoints:
@@ -133,24 +150,54 @@ class Endpoints:
         encoded = await self.run_infer(
             route.model, version, body, get(headers, _HEADER_LENGTH), None, forwarded
         )
+        return _infer_response(encoded, get(headers, "accept-encoding"))
+
+    def quick_infer(
+        self,
+        request: HttpRequest,
+        route: Route,
+        done: Callable[[HttpResponse | Exception], None],
+    ) -> QuickWire[HttpInferBody, EncodedResponse] | None:
+        """:meth:`infer` driven by callbacks (:mod:`repokit.core.quick_wire`) when the
+        request needs nothing of the endpoint but its body (no content or header-length
+        coding, tracing or forwarded headers): ``done`` gets the response :meth:`infer` would
+        return (an error as the dispatcher answers it), or any other exception it would
+        raise. None: the request takes :meth:`infer`."""
+        headers = request.headers
+        get = dict.get
+        if (
+            get(headers, "content-encoding") is not None
+            or get(headers, _HEADER_LENGTH) is not None
+            or self.service.tracing.enabled
+            or self.forward is not None
+        ):
+            return None
         accept = get(headers, "accept-encoding")
-        if accept:
-            chosen = choose_response_encoding(accept)
-            if chosen != "identity":
-                return _compressed(encoded, chosen)
-        if encoded.header_length is None:
-            return HttpResponse(encoded.head, content_type=encoded.content_type)
-        out_headers = {"Inference-Header-Content-Length": str(encoded.header_length)}
-        size = encoded.size
-        if size < STREAM_THRESHOLD:
-            return HttpResponse(
-                encoded.body, headers=out_headers, content_type=encoded.content_type
-            )
-        # Large binary outputs go to the socket as they are, after the JSON header: joining
-        # them would copy every byte once more.
-        return HttpResponse(
-            headers=out_headers, content_type=encoded.content_type, parts=encoded.parts
-        )
+        if accept and choose_response_encoding(accept) != "identity":
+            return None
+        if route.version:
+            try:
+                version = parse_model_version(route.version)
+            except RepokitError:
+                return None  # infer refuses it
+        else:
+            version = ""
+        service = self.service
+        loaded = service.quick_version(route.model, version)
+        if loaded is None:
+            return None
+
+        def answered(encoded: EncodedResponse | Exception) -> None:
+            if isinstance(encoded, RepokitError):  # as the dispatcher answers it
+                done(error_response(http_status(encoded.code), encoded.message))
+            elif isinstance(encoded, Exception):
+                done(encoded)
+            else:
+                done(_infer_response(encoded, None))
+
+        raw = HttpInferBody(request.body, None, None)
+        names = (route.model, version)
+        return service.start_quick_wire(self.codec, loaded, names, raw, answered)
 
     def infer_version(self, route: Route) -> str:
         """The version an infer route names; raises for unknown models and decoupled ones."""

@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from time import monotonic
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import httptools
 import numpy as np
@@ -55,6 +55,18 @@ if TYPE_CHECKING:
     from repokit.frontends.http.server import HttpServer
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse | None]]
+
+
+class Running(Protocol):
+    """A request under way: its task, or what runs it by callbacks (:data:`Quick`)."""
+
+    def cancel(self) -> bool: ...
+
+
+# Runs a request by callbacks instead of the handler when it can: calls its second argument
+# with what the handler would return (or raise) and returns what can cancel it; None: the
+# handler runs the request (nothing was done).
+Quick = Callable[[HttpRequest, Callable[[HttpResponse | Exception], None]], Running | None]
 
 # Content-Length bodies at least this large are read into a buffer of their own, past the
 # parser (see get_buffer)
@@ -77,6 +89,7 @@ _JSON = b"application/json"
 _REASONS: dict[int, bytes] = {s.value: s.phrase.encode() for s in HTTPStatus}
 _REASONS[413] = b"Request Entity Too Large"  # the phrase of RFC 7231 on every Python
 _HEAD = b"HTTP/1.1 %d %b\r\n%bcontent-length: %d\r\nconnection: %b\r\ncontent-type: %b\r\n\r\n"
+_TASK_NAME = "http-request"  # the Task that runs each request
 _log = logging.getLogger("repokit.http")
 _access = logging.getLogger("repokit.http.access")
 
@@ -196,7 +209,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         # complete requests waiting, and their sizes (a Refused answers in order, then closes)
         self._queue: deque[tuple[HttpRequest | Refused, bool, int]] = deque()
         self._queued_bytes = 0
-        self._task: asyncio.Task[None] | None = None
+        self._task: Running | None = None  # the request running
         self._task_since = 0.0
         self._streaming = False  # the running request's response head is sent
         self._running_keep_alive = True
@@ -377,7 +390,9 @@ class HttpConnection(asyncio.BufferedProtocol):
         url = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if not url.isascii():
             raise Refused(400, "URL may only contain US-ASCII characters.")
-        if url[:1] == b"/" and b"?" not in url and b"#" not in url:
+        # "/" first, no "?" or "#": ints, whose membership test is a memchr (a bytes needle
+        # costs Python 3.11 a TypeError raised and cleared inside each test)
+        if url[0] == 0x2F and 0x3F not in url and 0x23 not in url:
             path, query = url.decode("ascii"), ""  # the usual origin-form path: as it is
         else:
             try:
@@ -447,7 +462,21 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._task_since = self._now
         self._streaming = False
         self._running_keep_alive = keep_alive
-        self._task = self._loop.create_task(self._run(request, keep_alive))
+        quick = self.server.quick
+        if quick is not None:
+            try:
+                running = quick(
+                    request, lambda answer: self._quick_done(request, keep_alive, answer)
+                )
+            except Exception:  # a bug: the handler's path still answers (this runs in the parser)
+                _log.exception("HTTP quick path failed for %s %s", request.method, request.path)
+                running = None
+            if running is not None:
+                self._task = running
+                return
+        # a Task made here, named: the loop's create_task is one more call, and an unnamed
+        # Task formats a "Task-<n>" name for itself (with sprintf) on Python 3.11
+        self._task = asyncio.Task(self._run(request, keep_alive), loop=self._loop, name=_TASK_NAME)
 
     def _next(self) -> None:
         """Start the first waiting request (or answer the refusal waiting first)."""
@@ -472,18 +501,44 @@ class HttpConnection(asyncio.BufferedProtocol):
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug still answers, and the server keeps serving
-            _log.exception("HTTP handler failed for %s %s", request.method, request.path)
-            if self._streaming:  # the head is out: the client sees a cut-off body
-                self._close()
+            response = self._failed(request, exc)
+            if response is None:
                 return
-            response = HttpResponse(
-                error_body(f"internal error: {type(exc).__name__}: {exc}"),
-                status=500,
-                content_type="application/json",
-            )
-        transport = self.transport
-        if transport is None:
-            return
+        if self._answered(request, response, keep_alive):
+            await self._next_when_writable()
+
+    def _quick_done(
+        self, request: HttpRequest, keep_alive: bool, answer: HttpResponse | Exception
+    ) -> None:
+        """The answer of a request run by callbacks (as :meth:`_run` takes the handler's)."""
+        if isinstance(answer, Exception):
+            response = self._failed(request, answer)
+            if response is None:
+                return
+        else:
+            response = answer
+        if self._answered(request, response, keep_alive):
+            self._loop.create_task(self._next_when_writable())
+
+    def _failed(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        """The answer to a handler's bug (None: the connection closed instead)."""
+        _log.error("HTTP handler failed for %s %s", request.method, request.path, exc_info=exc)
+        if self._streaming:  # the head is out: the client sees a cut-off body
+            self._close()
+            return None
+        return HttpResponse(
+            error_body(f"internal error: {type(exc).__name__}: {exc}"),
+            status=500,
+            content_type="application/json",
+        )
+
+    def _answered(
+        self, request: HttpRequest, response: HttpResponse | None, keep_alive: bool
+    ) -> bool:
+        """Write a request's answer (None: it was streamed) and go on to the next request;
+        True when that must wait until the client reads (:meth:`_next_when_writable`)."""
+        if self.transport is None:
+            return False
         if response is not None:
             self._write(request, response, keep_alive)
         elif self.server.access_log:
@@ -492,14 +547,19 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._idle_since = self._now = monotonic()
         if not keep_alive:
             self._close()
-            return
+            return False
         if self._queue:
             if not self._can_write.is_set():  # a slow reader: queue no more responses
-                await self._can_write.wait()
-            if self._task is None and self.transport is not None:
-                self._next()
+                return True
+            self._next()
         elif self._continue_pending:
             self._send_continue()
+        return False
+
+    async def _next_when_writable(self) -> None:
+        await self._can_write.wait()
+        if self._task is None and self.transport is not None:
+            self._next()
 
     def _write(self, request: HttpRequest, response: HttpResponse, keep_alive: bool) -> None:
         transport = self.transport

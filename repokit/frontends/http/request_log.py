@@ -29,3 +29,8 @@ def log_request(method: str, path: str) -> None:
     """The verbose request line (one level check when verbose logging is off)."""
     if _log.isEnabledFor(VERBOSE):
         _log.log(VERBOSE, "HTTP request: %d %s", EVHTP_METHODS.get(method, UNKNOWN_METHOD), path)
+
+
+def request_logging() -> bool:
+    """Whether :func:`log_request` logs."""
+    return _log.isEnabledFor(VERBOSE)

@@ -17,7 +17,7 @@ import ssl
 import time
 
 from repokit.frontends.http.connection_limits import ConnectionLimits, default_max_connections
-from repokit.frontends.http.protocol import RECEIVE_BUFFER_BYTES, Handler, HttpConnection
+from repokit.frontends.http.protocol import RECEIVE_BUFFER_BYTES, Handler, HttpConnection, Quick
 
 _log = logging.getLogger("repokit.core.service")  # tritonserver logs the stop's steps together
 LISTEN_BACKLOG = 1024
@@ -51,8 +51,11 @@ class HttpServer:
         limits: ConnectionLimits | None = None,
         max_body: int = 1 << 31,
         access_log: bool = False,
+        quick: Quick | None = None,
     ) -> None:
+        """``quick``: runs a request by callbacks when it can (see :data:`.protocol.Quick`)."""
         self.handler = handler
+        self.quick = quick
         self.limits = limits or ConnectionLimits()
         self.max_connections = self.limits.max_connections or default_max_connections()
         self.max_body = max_body

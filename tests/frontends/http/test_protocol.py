@@ -690,3 +690,95 @@ def test_header_values_are_read_without_their_trailing_whitespace(conn: Connecti
     assert answer.header("content-encoding") == "deflate"
     assert json.loads(zlib.decompress(answer.body))["outputs"][0]["name"] == "OUTPUT0"
     assert conn.closed_by_server()
+
+
+class _QuickRun:
+    """What a quick hook returns: remembers whether the connection cancelled it."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+
+async def _read_answer(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    return head, await reader.readexactly(length)
+
+
+async def test_a_quick_hook_answers_by_callback_in_order_and_declines_to_the_handler() -> None:
+    """The server's ``quick`` hook (protocol.Quick) runs what it takes by callbacks: answers
+    come later, in request order, a bug it reports is a 500, and what it declines (None) or
+    fails to start (raises) goes to the handler."""
+    handled: list[str] = []
+    pending: list[tuple[str, object]] = []
+    loop = asyncio.get_running_loop()
+
+    async def handler(req: HttpRequest) -> HttpResponse:
+        handled.append(req.path)
+        return HttpResponse(b"handler", content_type="text/plain")
+
+    def quick(req: HttpRequest, done: object) -> _QuickRun | None:
+        if req.path == "/raise":
+            raise RuntimeError("quick bug")
+        if req.path not in ("/quick", "/quick-bug"):
+            return None
+        pending.append((req.path, done))
+        # answered on a later loop turn, as a reply's callback answers
+        answer: object = (
+            RuntimeError("boom")
+            if req.path == "/quick-bug"
+            else HttpResponse(b"quick", content_type="text/plain")
+        )
+        loop.call_soon(done, answer)  # type: ignore[arg-type]
+        return _QuickRun()
+
+    server = HttpServer(handler, quick=quick)  # type: ignore[arg-type]
+    port = await server.start(bind_socket("127.0.0.1", 0))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        paths = ["/quick", "/other", "/quick-bug", "/raise", "/quick"]
+        writer.write(b"".join(b"GET %b HTTP/1.1\r\n\r\n" % p.encode() for p in paths))
+        answers = [await _read_answer(reader) for _ in paths]
+        writer.close()
+    finally:
+        await server.close()
+    assert [body for _, body in answers] == [
+        b"quick",
+        b"handler",
+        b'{"error":"internal error: RuntimeError: boom"}',
+        b"handler",
+        b"quick",
+    ]
+    assert answers[2][0].startswith(b"HTTP/1.1 500 ")
+    assert handled == ["/other", "/raise"]
+    assert [path for path, _ in pending] == ["/quick", "/quick-bug", "/quick"]
+
+
+async def test_a_client_that_leaves_cancels_a_quick_request_and_gets_no_answer() -> None:
+    runs: list[_QuickRun] = []
+    started = asyncio.Event()
+
+    async def handler(req: HttpRequest) -> HttpResponse:
+        raise AssertionError("the quick hook takes every request here")
+
+    def quick(req: HttpRequest, done: object) -> _QuickRun:
+        runs.append(_QuickRun())
+        started.set()
+        return runs[-1]  # never answered: the client leaves first
+
+    server = HttpServer(handler, quick=quick)  # type: ignore[arg-type]
+    port = await server.start(bind_socket("127.0.0.1", 0))
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /quick HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+        await started.wait()
+        writer.close()
+        while not runs[0].cancelled:
+            await asyncio.sleep(0.01)
+    finally:
+        await server.close()
+    assert len(runs) == 1
