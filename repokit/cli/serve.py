@@ -519,6 +519,15 @@ def _serve(settings: Any, notes: list[str]) -> int:
         if core.model_control_mode == "explicit" and known:  # it names the --load-model
             name, _, reason = known[0].partition(": ")
             message = f"Invalid argument - load failed for model '{name}': {reason}"
+            versions = [  # a failure Triton finds per version names the versions' states
+                e for e in exc.index if e.get("name") == name and e.get("version")
+            ]
+            if versions and all(e.get("state") == "UNAVAILABLE" for e in versions):
+                states = "".join(
+                    f"version {e['version']} is at UNAVAILABLE state: {e.get('reason', '')};"
+                    for e in versions
+                )
+                message = f"Invalid argument - load failed for model '{name}': {states}"
         else:
             message = "Internal - failed to load all models"
         print_error(errors, f"creating server: {message}")

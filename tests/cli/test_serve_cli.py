@@ -332,6 +332,28 @@ def test_without_exit_on_error_a_missing_load_model_is_logged_and_the_rest_serve
     assert s.process.returncode == 0
 
 
+def test_an_explicit_load_failing_per_version_names_the_version_as_tritonserver(
+    tmp_path: Path,
+) -> None:
+    """tritonserver 2.51: 'error: creating server: Invalid argument - load failed for model
+    'm': version 1 is at UNAVAILABLE state: Invalid argument: <reason>;'."""
+    repo = _repo(tmp_path, "add_sub")
+    config = repo / "add_sub" / "config.pbtxt"
+    config.write_text(config.read_text().replace("dims: [ 16 ]", "dims: [ 0 ]", 1))
+    result = subprocess.run(
+        [sys.executable, "-m", "repokit", "serve", str(repo), "--http-port", "0",
+         "--grpc-port", "0", "--metrics-port", "0", "--model-control-mode=explicit",
+         "--load-model=add_sub"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert (
+        "error: creating server: Invalid argument - load failed for model 'add_sub': "
+        "version 1 is at UNAVAILABLE state: Invalid argument: model input 'INPUT0' dimension "
+        "must be integer >= 1"
+    ) in result.stderr
+
+
 def test_exit_on_error_false_serves_the_other_models(tmp_path: Path) -> None:
     repo = _repo(tmp_path, "add_sub")
     shutil.copytree(repo / "add_sub", repo / "broken")
