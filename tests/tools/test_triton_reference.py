@@ -408,7 +408,6 @@ def test_a_load_the_crash_cuts_off_fails_at_once_as_cut_off(tmp_path: Path) -> N
         server.stop()
 
 
-
 def test_a_load_after_the_crash_is_not_sent(tmp_path: Path) -> None:
     server, listener = crash_stand_in(tmp_path)
     with listener:
