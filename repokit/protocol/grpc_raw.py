@@ -56,6 +56,9 @@ def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
 
 
 def encode_varint(value: int) -> bytes:
+    """A non-negative integer as protobuf's base-128 varint."""
+    if value < 0x80:
+        return bytes((value,))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)

@@ -14,6 +14,7 @@ from repokit.backends.python.wire_checks import numeric_outputs
 from repokit.backends.python.wire_grpc import encode_response
 from repokit.backends.wire_plan import WirePlan
 from repokit.protocol.generated import grpc_service_pb2 as pb
+from repokit.protocol.grpc_raw import encode_varint
 from repokit.protocol.plain_response import plain_grpc_response
 
 DTYPES = ["<f4", "<f8", "<i4", "u1", "<i8", "<u8", "?", "<f2", ">f4", "O", "<i2"]
@@ -71,7 +72,7 @@ def test_common_responses_are_serialized_as_the_plain_encoder_serializes_them(
 def test_varints_of_every_length_are_protobufs() -> None:
     for value in [0, 1, 127, 128, 300, 16383, 16384, 2**31, 2**63 - 1]:
         message = pb.ModelInferResponse.InferOutputTensor(shape=[value])
-        assert wire_grpc_response._varint(value) == message.SerializeToString()[2:]
+        assert encode_varint(value) == message.SerializeToString()[2:]
 
 
 def test_kept_output_parts_are_bounded_and_rewritten() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from repokit.backends.python import pb_utils
 from repokit.backends.python.wire_checks import OUTPUT_DATATYPES
 from repokit.backends.wire_plan import WirePlan
+from repokit.protocol.grpc_raw import encode_varint
 
 _PARTS_KEPT = 1024  # output parts kept (shapes vary with the batch size, and may vary more)
 _model_part: tuple[WirePlan, bytes] | None = None
@@ -28,21 +29,9 @@ _output_parts: dict[tuple[str, Any, tuple[int, ...]], bytes] = {}
 _ID, _OUTPUT, _RAW = b"\x1a", b"\x2a", b"\x32"
 
 
-def _varint(value: int) -> bytes:
-    """A non-negative integer as protobuf's base-128 varint."""
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field (omitted when empty, as proto3 writes a string)."""
-    return tag + _varint(len(payload)) + payload if payload else b""
+    return tag + encode_varint(len(payload)) + payload if payload else b""
 
 
 def common_response(
@@ -73,7 +62,7 @@ def common_response(
                 return None
         outputs.append(part)
         data = array.tobytes()
-        contents.append(_RAW + _varint(len(data)) + data)
+        contents.append(_RAW + encode_varint(len(data)) + data)
     model = _model_part
     if model is None or model[0] is not plan:
         head = _field(b"\x0a", plan.model_name.encode()) + _field(
@@ -96,9 +85,9 @@ def _output_part(key: tuple[str, Any, tuple[int, ...]]) -> bytes | None:
         encoded = name.encode()
     except UnicodeEncodeError:  # the message's serializer decides what happens to it
         return None
-    dims = b"".join([_varint(int(d)) for d in shape])
+    dims = b"".join([encode_varint(int(d)) for d in shape])
     body = _field(b"\x0a", encoded) + _field(b"\x12", datatype.encode())
     body += _field(b"\x1a", dims)
-    part = _OUTPUT + _varint(len(body)) + body  # a repeated message: written even if empty
+    part = _OUTPUT + encode_varint(len(body)) + body  # a repeated message: written even if empty
     _output_parts[key] = part
     return part

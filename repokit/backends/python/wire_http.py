@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from repokit.backends.python.wire_checks import numeric_outputs
-from repokit.backends.python.wire_json_inputs import common_request
+from repokit.backends.python.wire_json_inputs import common_request, requested_outputs
 from repokit.backends.python.wire_json_response import common_response
 from repokit.backends.wire_plan import WirePlan
-from repokit.protocol.plain_json import plain_json_array, plain_output
+from repokit.protocol.plain_json import plain_json_array
 from repokit.protocol.plain_request import plain_input
 from repokit.protocol.plain_response import plain_json_response
 
@@ -84,17 +84,10 @@ def _checked_request(document: dict[str, Any], plan: WirePlan, limit: int) -> De
         batch_size = checked[1]
         seen.add(name)
         arrays.append((name, data))
-    requested: set[str] = set()
-    if "outputs" in document:
-        outputs = document["outputs"]
-        if type(outputs) is not list:
-            return None
-        for output in outputs:
-            plain = plain_output(output)
-            if plain is None or plain[1] or plain[0] not in plan.outputs:
-                return None
-            requested.add(plain[0])
-    return arrays, requested or set(plan.outputs), request_id, batch_size
+    requested = requested_outputs(document, plan)
+    if requested is None:
+        return None
+    return arrays, requested, request_id, batch_size
 
 
 def encode_response(

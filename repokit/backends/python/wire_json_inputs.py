@@ -117,14 +117,25 @@ def common_request(
         arrays.append((name, array))
     if len({name for name, _ in arrays}) != len(arrays):
         return None  # an input given twice
+    requested = requested_outputs(document, plan)
+    if requested is None:
+        return None
+    return arrays, requested, request_id, batch_size
+
+
+def requested_outputs(document: dict[str, Any], plan: WirePlan) -> set[str] | None:
+    """The outputs a JSON request asks for (all of the model's when it names none), or None
+    when its ``outputs`` are not plain (parameters, an unknown name): the checked path answers
+    those."""
+    if "outputs" not in document:
+        return set(plan.outputs)
+    outputs = document["outputs"]
+    if type(outputs) is not list:
+        return None
     requested: set[str] = set()
-    if "outputs" in document:
-        outputs = document["outputs"]
-        if type(outputs) is not list:
+    for output in outputs:
+        plain = plain_output(output)
+        if plain is None or plain[1] or plain[0] not in plan.outputs:
             return None
-        for output in outputs:
-            plain = plain_output(output)
-            if plain is None or plain[1] or plain[0] not in plan.outputs:
-                return None
-            requested.add(plain[0])
-    return arrays, requested or set(plan.outputs), request_id, batch_size
+        requested.add(plain[0])
+    return requested or set(plan.outputs)
