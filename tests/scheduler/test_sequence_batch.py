@@ -410,6 +410,36 @@ async def test_oldest_strategy_batches_heads_of_different_sequences() -> None:
     await sched.stop()
 
 
+def _shaped(corrid: int, length: int) -> BackendRequest:
+    """A one-request sequence whose INPUT0 holds ``length`` values."""
+    data = np.full((1, length), corrid, dtype=np.int32)
+    return BackendRequest(
+        inputs={"INPUT0": tensor("INPUT0", data, "INT32")},
+        requested_outputs=(),
+        correlation_id=corrid,
+        flags=FLAG_START | FLAG_END,
+    )
+
+
+async def _run_behind_a_held_batch(
+    cfg: str, first: tuple[int, int], others: list[tuple[int, int]]
+) -> RecordingBackend:
+    """Sequences of (correlation id, length): ``first`` runs alone and is held while the others
+    queue behind it, then all run; the backend has the batches they made."""
+    backend = RecordingBackend()
+    backend.gate = asyncio.Event()
+    sched = SequenceBatchScheduler(backend, config(cfg), model_dir=Path("."), clock=ManualClock())
+    await sched.start()
+    held = asyncio.create_task(sched.submit(_shaped(*first), 1))
+    await until(lambda: len(backend.batches) == 1)
+    queued = [asyncio.create_task(sched.submit(_shaped(c, n), 1)) for c, n in others]
+    await until(lambda: sched.pending_count == len(others))
+    backend.gate.set()
+    await asyncio.gather(held, *queued)
+    await sched.stop()
+    return backend
+
+
 @pytest.mark.parametrize(("ragged", "sizes"), [(False, [1, 2, 1, 1]), (True, [1, 4])])
 async def test_oldest_strategy_batches_only_equal_shapes_unless_ragged(
     ragged: bool, sizes: list[int]
@@ -418,31 +448,8 @@ async def test_oldest_strategy_batches_only_equal_shapes_unless_ragged(
     of different shapes do not share an Oldest batch, unless the input allows ragged batches."""
     dims = "dims: [ -1 ]" + (" allow_ragged_batch: true" if ragged else "")
     cfg = (SEQ % "oldest { max_candidate_sequences: 8 }").replace("dims: [ 1 ]", dims, 1)
-    backend = RecordingBackend()
-    backend.gate = asyncio.Event()
-    sched = SequenceBatchScheduler(backend, config(cfg), model_dir=Path("."), clock=ManualClock())
-    await sched.start()
-
-    def shaped(corrid: int, length: int) -> BackendRequest:
-        data = np.full((1, length), corrid, dtype=np.int32)
-        return BackendRequest(
-            inputs={"INPUT0": tensor("INPUT0", data, "INT32")},
-            requested_outputs=(),
-            correlation_id=corrid,
-            flags=FLAG_START | FLAG_END,
-        )
-
-    first = asyncio.create_task(sched.submit(shaped(1, 1), 1))
-    await until(lambda: len(backend.batches) == 1)
-    others = [
-        asyncio.create_task(sched.submit(shaped(c, n), 1))
-        for c, n in ((2, 3), (3, 3), (4, 2), (5, 1))
-    ]
-    await until(lambda: sched.pending_count == 4)
-    backend.gate.set()
-    await asyncio.gather(first, *others)
+    backend = await _run_behind_a_held_batch(cfg, (1, 1), [(2, 3), (3, 3), (4, 2), (5, 1)])
     assert [len(reqs) for _, reqs in backend.batches] == sizes
-    await sched.stop()
 
 
 async def test_direct_batches_hold_one_shape_of_inputs_that_are_not_ragged() -> None:
@@ -451,35 +458,12 @@ async def test_direct_batches_hold_one_shape_of_inputs_that_are_not_ragged() -> 
     shape first; the slot layout stays. repokit merged them all into one batch, which failed to
     concatenate and left every request of the model unanswered."""
     cfg = (SEQ % "").replace("dims: [ 1 ]", "dims: [ -1 ]", 1)
-    backend = RecordingBackend()
-    backend.gate = asyncio.Event()
-    sched = SequenceBatchScheduler(backend, config(cfg), model_dir=Path("."), clock=ManualClock())
-    await sched.start()
-
-    def shaped(corrid: int, length: int) -> BackendRequest:
-        data = np.full((1, length), corrid, dtype=np.int32)
-        return BackendRequest(
-            inputs={"INPUT0": tensor("INPUT0", data, "INT32")},
-            requested_outputs=(),
-            correlation_id=corrid,
-            flags=FLAG_START | FLAG_END,
-        )
-
-    first = asyncio.create_task(sched.submit(shaped(9, 2), 1))
-    await until(lambda: len(backend.batches) == 1)
-    others = [
-        asyncio.create_task(sched.submit(shaped(c, n), 1))
-        for c, n in ((1, 2), (2, 2), (3, 1), (4, 3))
-    ]
-    await until(lambda: sched.pending_count == 4)
-    backend.gate.set()
-    await asyncio.gather(first, *others)
+    backend = await _run_behind_a_held_batch(cfg, (9, 2), [(1, 2), (2, 2), (3, 1), (4, 3)])
     shapes = [
         sorted({tuple(r.inputs["INPUT0"].shape) for r in reqs if values(r, "READY") == [True]})
         for _, reqs in backend.batches[1:]
     ]
     assert shapes == [[(1, 2)], [(1, 1)], [(1, 3)]]
-    await sched.stop()
 
 
 async def test_oldest_a_sequence_in_a_slot_freed_by_an_end_waits_until_that_end_ran() -> None:
