@@ -62,6 +62,7 @@ class TritonPythonModel:
 """
 # model -> which of its versions load
 MODELS = {"all_fail": (False, False, False), "two_fail": (True, False, False)}
+Row = tuple[str, str, str, str]
 SEGMENT = re.compile(r"(?:^|;)(?=version \d+ is at )")
 
 
@@ -120,7 +121,8 @@ def _grpc_load(address: str, model: str) -> tuple[str, str]:
     return "OK", ""
 
 
-def _index(endpoints: Endpoints) -> list[tuple[str, str, str, str]]:
+def _index(endpoints: Endpoints) -> tuple[list[Row], list[Row]]:
+    """The repository index as HTTP and as gRPC give it (two reads, one after the other)."""
     response = requests.post(f"{endpoints.http}/v2/repository/index", json={}, timeout=30)
     http = sorted(
         (e["name"], e.get("version", ""), e.get("state", ""), e.get("reason", ""))
@@ -131,19 +133,20 @@ def _index(endpoints: Endpoints) -> list[tuple[str, str, str, str]]:
         index = client.get_model_repository_index()
     finally:
         client.close()
-    grpc_rows = sorted((m.name, m.version, m.state, m.reason) for m in index.models)
-    assert http == grpc_rows
-    return http
+    return http, sorted((m.name, m.version, m.state, m.reason) for m in index.models)
 
 
-def _settled_rows(endpoints: Endpoints, model: str) -> list[tuple[str, str, str, str]]:
+def _settled_rows(endpoints: Endpoints, model: str) -> list[Row]:
     """The model's index rows once no version is UNLOADING (Triton unloads the versions of an
-    aborted load after it has answered)."""
+    aborted load after it has answered). Both protocols must then list the same rows; while a
+    version is still UNLOADING an unload may finish between the HTTP and the gRPC read."""
     deadline = time.monotonic() + 60
     while True:
-        rows = [row for row in _index(endpoints) if row[0] == model]
-        if all(row[2] != "UNLOADING" for row in rows) or time.monotonic() > deadline:
-            return rows
+        http, grpc_rows = ([row for row in rows if row[0] == model] for rows in _index(endpoints))
+        settled = all(row[2] != "UNLOADING" for row in http + grpc_rows)
+        if settled or time.monotonic() > deadline:
+            assert http == grpc_rows
+            return http
         time.sleep(0.1)
 
 
