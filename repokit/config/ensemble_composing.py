@@ -72,9 +72,10 @@ def _consistency(
             "ensemble-tensor-shape-mismatch",
             prefix + f"inconsistent shape: {_dims_text(known.full_dims)} is inferred from model "
             f"{known.source} while {_dims_text(new.full_dims)} is inferred from model "
-            f"{new.source} (-1 matches any size; shapes include the batch dimension when the "
-            "model batches)",
+            f"{new.source}",
             path,
+            hint=" (-1 matches any size; shapes include the batch dimension when the model "
+            "batches)",
         )
     return None
 
@@ -136,10 +137,10 @@ class ComposingCheck:
                     Finding(
                         "ensemble-step-unknown-input",
                         f"in ensemble {self.name}, ensemble tensor {tensor_name} is mapping to "
-                        f"non-existing input {key} in model {step.model_name}"
-                        f"{did_you_mean(key, inputs)} (its inputs: "
-                        f"{', '.join(sorted(inputs)) or 'none'})",
+                        f"non-existing input {key} in model {step.model_name}",
                         step_path(index, "input_map", key),
+                        hint=f"{did_you_mean(key, inputs)} (its inputs: "
+                        f"{', '.join(sorted(inputs)) or 'none'})",
                     )
                 )
         for io in model.input:
@@ -149,10 +150,10 @@ class ComposingCheck:
                         Finding(
                             "ensemble-step-input-not-mapped",
                             f"in ensemble {self.name}, input {io.name} in model "
-                            f"{step.model_name} is not mapped to any ensemble tensors; add it "
-                            "to the step's input_map (only 'optional: true' inputs may be left "
-                            "out)",
+                            f"{step.model_name} is not mapped to any ensemble tensors",
                             step_path(index, "input_map"),
+                            hint="; add it to the step's input_map (only 'optional: true' "
+                            "inputs may be left out)",
                         )
                     )
                 continue
@@ -167,20 +168,22 @@ class ComposingCheck:
     ) -> None:
         batching = model.max_batch_size > 0
         outputs = {io.name: io for io in model.output}
-        sibling = _Sibling()
-        for key, tensor_name in step.output_map.items():
-            io = outputs.get(key)
-            if io is None:
+        for key, tensor_name in step.output_map.items():  # Triton checks these first
+            if key not in outputs:
                 self.findings.append(
                     Finding(
                         "ensemble-step-unknown-output",
                         f"in ensemble {self.name}, ensemble tensor {tensor_name} is mapped from "
-                        f"non-existing output {key} in model {step.model_name}"
-                        f"{did_you_mean(key, outputs)} (its outputs: "
-                        f"{', '.join(sorted(outputs)) or 'none'})",
+                        f"non-existing output {key} in model {step.model_name}",
                         step_path(index, "output_map", key),
+                        hint=f"{did_you_mean(key, outputs)} (its outputs: "
+                        f"{', '.join(sorted(outputs)) or 'none'})",
                     )
                 )
+        sibling = _Sibling()
+        for key, tensor_name in step.output_map.items():
+            io = outputs.get(key)
+            if io is None:
                 continue
             node = self._merge(
                 tensor_name,
@@ -232,12 +235,20 @@ class ComposingCheck:
                 step_model = nxt.producer or nxt.source
                 if any(p.label != first for p in nxt.prev) and step_model not in reported:
                     reported.add(step_model)
+                    # Triton names the model the tensor's type was first inferred from (the
+                    # ensemble itself for an ensemble output), not always the step
+                    hint = (
+                        f" (the step of model '{step_model}' is the one that does)"
+                        if step_model != nxt.source
+                        else ""
+                    )
                     self.findings.append(
                         Finding(
                             "ensemble-decoupled-mixed-inputs",
-                            f"in ensemble {self.name}, step of model '{step_model}' receives "
+                            f"in ensemble {self.name}, step of model '{nxt.source}' receives "
                             "inputs originated from different decoupled models",
                             "ensemble_scheduling",
+                            hint=hint,
                         )
                     )
                 if nxt.sibling is not None and nxt.sibling.visited:

@@ -20,19 +20,22 @@ ENSEMBLE_PLATFORM = "ensemble"
 
 @dataclass(frozen=True)
 class Finding:
-    """A diagnostic before it is bound to a model and file."""
+    """A diagnostic before it is bound to a model and file. ``message`` is Triton's text
+    where Triton has one (``repokit serve`` answers with it); ``hint`` is repokit's advice after
+    it (``repokit validate`` shows both)."""
 
     rule: str
     message: str
     path: str = ""
     severity: Severity = Severity.ERROR
+    hint: str = ""
 
     def bind(self, model: str, file: str) -> Diagnostic:
         return Diagnostic(
             rule=self.rule,
             severity=self.severity,
             model=model,
-            message=self.message,
+            message=self.message + self.hint,
             file=file,
             path=self.path,
         )

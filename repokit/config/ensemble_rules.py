@@ -19,6 +19,14 @@ from pathlib import Path
 
 from repokit.config.diagnostics import Severity
 from repokit.config.ensemble_composing import ComposingCheck
+from repokit.config.ensemble_dependencies import (
+    LATEST_VERSION,
+    cycle,
+    no_loaded_version,
+    not_available,
+    not_valid,
+    version_not_loaded,
+)
 from repokit.config.ensemble_graph import (
     ENSEMBLE_PLATFORM,
     Finding,
@@ -29,7 +37,6 @@ from repokit.config.report import ModelReport, RepositoryReport, ValidateOptions
 from repokit.config.suggest import closest
 from repokit.protocol.generated import model_config_pb2 as mc
 
-LATEST_VERSION = -1
 CYCLE_RULE = "ensemble-circular-dependency"
 
 # Every rule id this module and its two helpers report, with a one-line summary (for SARIF).
@@ -113,9 +120,9 @@ def _cycle_findings(ensembles: dict[str, mc.ModelConfig]) -> dict[str, Finding]:
                 chain = " -> ".join(n for n, _ in stack)
                 out[start] = Finding(
                     CYCLE_RULE,
-                    f"circular dependency between ensembles: {start} -> ... -> {node} -> {start} "
-                    f"(cycle: {chain} -> {start}); an ensemble cannot contain itself",
+                    cycle(start, node),
                     "ensemble_scheduling.step",
+                    hint=f" (cycle: {chain} -> {start}); an ensemble cannot contain itself",
                 )
                 break
             if upstream not in seen:
@@ -180,9 +187,9 @@ class _EnsembleChecker:
             findings.append(
                 Finding(
                     "ensemble-step-model-missing",
-                    f"ensemble {name} contains models that are not available or ambiguous: "
-                    f"{', '.join(missing)} (no such model directory in the repository{hints})",
+                    not_available(name, missing),
                     step_path(first, "model_name"),
+                    hint=f" (no such model directory in the repository{hints})",
                 )
             )
         reported: set[str] = set()
@@ -199,10 +206,9 @@ class _EnsembleChecker:
                 findings.append(
                     Finding(
                         "ensemble-step-model-invalid",
-                        f"ensemble '{name}' depends on '{step.model_name}' which is not valid. "
-                        f"Model '{step.model_name}' failed with error: {_first_error(upstream)}"
-                        + note,
+                        not_valid(name, step.model_name, _first_error(upstream)),
                         step_path(index, "model_name"),
+                        hint=note,
                     )
                 )
             elif not upstream.versions:
@@ -210,8 +216,7 @@ class _EnsembleChecker:
                 findings.append(
                     Finding(
                         "ensemble-step-model-invalid",
-                        f"ensemble '{name}' depends on '{step.model_name}' which has no loaded "
-                        "version.",
+                        no_loaded_version(name, step.model_name),
                         step_path(index, "model_name"),
                     )
                 )
@@ -227,10 +232,9 @@ class _EnsembleChecker:
                 findings.append(
                     Finding(
                         "ensemble-step-version-not-loaded",
-                        f"ensemble '{name}' depends on '{step.model_name}' whose required version "
-                        f"{step.model_version} is not loaded. (its version policy loads: "
-                        f"{loaded}{hint})",
+                        version_not_loaded(name, step.model_name, step.model_version),
                         step_path(index, "model_version"),
+                        hint=f" (its version policy loads: {loaded}{hint})",
                     )
                 )
         return findings

@@ -29,10 +29,16 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from repokit.backends.base import Backend, BackendRequest, ModelContext
 from repokit.backends.server_api import ServerApi
+from repokit.config.ensemble_dependencies import (
+    CYCLE_PREFIX,
+    StepModelState,
+    cycle,
+    first_problem,
+)
 from repokit.config.onnx_io import DEFAULT_MAX_BATCH_SIZE
 from repokit.config.override_paths import override_path_problem
 from repokit.config.parse import ConfigParseError, parse_json
@@ -109,6 +115,8 @@ class ModelRecord:
     private_dir: Path | None = None  # temp dir holding `file:` load parameters
     dependencies: tuple[str, ...] = ()  # ensemble composing models
     version_stamps: dict[int, str] = field(default_factory=dict)  # of the versions loaded
+    graph_error: str = ""  # an ensemble its step models refused (Triton's dependency graph)
+    load_error: str = ""  # the last load's failure, as Triton's load status reads
 
     def ready(self) -> list[VersionStatus]:
         return [s for s in self.versions.values() if s.state == READY and s.loaded is not None]
@@ -596,7 +604,7 @@ class ModelManager:
             )
         except ModelLoadError as exc:
             record = self._record(name)
-            record.fingerprint = stamp
+            record.fingerprint, record.graph_error = stamp, ""
             refused = self._update_refused(record, directory, exc)
             if refused is not None:
                 raise refused from exc
@@ -665,9 +673,38 @@ class ModelManager:
         chain: tuple[str, ...] = (),
         retry_failed: bool = True,
     ) -> None:
+        """Load (or reload) one model; its failure is kept as Triton's load status reads, for
+        the ensembles that use it."""
+        try:
+            await self._load_model(
+                name,
+                override=override,
+                private=private,
+                force=force,
+                chain=chain,
+                retry_failed=retry_failed,
+            )
+        except RepokitError as exc:
+            record = self._records.get(name)
+            if record is not None:
+                record.load_error = load_status(public_name(name), exc.message)
+            raise
+        record = self._records.get(name)
+        if record is not None and record.ready():
+            record.load_error = ""
+
+    async def _load_model(
+        self,
+        name: str,
+        *,
+        override: mc.ModelConfig | None,
+        private: Path | None,
+        force: bool,
+        chain: tuple[str, ...],
+        retry_failed: bool,
+    ) -> None:
         if name in chain:
-            cycle = " -> ".join((*chain[chain.index(name) :], name))
-            raise invalid_arg(f"circular dependency between ensembles: {cycle}")
+            raise invalid_arg(cycle(public_name(name), public_name(chain[-1])))
         try:
             definition, stamp = self._resolve(name, override, private)
         except BaseException:
@@ -681,10 +718,15 @@ class ModelManager:
             dependencies = tuple(self._key_in(d, namespace) for d in dependencies)
         if not force and self._unchanged(name, stamp, private, retry_failed):
             if self._settings.model_namespacing and dependencies:  # Triton re-resolves them
-                await self._load_dependencies(name, dependencies, (*chain, name))
+                await self._load_dependencies(dependencies, (*chain, name))
             return
-        dependency_error = await self._load_dependencies(name, dependencies, (*chain, name))
-        if not dependency_error and definition.config.response_cache.enable:
+        problem = await self._check_dependencies(name, definition.config, dependencies, chain)
+        if problem:
+            if private is not None:
+                shutil.rmtree(private.parent, ignore_errors=True)
+            await self._refuse_ensemble(name, stamp, dependencies, problem)
+        dependency_error = ""
+        if definition.config.response_cache.enable:
             dependency_error = self._cache_refusal(name, dependencies)
         if dependencies and any(self._decoupled(d, ()) for d in dependencies):
             # Triton sets an ensemble with a decoupled model in its steps decoupled at load
@@ -739,24 +781,74 @@ class ModelManager:
                 return True
         return False
 
-    async def _load_dependencies(
-        self, name: str, dependencies: tuple[str, ...], chain: tuple[str, ...]
+    async def _check_dependencies(
+        self,
+        name: str,
+        config: mc.ModelConfig,
+        dependencies: tuple[str, ...],
+        chain: tuple[str, ...],
     ) -> str:
-        missing: list[str] = []
+        """Load an ensemble's step models; Triton's reason to refuse the ensemble, or ""."""
+        if not dependencies:
+            return ""
+        steps, cycle_error = await self._load_dependencies(dependencies, (*chain, name))
+        if cycle_error:  # the ensemble at the cycle's start is mid-load: no record to look at
+            return cycle_error
+        named = dict(
+            zip(
+                dict.fromkeys(s.model_name for s in config.ensemble_scheduling.step),
+                steps,
+                strict=True,
+            )
+        )
+        return first_problem(public_name(name), config, named)
+
+    async def _load_dependencies(
+        self, dependencies: tuple[str, ...], chain: tuple[str, ...]
+    ) -> tuple[list[StepModelState], str]:
+        """Each step model (by key, in order) after trying to load it, and the cycle Triton
+        reports when one leads back to the ensemble ("" when none)."""
+        cycle_error = ""
         for dependency in dependencies:
             try:
                 await self._load(dependency, chain=chain, retry_failed=False)
             except RepokitError as exc:
-                if exc.message.startswith("circular dependency"):
-                    return exc.message
-            if not self.ready_versions(dependency):
-                missing.append(dependency)
-        if missing:
-            return (
-                f"ensemble {name} contains models that are not available or ambiguous: "
-                + ", ".join(missing)
-            )
-        return ""
+                if exc.message.startswith(CYCLE_PREFIX):  # it is this ensemble, mid-load
+                    cycle_error = cycle_error or exc.message
+            record = self._records.get(dependency)
+            if record is not None and record.graph_error.startswith(CYCLE_PREFIX):
+                cycle_error = cycle_error or record.graph_error  # Triton marks the whole chain
+        return [self._step_state(d) for d in dependencies], cycle_error
+
+    def _step_state(self, key: str) -> StepModelState:
+        record = self._records.get(key)
+        if record is None:
+            return StepModelState(available=False)
+        ready = self.ready_versions(key)
+        return StepModelState(
+            available=record.known or bool(record.graph_error),
+            graph_error=record.graph_error,
+            load_error=record.load_error,
+            versions=tuple(v.version for v in ready),
+            config=ready[-1].config if ready else None,
+        )
+
+    async def _refuse_ensemble(
+        self, name: str, stamp: str, dependencies: tuple[str, ...], problem: str
+    ) -> NoReturn:
+        """Triton's dependency graph refused the ensemble: it unloads what serves of it (no
+        version of it loads) and answers 400 with the reason, which it logs."""
+        log.error("%s", f"Invalid argument: {problem}")
+        record = self._records.get(name)
+        if record is not None and record.ready():
+            await self._unload(name, dependents=False)
+        record = self._record(name)
+        async with self._lock(name):
+            record.graph_error, record.fingerprint = problem, stamp
+            record.dependencies = dependencies
+            if not record.versions:  # never loaded: the index shows why (README, Differences)
+                record.reason, record.known = problem, False
+        raise invalid_arg(f"load failed for model '{public_name(name)}': {problem}\n")
 
     def _new_version(self, definition: ModelDefinition, number: int) -> LoadedVersion:
         config = definition.config
@@ -908,7 +1000,7 @@ class ModelManager:
             for v in definition.versions
         }
         record.version_stamps = stamps
-        record.known, record.reason = True, ""
+        record.known, record.reason, record.graph_error = True, "", ""
         for number, loaded in fresh.items():
             if not failures and loaded.backend is not None:
                 loaded.backend.on_failed = functools.partial(
@@ -1034,6 +1126,12 @@ def triton_reason(exc: RepokitError) -> str:
     (``Status::AsString()``); messages already written that way stay as they are."""
     prefix = CODE_TEXT[exc.code] + ": "
     return exc.message if exc.message.startswith(prefix) else prefix + exc.message
+
+
+def load_status(name: str, message: str) -> str:
+    """The status Triton keeps for a model's failed load: its load error without the
+    ``load failed for model '<name>': `` frame."""
+    return message.removeprefix(f"load failed for model '{name}': ").removesuffix("\n")
 
 
 def _load_failed(

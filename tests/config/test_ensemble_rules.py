@@ -476,9 +476,10 @@ def test_step_inputs_from_different_decoupled_branches(tmp_path: Path) -> None:
     report = build(tmp_path, models)
     finding = only(report, "ens")
     assert finding.rule == "ensemble-decoupled-mixed-inputs"
+    # Triton names the model E_OUT's type is first inferred from: the ensemble (its output)
     assert finding.message == (
-        "in ensemble ens, step of model 'both' receives inputs originated from different "
-        "decoupled models"
+        "in ensemble ens, step of model 'ens' receives inputs originated from different "
+        "decoupled models (the step of model 'both' is the one that does)"
     )
 
 
