@@ -21,6 +21,7 @@ import requests
 
 from tests.differential.triton_reference import running_triton
 from tests.frontends.http.server_thread import copy_models, running_server
+from tests.settle import settled
 
 pytestmark = pytest.mark.triton
 
@@ -139,17 +140,29 @@ def _concurrent_batch_sizes(base: str, count: int) -> list[int]:
         return list(pool.map(one, range(count)))
 
 
+def _batcher_counts(base: str) -> tuple[int, int, int]:
+    """batcher's (inference_count, execution_count, requests in its batch statistics)."""
+    stats = requests.get(f"{base}/v2/models/batcher/stats", timeout=10).json()
+    entry = stats["model_stats"][0]
+    batched = sum(b["batch_size"] * b["compute_infer"]["count"] for b in entry["batch_stats"])
+    return int(entry["inference_count"]), int(entry["execution_count"]), batched
+
+
 def test_dynamic_batches_on_both(triton: str, repokit: str) -> None:
     for base in (triton, repokit):
+        before = _batcher_counts(base)[0]
         _concurrent_batch_sizes(base, 8)  # warm the connection pools up
         sizes = [size for _ in range(3) for size in _concurrent_batch_sizes(base, 32)]
         assert all(1 <= size <= 32 for size in sizes), (base, sizes)
         assert max(sizes) > 1, (base, sizes)
-        stats = requests.get(f"{base}/v2/models/batcher/stats", timeout=10).json()
-        entry = stats["model_stats"][0]
-        assert entry["execution_count"] < entry["inference_count"]
-        batched = sum(b["batch_size"] * b["compute_infer"]["count"] for b in entry["batch_stats"])
-        assert batched == entry["inference_count"]
+        # Triton counts an execution's requests, then the execution, after it has answered
+        inferences, executions, batched = settled(
+            lambda b=base: _batcher_counts(b),
+            lambda c, start=before: c[0] - start == 104 and c[2] == c[0],
+        )
+        assert inferences - before == 8 + 3 * 32, base
+        assert executions < inferences
+        assert batched == inferences
 
 
 def test_single_request_and_sequence_id_on_batcher(triton: str, repokit: str) -> None:
@@ -219,14 +232,28 @@ def _phases(base: str, model: str) -> dict[str, int]:
     }
 
 
+Grown = dict[str, dict[str, int]]
+
+
+def _ensemble_counted(grew: Grown) -> bool:
+    steps_ran = all(grew[step]["execution_count"] >= 1 for step in ("step_a", "step_b"))
+    return steps_ran and grew["py_ensemble"]["inference_count"] >= 2
+
+
 def test_ensemble_statistics_are_the_sums_of_the_steps(triton: str, repokit: str) -> None:
     body = {"inputs": [{"name": "X", "shape": [2, 4], "datatype": "FP32", "data": [1.0] * 8}]}
     for base in (triton, repokit):
         before = {m: _phases(base, m) for m in ("py_ensemble", "step_a", "step_b")}
         status, doc = _post(base, "py_ensemble", body)
         assert status == 200 and doc["outputs"][0]["data"] == [3.0] * 8
-        after = {m: _phases(base, m) for m in before}
-        grew = {m: {k: after[m][k] - before[m][k] for k in after[m]} for m in before}
+
+        def growth(b: str = base, start: dict[str, dict[str, int]] = before) -> Grown:
+            after = {m: _phases(b, m) for m in start}
+            return {m: {k: after[m][k] - start[m][k] for k in after[m]} for m in start}
+
+        # Triton counts a step's execution (into the ensemble's phases too), and the ensemble
+        # request, after the ensemble has answered: read until all three have counted
+        grew = settled(growth, _ensemble_counted)
         ens = grew["py_ensemble"]
         for phase in ("compute_input", "compute_infer", "compute_output"):
             assert ens[phase] == grew["step_a"][phase] + grew["step_b"][phase], (base, phase)

@@ -28,6 +28,7 @@ import tritonclient.http as httpclient
 
 from tests.e2e.python_cancel_models import build_cancel_repository
 from tests.frontends.http.server_thread import ServerThread, running_server
+from tests.settle import settled
 
 EVENTS = ("executed", "cancelled", "completed")
 
@@ -178,13 +179,20 @@ def test_response_stats_stay_empty_for_python_models(server: ServerThread, proto
         _, error = responses.get(timeout=30)
         assert error is None
     grpc.stop_stream()
+    # the decoupled request counts once its execute has returned, after its last response
     for model in ("slow", "stream"):
         if protocol == "http":
-            stats = http.get_inference_statistics(model)["model_stats"][0]
+            stats = settled(
+                lambda m=model: http.get_inference_statistics(m)["model_stats"][0],
+                lambda doc: doc["inference_stats"]["success"]["count"] >= 1,
+            )
             assert stats["response_stats"] == {}
             assert stats["inference_stats"]["success"]["count"] >= 1
         else:
-            message = grpc.get_inference_statistics(model).model_stats[0]
+            message = settled(
+                lambda m=model: grpc.get_inference_statistics(m).model_stats[0],
+                lambda message: message.inference_stats.success.count >= 1,
+            )
             assert len(message.response_stats) == 0
             assert message.inference_stats.success.count >= 1
     grpc.close()
