@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from repokit.cli.main import make_app
@@ -163,3 +164,38 @@ def test_a_message_of_several_lines_stays_under_its_finding(tmp_path: Path) -> N
     finding = output[output.index("python-auto-complete-failed") :].splitlines()[1:-1]
     assert finding and all(line.startswith("    ") for line in finding), output
     assert "ValueError: no" in finding[0] and any("auto_complete_config" in x for x in finding)
+
+
+# Triton 2.51's load answer for each sample ensemble it refuses once its steps have loaded
+# (tests/differential/test_ensemble_load_vs_triton.py): validate reports it with that text first
+ENSEMBLE_LOAD_ERRORS = {
+    "ensemble-decoupled-mixed-inputs": "in ensemble {e}, step of model '{e}' receives inputs "
+    "originated from different decoupled models",
+    "ensemble-max-batch-size": "ensemble {e} allows maximum batch size 8, but it contains model "
+    "{p}-add which only allows maximum batch size to be 4",
+    "ensemble-step-input-not-mapped": "in ensemble {e}, input B in model {p}-both is not mapped "
+    "to any ensemble tensors",
+    "ensemble-step-unknown-input": "in ensemble {e}, ensemble tensor E_IN is mapping to "
+    "non-existing input NOPE in model {p}-add",
+    "ensemble-step-unknown-output": "in ensemble {e}, ensemble tensor E_OUT is mapped from "
+    "non-existing output OUTPUT in model {p}-add",
+    "ensemble-step-version-not-loaded": "ensemble '{e}' depends on '{p}-add' whose required "
+    "version 0 is not loaded.",
+    "ensemble-tensor-datatype-mismatch": "in ensemble {e}, ensemble tensor E_IN: inconsistent "
+    "data type: TYPE_FP32 is inferred from model {e} while TYPE_INT32 is inferred from model "
+    "{p}-add",
+    "ensemble-tensor-shape-mismatch": "in ensemble {e}, ensemble tensor E_IN: inconsistent "
+    "shape: [-1,4] is inferred from model {e} while [-1,5] is inferred from model {p}-add",
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENSEMBLE_LOAD_ERRORS))
+def test_ensembles_triton_refuses_at_load_fail_validate_with_its_text(case: str) -> None:
+    code, output = _invoke(str(sample_repos_dir() / "invalid" / case), "--format", "json")
+    assert code == 1
+    ensemble = f"{case}-ens"
+    [finding] = json.loads(output)["models"][ensemble]["diagnostics"]
+    assert finding["rule"] == case
+    assert finding["file"] == f"{ensemble}/config.pbtxt" and finding["line"] > 0
+    assert finding["path"].startswith("ensemble_scheduling")
+    assert finding["message"].startswith(ENSEMBLE_LOAD_ERRORS[case].format(e=ensemble, p=case))
