@@ -19,7 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from repokit.paths import default_sample_repository
+from repokit.paths import default_sample_repository, sample_repos_dir
 from tests.tls_helpers import make_self_signed_cert
 
 STARTED = re.compile(r"Started (HTTPService|GRPCInferenceService|Metrics Service) at (\S+):(\d+)")
@@ -352,6 +352,31 @@ def test_an_explicit_load_failing_per_version_names_the_version_as_tritonserver(
         "version 1 is at UNAVAILABLE state: Invalid argument: model input 'INPUT0' dimension "
         "must be integer >= 1"
     ) in result.stderr
+
+
+def test_an_explicit_load_of_an_ensemble_refused_against_its_steps_stops_the_start(
+    tmp_path: Path,
+) -> None:
+    """tritonserver 2.51: 'error: creating server: Invalid argument - load failed for model
+    'E': in ensemble E, ensemble tensor E_IN: inconsistent data type: ...' (no version)."""
+    case = sample_repos_dir() / "invalid" / "ensemble-tensor-datatype-mismatch"
+    repo = tmp_path / "models"
+    shutil.copytree(case, repo, ignore=shutil.ignore_patterns("expected.json"))
+    ensemble = "ensemble-tensor-datatype-mismatch-ens"
+    result = subprocess.run(
+        [sys.executable, "-m", "repokit", "serve", str(repo), "--http-port", "0",
+         "--grpc-port", "0", "--metrics-port", "0", "--model-control-mode=explicit",
+         f"--load-model={ensemble}"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert (
+        f"error: creating server: Invalid argument - load failed for model '{ensemble}': in "
+        f"ensemble {ensemble}, ensemble tensor E_IN: inconsistent data type: TYPE_FP32 is "
+        f"inferred from model {ensemble} while TYPE_INT32 is inferred from model "
+        "ensemble-tensor-datatype-mismatch-add"
+    ) in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_exit_on_error_false_serves_the_other_models(tmp_path: Path) -> None:

@@ -178,3 +178,19 @@ async def test_at_startup_a_refused_ensemble_is_a_failed_model(tmp_path: Path) -
         assert "which is not valid" in failed["ens_outer"]
     finally:
         await service.stop()
+
+
+async def test_a_poll_that_finds_a_serving_ensemble_refused_unloads_it(tmp_path: Path) -> None:
+    repo = _repository(tmp_path)
+    service = await _service(repo, "poll")
+    try:
+        assert service.model_ready("ens_ok")
+        config = repo / "ens_ok" / "config.pbtxt"
+        config.write_text(config.read_text().replace("model_version: -1", "model_version: 5"))
+        await service.manager.poll_once()
+        assert _rows(service, "ens_ok") == [
+            {"name": "ens_ok", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+        ]
+        assert service.model_ready("add")
+    finally:
+        await service.stop()
