@@ -487,6 +487,7 @@ def _serve(settings: Any, notes: list[str]) -> int:
     import logging
 
     from repokit.cli.serve_tables import models_table, options_table
+    from repokit.cli.startup_status import model_load_error, startup_error
     from repokit.core.server_log import RAW
     from repokit.frontends.runner import ModelsFailedToLoad, ServerHandle, run_server
 
@@ -500,6 +501,9 @@ def _serve(settings: Any, notes: list[str]) -> int:
         log.info(models_table(handle.service.repository_index()), extra={RAW: True})
         extensions = list(handle.service.server_metadata()["extensions"])
         log.info(options_table(core, extensions), extra={RAW: True})
+        failed = startup_error(core.model_control_mode, handle.service.repository_index())
+        if failed:  # --exit-on-error false: tritonserver says so and serves on
+            log.error("%s", failed)
         names = {
             "HTTP": "HTTPService",
             "gRPC": "GRPCInferenceService",
@@ -517,17 +521,9 @@ def _serve(settings: Any, notes: list[str]) -> int:
         log.info(models_table(exc.index), extra={RAW: True})
         known = [f for f in exc.failures if f.partition(": ")[0] not in exc.unknown]
         if core.model_control_mode == "explicit" and known:  # it names the --load-model
-            name, _, reason = known[0].partition(": ")
-            message = f"Invalid argument - load failed for model '{name}': {reason}"
-            versions = [  # a failure Triton finds per version names the versions' states
-                e for e in exc.index if e.get("name") == name and e.get("version")
-            ]
-            if versions and all(e.get("state") == "UNAVAILABLE" for e in versions):
-                states = "".join(
-                    f"version {e['version']} is at UNAVAILABLE state: {e.get('reason', '')};"
-                    for e in versions
-                )
-                message = f"Invalid argument - load failed for model '{name}': {states}"
+            name = known[0].partition(": ")[0]
+            # a failure Triton finds per version names the versions' states
+            message = f"Invalid argument - {model_load_error(name, exc.index)}"
         else:
             message = "Internal - failed to load all models"
         print_error(errors, f"creating server: {message}")

@@ -23,11 +23,20 @@ class Diagnostic:
     path: str = ""  # field path, e.g. "input[0].dims[1]"
     line: int = 0  # 1-based; 0 when unknown
     column: int = 0  # 1-based; 0 when unknown
+    # the load error as Triton 2.51 states it when it differs from ``message`` (which says
+    # what to fix): ``repokit serve`` answers and logs this text
+    triton: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["severity"] = self.severity.value
+        del data["triton"]
         return data
+
+    @property
+    def load_error(self) -> str:
+        """What a server refusing the model says (Triton's words)."""
+        return self.triton or self.message
 
     @property
     def is_error(self) -> bool:

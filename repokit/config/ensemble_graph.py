@@ -38,6 +38,7 @@ class Finding:
             message=self.message + self.hint,
             file=file,
             path=self.path,
+            triton=self.message if self.hint else "",
         )
 
 
@@ -66,27 +67,28 @@ def _check_forbidden_fields(config: mc.ModelConfig) -> list[Finding]:
         out.append(
             Finding(
                 "ensemble-instance-group",
-                f"instance group should not be specified for ensemble '{name}': an ensemble has "
-                "no instances of its own; set instance_group on the composing models",
+                f"instance group should not be specified for ensemble '{name}'",
                 "instance_group",
+                hint=": an ensemble has no instances of its own; set instance_group on the "
+                "composing models",
             )
         )
     if config.HasField("optimization"):
         out.append(
             Finding(
                 "ensemble-optimization",
-                f"optimization should not be specified for ensemble '{name}'; set it on the "
-                "composing models",
+                f"optimization should not be specified for ensemble '{name}'",
                 "optimization",
+                hint="; set it on the composing models",
             )
         )
     if len(config.model_warmup) != 0:
         out.append(
             Finding(
                 "ensemble-model-warmup",
-                f"model_warmup can not be specified for ensemble '{name}'; warm up the composing "
-                "models instead",
+                f"model_warmup can not be specified for ensemble '{name}'",
                 "model_warmup",
+                hint="; warm up the composing models instead",
             )
         )
     return out
@@ -146,8 +148,9 @@ def _build_flow_graph(config: mc.ModelConfig, findings: list[Finding]) -> dict[s
                     Finding(
                         "ensemble-tensor-produced-twice",
                         f"ensemble tensor '{tensor_name}' can appear in an output map only once "
-                        f"for ensemble '{name}' step {index}: another step already produces it",
+                        f"for ensemble '{name}' step {index}",
                         step_path(index, "output_map", key),
+                        hint=": another step already produces it",
                     )
                 )
             else:

@@ -56,6 +56,7 @@ _VERSION_STAGE: dict[str, str] = {
             "output-shape-tensor-platform",
             "state-input-duplicated",
             "warmup-data-missing",
+            "warmup-batch-size-too-large",
             "warmup-data-type-mismatch",
             "warmup-dims-variable",
             "warmup-file-too-small",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repokit.backends.base import Backend, ModelContext
+from repokit.backends.instance_log import log_instance_failure
 from repokit.backends.server_api import ServerApi
 from repokit.config.normalize import normalize_instance_groups, normalize_model_config
 from repokit.config.parse import ConfigParseError, parse_json
@@ -184,7 +185,11 @@ class LoadedVersion:
                 self._check_io()  # a model without auto_complete_config left its config as is
                 if rate_limiter is not None:  # after load: the model may complete its groups
                     self._limit(rate_limiter, backend)
-                await warm_up(backend)
+                try:
+                    await warm_up(backend)
+                except RepokitError as exc:
+                    log_instance_failure(exc.message)
+                    raise
                 scheduler = scheduler_factory(backend, self.stats)
                 await scheduler.start()
             except BaseException:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from repokit.backends.base import Backend, BackendRequest, ModelContext
+from repokit.backends.instance_log import log_instance_failure
 from repokit.backends.server_api import ServerApi
 from repokit.config.ensemble_dependencies import (
     CYCLE_PREFIX,
@@ -67,7 +68,15 @@ from repokit.core.response_cache import ResponseCache
 from repokit.core.scheduling import StepRunner
 from repokit.core.settings import ServerSettings
 from repokit.core.statistics import ModelStats
-from repokit.errors import CODE_TEXT, RepokitError, internal, invalid_arg, not_found, unavailable
+from repokit.errors import (
+    CODE_TEXT,
+    Code,
+    RepokitError,
+    internal,
+    invalid_arg,
+    not_found,
+    unavailable,
+)
 from repokit.protocol.generated import model_config_pb2 as mc
 from repokit.protocol.model_version import parse_model_version
 from repokit.scheduler.base import ScheduledResult
@@ -83,6 +92,7 @@ DUPLICATE_REASON = "model appears in two or more repositories"
 # --model-namespacing: a model's record key is "<name><NAMESPACE_SEP><repository>" (Triton's
 # ModelIdentifier); requests name models by name alone
 NAMESPACE_SEP = "\0"
+WARMUP_RULES = "warmup-"  # the checks of warmup samples (Triton runs them on an instance)
 
 
 def public_name(key: str) -> str:
@@ -184,13 +194,20 @@ def check_model_name(name: str) -> None:
         )
 
 
+class LoggedLoadError(RepokitError):
+    """A load failure the server log has already told as Triton tells it (its lifecycle
+    lines, or the poll failure): a start or a poll does not log it again."""
+
+
 def _poll_failure(name: str, reason: str = "") -> RepokitError:
     """Triton's INTERNAL ``failed to load '<name>', failed to poll from model repository``,
     with the reason after it; the server log says the reason as Triton's does."""
-    if reason:
-        log.error("Poll failed for model directory '%s': %s", name, reason)
     tail = f": {reason}" if reason else ""
-    return internal(f"failed to load '{name}', failed to poll from model repository{tail}")
+    message = f"failed to load '{name}', failed to poll from model repository{tail}"
+    if not reason:
+        return internal(message)
+    log.error("Poll failed for model directory '%s': %s", name, reason)
+    return LoggedLoadError(Code.INTERNAL, message)
 
 
 def check_file_keys(files: dict[str, bytes]) -> None:
@@ -579,6 +596,8 @@ class ModelManager:
     async def _load_quietly(self, name: str, force: bool = False) -> None:
         try:
             await self._load(name, force=force)
+        except LoggedLoadError:
+            pass  # its lines are in the log already, as Triton's
         except RepokitError as exc:
             log.error("failed to load '%s': %s", name, exc.message)
 
@@ -614,6 +633,11 @@ class ModelManager:
                 # and outputs, files): each version fails with the reason (the serving
                 # ones, if any, serve on)
                 reason = f"{status}: {exc.reason}"
+                self._log_failed_load(
+                    public_name(name),
+                    dict.fromkeys(exc.versions, reason),
+                    instance=exc.reason if exc.rule.startswith(WARMUP_RULES) else "",
+                )
                 if not record.ready():
                     record.reason, record.known = "", True
                     record.versions = {
@@ -656,8 +680,26 @@ class ModelManager:
         reason = f"Invalid argument: {exc.reason}"
         for status in refused:
             status.reason = reason
+        shown = public_name(record.name)
+        for status in refused:  # an update: Triton logs no version failure for it
+            log.info("loading: %s:%d", shown, status.version)
+        log.info("failed to load '%s'", shown)
         text = "".join(f"version {s.version} is at READY state: {reason};" for s in refused)
-        return invalid_arg(f"load failed for model '{public_name(record.name)}': {text}\n")
+        return LoggedLoadError(Code.INVALID_ARG, f"load failed for model '{shown}': {text}\n")
+
+    def _log_failed_load(self, name: str, failures: dict[int, str], instance: str = "") -> None:
+        """The lines Triton logs for a load whose versions all fail when it creates them:
+        ``loading`` for each version, each failed attempt (it retries
+        --model-load-retry-count times; ``instance``: the failure of the instance's warmup
+        it logs first), then ``failed to load '<name>'``."""
+        for number in failures:
+            log.info("loading: %s:%d", name, number)
+        for number, reason in failures.items():
+            for _attempt in range(self._settings.model_load_retry_count + 1):
+                if instance:
+                    log_instance_failure(instance)
+                log.error("failed to load '%s' version %d: %s", name, number, reason)
+        log.info("failed to load '%s'", name)
 
     @staticmethod
     def _drop_versions(record: ModelRecord) -> None:
@@ -869,24 +911,18 @@ class ModelManager:
         )
 
     async def _start_version(self, loaded: LoadedVersion, dependency_error: str) -> str:
-        """Load one version; the failure reason, or "" when it is READY (logged as Triton)."""
+        """Load one version; the failure reason, or "" when it is READY. Each failed attempt
+        (--model-load-retry-count retries) is logged as Triton's CreateModel logs it."""
         if self._load_slots is None:  # --model-load-thread-count versions load at once
             self._load_slots = asyncio.Semaphore(self._settings.model_load_thread_count)
         async with self._load_slots:
-            log.info("loading: %s:%d", loaded.name, loaded.version)
-            reason = await self._try_start(loaded, dependency_error)
             retries = 0 if dependency_error else self._settings.model_load_retry_count
-            for attempt in range(1, retries + 1):
+            for _attempt in range(retries + 1):
+                reason = await self._try_start(loaded, dependency_error)
                 if not reason:
                     break
-                log.warning(
-                    "failed to load '%s' version %d: %s; retrying (%d of %d)",
-                    loaded.name, loaded.version, reason, attempt, retries,
-                )  # fmt: skip
-                reason = await self._try_start(loaded, dependency_error)
-        if reason:
-            log.error("failed to load '%s' version %d: %s", loaded.name, loaded.version, reason)
-        elif log.isEnabledFor(logging.DEBUG):  # --log-verbose 1, as Triton's backends
+                log.error("failed to load '%s' version %d: %s", loaded.name, loaded.version, reason)
+        if not reason and log.isEnabledFor(logging.DEBUG):  # --log-verbose 1, as Triton's
             log.debug("model configuration:\n%s", json.dumps(loaded.config_json, indent=4))
         return reason
 
@@ -954,8 +990,9 @@ class ModelManager:
         kept, updated = (
             self._kept_versions(record, definition, stamps) if reloading and reusable else ({}, {})
         )
-        for number, loaded in kept.items():  # Triton logs each version of the load
-            log.info("loading: %s:%d", name, number)
+        for number in definition.versions:  # Triton logs each version before any loads
+            log.info("loading: %s:%d", definition.name, number)
+        for loaded in kept.values():
             config = mc.ModelConfig()
             config.CopyFrom(loaded.config)
             config.ClearField("version_policy")  # its new one, as Triton updates it
@@ -984,6 +1021,7 @@ class ModelManager:
             await asyncio.gather(*(fresh[v].stop() for v in fresh if v not in failures))
             if private is not None:
                 shutil.rmtree(private.parent, ignore_errors=True)
+            log.info("failed to load '%s'", definition.name)
             raise _load_failed(name, failures, update_failures)
         if failures:
             # Triton aborts a first load that any version failed: the versions that did load
@@ -1021,8 +1059,11 @@ class ModelManager:
         if old_private is not None and old_private != private:
             shutil.rmtree(old_private.parent, ignore_errors=True)
         if failures:
+            log.info("failed to load '%s'", definition.name)  # as Triton's OnLoadFinal
             raise _load_failed(name, failures)
-        log.info("successfully loaded '%s'", name)  # once a load, as Triton's OnLoadFinal
+        log.info(
+            "successfully loaded '%s'", definition.name
+        )  # once a load, as Triton's OnLoadFinal
 
     def _config_entry(self, directory: Path) -> str:
         """The model folder's entry that holds the config its load read."""
@@ -1063,7 +1104,6 @@ class ModelManager:
 
     async def _update_version(self, loaded: LoadedVersion, definition: ModelDefinition) -> str:
         """Update a serving version's instances in place; the failure reason, or ""."""
-        log.info("loading: %s:%d", loaded.name, loaded.version)
         try:
             await loaded.update_instances(definition.config, self.rate_limiter)
         except RepokitError as exc:
@@ -1142,4 +1182,4 @@ def _load_failed(
     states = {v: ("UNAVAILABLE", r) for v, r in failures.items()}
     states.update({v: ("READY", r) for v, r in (update_failures or {}).items()})
     text = "".join(f"version {v} is at {s} state: {r};" for v, (s, r) in sorted(states.items()))
-    return invalid_arg(f"load failed for model '{name}': {text}\n")
+    return LoggedLoadError(Code.INVALID_ARG, f"load failed for model '{name}': {text}\n")

@@ -29,6 +29,7 @@ _POLICY_RULES = frozenset({"no-version-available"})
 # What a python model's auto_complete_config may still fill in: Triton checks a model's inputs
 # and outputs only after the backend completed its config, so these wait until then
 # (``io_problem`` on the completed config).
+WARMUP_EXECUTE_RULE = "warmup-execute-return"
 DEFERRED_IO_RULES = frozenset(
     {
         "input-data-type-missing",
@@ -145,10 +146,17 @@ def read_model(
     model = scan_model_dir(directory, name)
     report = validate_model(model, options, directory.parent, config_override=override)
     completes_io = not strict and report.config is not None and report.config.backend == "python"
+    runs_warmup = report.config is not None and not (
+        report.config.model_transaction_policy.decoupled
+    )
     errors = [
         d
         for d in report.diagnostics
-        if d.severity is Severity.ERROR and not (completes_io and d.rule in DEFERRED_IO_RULES)
+        if d.severity is Severity.ERROR
+        and not (completes_io and d.rule in DEFERRED_IO_RULES)
+        # what execute() does with the warmup requests is the model's to say (the warmup
+        # fails with its words); Triton 2.51 itself dies on a decoupled one's return value
+        and not (runs_warmup and d.rule == WARMUP_EXECUTE_RULE)
     ]
     if report.config is not None and report.config.platform == ENSEMBLE_PLATFORM:
         # ValidateEnsembleSchedulingConfig, part of Triton's poll: the steps and the data
@@ -162,7 +170,7 @@ def read_model(
         # Triton reports what it checks when it polls before what it checks per version
         errors.sort(key=lambda d: version_stage_status(d.rule) is not None)
         first = errors[0] if errors else None
-        reason = first.message if first is not None else f"model '{name}' could not be read"
+        reason = first.load_error if first is not None else f"model '{name}' could not be read"
         raise ModelLoadError(
             reason,
             config_ok=first is not None and first.rule in _POLICY_RULES,

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from repokit.backends.base import BackendRequest
+from repokit.config.rules.triton_words import BATCH_DIMENSION_NOTE, missing_inputs_text
 from repokit.core.triton_input_order import triton_order
 from repokit.errors import RepokitError, invalid_arg
 from repokit.protocol import datatypes
@@ -40,12 +41,6 @@ from repokit.protocol.types import InferRequest, InferTensor, InputSpec, SharedM
 
 RAW_INPUT_NAME = "raw_input"
 SEQUENCE_START, SEQUENCE_END = 1, 2
-_BATCH_NOTE = (
-    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to "
-    "be prepended to each input shape. If you want to specify the full shape including the "
-    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
-    "configuration docs for more info on max_batch_size."
-)
 
 ShmReader = Callable[[SharedMemoryRef], npt.NDArray[np.uint8]]
 
@@ -189,19 +184,10 @@ def _raw_input(io: ModelIO, request: InferRequest, prefix: str) -> None:
 
 
 def _count_error(io: ModelIO, names: list[str], prefix: str) -> RepokitError:
-    missing = [n for n in io.required if n not in names]
-    missing_text = "[" + ",".join(f"'{n}'" for n in missing) + "]" if missing else "]"
-    got_text = "[" + ",".join(f"'{n}'" for n in triton_order(names)) + "]"
-    total, required = len(io.input_order), len(io.required)
-    if total == required:
-        head = f"expected {total} inputs but got {len(names)} inputs"
-    else:
-        head = (
-            f"expected number of inputs between {required} and {total} but got {len(names)} inputs"
-        )
     return invalid_arg(
-        f"{prefix}{head} for model '{io.model_name}'. Got input(s) {got_text}, but missing "
-        f"required input(s) {missing_text}. Please provide all required input(s)."
+        missing_inputs_text(
+            io.model_name, names, list(io.required), len(io.input_order), prefix=prefix
+        )
     )
 
 
@@ -328,7 +314,7 @@ def _checked_inputs(
                     break
         if not matches:
             full = ((-1,) if io.max_batch_size > 0 else ()) + info.dims
-            note = _BATCH_NOTE if io.max_batch_size > 0 else ""
+            note = BATCH_DIMENSION_NOTE if io.max_batch_size > 0 else ""
             raise invalid_arg(
                 f"{prefix}unexpected shape for input '{input_id}' for model '{model}'. "
                 f"Expected {_dims_text(full)}, got {_dims_text(list(spec.shape))}. {note}"

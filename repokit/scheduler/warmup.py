@@ -166,7 +166,7 @@ async def run_warmup(
             except Exception as exc:  # a backend bug still fails the load, not the server
                 errors = [f"{type(exc).__name__}: {exc}"]
             if errors:
-                detail = "".join(f"{e}; " for e in errors).rstrip()
+                detail = "".join(f"{e}; " for e in errors)  # as Triton: "; " after each
                 raise RepokitError(
                     Code.INVALID_ARG, f"failed to run warmup sample '{sample.name}': {detail}"
                 )

@@ -115,7 +115,7 @@ async def test_run_warmup_executes_count_times_and_reports_failures(tmp_path: Pa
         await run_warmup(backend, 0, samples)
     assert err.value.code is Code.INVALID_ARG
     assert err.value.message == (
-        "failed to run warmup sample 'zero sample': An Error Occurred; An Error Occurred;"
+        "failed to run warmup sample 'zero sample': An Error Occurred; An Error Occurred; "
     )
 
 

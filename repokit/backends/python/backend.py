@@ -66,6 +66,7 @@ from repokit.backends.base import (
     WireRequest,
     WireRun,
 )
+from repokit.backends.instance_log import log_instance_failure
 from repokit.backends.python import ipc
 from repokit.backends.python.channel import Channel
 from repokit.backends.python.messages import (
@@ -194,7 +195,11 @@ class PythonBackend(Backend):
         except BaseException:
             await processes.stop_each(spawned)
             raise
-        await processes.initialize(spawned)
+        try:
+            await processes.initialize(spawned)
+        except RepokitError as exc:
+            log_instance_failure(exc.message)
+            raise
 
     def configure(self, settings: dict[str, str]) -> None:
         """``--backend-config python,stub-timeout-seconds=N``: the time an instance process

@@ -41,7 +41,10 @@ class RuleContext:
         severity: Severity | None = None,
         line: int = 0,
         column: int = 0,
+        triton: str = "",
     ) -> None:
+        """Record a finding; ``triton``: Triton's own words for it when they differ from
+        ``message`` (what serving answers and logs)."""
         info = RULES[rule_id]
         self.diagnostics.append(
             Diagnostic(
@@ -53,5 +56,6 @@ class RuleContext:
                 path=path,
                 line=line,
                 column=column,
+                triton=triton,
             )
         )

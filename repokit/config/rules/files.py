@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from repokit.config.rules.context import RuleContext
+from repokit.config.rules.triton_words import join_path, unreadable_file
 from repokit.repository.backends import expected_artifact
 from repokit.repository.versions import version_folder_name
 
@@ -80,6 +81,7 @@ def check_label_files(ctx: RuleContext) -> None:
                 f"failed to open text file for read {ctx.relative(path)}: label_filename "
                 f"of output '{output.name}' is resolved relative to the model directory",
                 path=field,
+                triton=unreadable_file(join_path(str(ctx.model.path), output.label_filename)),
             )
 
 

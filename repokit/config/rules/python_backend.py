@@ -136,7 +136,7 @@ def check_python_sources(ctx: RuleContext) -> None:
             continue  # reported by model-file-missing
         rel = ctx.relative(path)
         try:
-            tree = ast.parse(source, filename=rel)
+            tree = ast.parse(source, filename=filename)
         except (SyntaxError, ValueError) as exc:
             line = getattr(exc, "lineno", 0) or 0
             column = getattr(exc, "offset", 0) or 0
@@ -147,6 +147,7 @@ def check_python_sources(ctx: RuleContext) -> None:
                 file=rel,
                 line=line,
                 column=column,
+                triton=f"{exc.__class__.__name__}: {exc}",  # str() names the file's base name
             )
             continue
         if not _binds_model_class(tree):
@@ -155,6 +156,9 @@ def check_python_sources(ctx: RuleContext) -> None:
                 f"{rel} defines no class '{MODEL_CLASS}'; Triton: \"AttributeError: "
                 f"module has no attribute '{MODEL_CLASS}'\"",
                 file=rel,
+                # the stub imports the file as module '<version>.<file name without .py>'
+                triton=f"AttributeError: module '{version_folder_name(version)}."
+                f"{filename.removesuffix('.py')}' has no attribute '{MODEL_CLASS}'",
             )
             continue
         _check_warmup_execute(ctx, rel, tree)

@@ -10,6 +10,17 @@ from pathlib import Path
 from repokit.config.rules.context import RuleContext
 from repokit.config.rules.io import element_count
 from repokit.config.rules.state import byte_size
+from repokit.config.rules.triton_words import (
+    BATCH_DIMENSION_NOTE,
+    NO_REQUEST_ID,
+    dims_text,
+    join_path,
+    missing_inputs_text,
+    unreadable_file,
+)
+from repokit.errors import RepokitError
+from repokit.protocol import datatypes
+from repokit.protocol.bytes_tensor import deserialize_bytes_tensor
 from repokit.protocol.generated import model_config_pb2 as mc
 
 WARMUP_FOLDER = "warmup"
@@ -39,6 +50,8 @@ def check_warmup(ctx: RuleContext) -> None:
                     "warmup setting expects all variable-size dimensions are specified "
                     f"for input '{key}' (sample '{label}')",
                     path=f"{path}.inputs[{key}].dims",
+                    triton="warmup setting expects all variable-size dimensions are "
+                    f"specified for input '{key}'",
                 )
         if variable:
             continue
@@ -55,6 +68,8 @@ def _check_input_data(ctx: RuleContext, path: str, key: str, data: mc.ModelWarmu
             f"warmup setting expects input '{key}' to have input_data_type set (one of "
             "zero_data, random_data, input_data_file)",
             path=path,
+            triton=f"{NO_REQUEST_ID}warmup setting expects input '{key}' to have "
+            "input_data_type set",
         )
         return
     if choice != "input_data_file":
@@ -71,6 +86,9 @@ def _check_input_data(ctx: RuleContext, path: str, key: str, data: mc.ModelWarmu
             f"failed to open text file for read {rel}: warmup input_data_file "
             f"'{data.input_data_file}' must exist under <model>/warmup/",
             path=f"{path}.input_data_file",
+            triton=unreadable_file(
+                join_path(str(ctx.model.path), WARMUP_FOLDER, data.input_data_file)
+            ),
         )
         return
     if data.data_type == mc.TYPE_STRING:
@@ -83,6 +101,9 @@ def _check_input_data(ctx: RuleContext, path: str, key: str, data: mc.ModelWarmu
                 "that many bytes)",
                 path=f"{path}.input_data_file",
                 file=rel,
+                triton=_bytes_request_problem(
+                    file_path, element_count(list(data.dims)), key, ctx.name
+                ),
             )
         return
     expected = byte_size(data.data_type, list(data.dims))
@@ -93,6 +114,8 @@ def _check_input_data(ctx: RuleContext, path: str, key: str, data: mc.ModelWarmu
             f"{data.input_data_file}only has {size} bytes",
             path=f"{path}.input_data_file",
             file=rel,
+            triton=f"{NO_REQUEST_ID}warmup setting expects {expected} bytes, but the data "
+            f"provided from {data.input_data_file}only has {size} bytes",
         )
 
 
@@ -123,6 +146,23 @@ def bytes_tensor_problem(path: Path, elements: int) -> str:
     return ""
 
 
+def _bytes_request_problem(path: Path, elements: int, key: str, model: str) -> str:
+    """Triton's request check of the file's BYTES elements (the warmup request's input)."""
+    try:
+        deserialize_bytes_tensor(
+            path.read_bytes(),
+            elements,
+            input_name=key,
+            model_name=model,
+            request_prefix=NO_REQUEST_ID,
+        )
+    except RepokitError as exc:
+        return exc.message
+    except OSError:
+        return unreadable_file(str(path))
+    return ""
+
+
 def _check_against_model(
     ctx: RuleContext,
     path: str,
@@ -141,6 +181,9 @@ def _check_against_model(
             f'the load with "expected {len(required)} inputs but got '
             f"{len(given & set(inputs))} inputs for model '{model}'\"",
             path=f"{path}.inputs",
+            triton=missing_inputs_text(
+                model, sorted(given & set(inputs)), required, len(inputs), NO_REQUEST_ID
+            ),
         )
     for key in sorted(given):
         data = sample.inputs[key]
@@ -160,6 +203,9 @@ def _check_against_model(
                 f"'{_type_name(data.data_type)}', but model '{model}' expects "
                 f"'{_type_name(io.data_type)}' (warmup sample '{label}')",
                 path=f"{path}.inputs[{key}].data_type",
+                triton=f"{NO_REQUEST_ID}inference input '{key}' data-type is "
+                f"'{datatypes.protocol_name(data.data_type)}', but model '{model}' expects "
+                f"'{datatypes.protocol_name(io.data_type)}'",
             )
         config_dims = list(io.dims)
         dims = list(data.dims)
@@ -172,6 +218,7 @@ def _check_against_model(
                 f"{config_dims}, got {dims} (warmup sample '{label}'; dims exclude the "
                 "batch dimension)",
                 path=f"{path}.inputs[{key}].dims",
+                triton=_shape_text(ctx.config.max_batch_size, key, model, config_dims, dims),
             )
     limit = max(1, ctx.config.max_batch_size)
     if sample.batch_size > limit:
@@ -182,4 +229,34 @@ def _check_against_model(
             f'{ctx.config.max_batch_size}); Triton: "batch size {sample.batch_size} '
             f"for '...', max allowed is {ctx.config.max_batch_size}\"",
             path=f"{path}.batch_size",
+            # the first instance runs the sample: the backend refuses each of its
+            # batch_size requests
+            triton=f"failed to run warmup sample '{sample.name}': "
+            + f"batch size {sample.batch_size} for '{_first_instance(ctx)}', max allowed is "
+            f"{ctx.config.max_batch_size}; " * sample.batch_size,
         )
+
+
+def _shape_text(
+    max_batch_size: int, key: str, model: str, config_dims: list[int], dims: list[int]
+) -> str:
+    """Triton's request check of the shape (a warmup request of a batching model has a
+    batch dimension of 1)."""
+    batching = max_batch_size > 0
+    expected = dims_text([-1, *config_dims] if batching else config_dims)
+    got = dims_text([1, *dims] if batching else dims)
+    note = BATCH_DIMENSION_NOTE if batching else ""
+    return (
+        f"{NO_REQUEST_ID}unexpected shape for input '{key}' for model '{model}'. "
+        f"Expected {expected}, got {got}. {note}"
+    )
+
+
+def _first_instance(ctx: RuleContext) -> str:
+    """The name Triton gives the model's first instance: its group's name (by default
+    ``<model>_<group index>``), with ``_<index>`` when the group has more than one."""
+    groups = ctx.config.instance_group
+    if not groups:
+        return f"{ctx.name}_0"
+    name = groups[0].name or f"{ctx.name}_0"
+    return f"{name}_0" if groups[0].count > 1 else name
