@@ -358,6 +358,23 @@ def _send(base: str, case: Case) -> requests.Response:
     )
 
 
+TRITON_DROPS = 5
+
+
+def _send_to_triton(base: str, case: Case) -> requests.Response:
+    """Triton's answer, asked again when it closes the connection without one: its HTTP
+    server (evhtp) drops some requests whose head is several KiB long (measured on 2.51 at 8
+    clients: 70 of 400 with a 8,000-character model name, all with 16,000; once in CI with the
+    5,000 of ``long_name``). repokit answers every one of them (404, or 413 past its head
+    limit), which the test still asserts on its side."""
+    for _ in range(TRITON_DROPS - 1):
+        try:
+            return _send(base, case)
+        except requests.ConnectionError:
+            continue
+    return _send(base, case)
+
+
 def _outputs(response: requests.Response) -> dict[str, np.ndarray]:
     length = response.headers.get("Inference-Header-Content-Length")
     head = response.content if length is None else response.content[: int(length)]
@@ -380,7 +397,7 @@ def _outputs(response: requests.Response) -> dict[str, np.ndarray]:
 def test_same_status_and_outputs(
     case: Case, triton: TritonReference, repokit: ServerThread
 ) -> None:
-    expected = _send(triton.url, case)
+    expected = _send_to_triton(triton.url, case)
     got = _send(f"http://{repokit.http_url}", case)
     if case.json_error_500 and expected.status_code == 500:
         assert got.status_code == 400, got.text  # documented: 400 per the KServe spec
