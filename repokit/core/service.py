@@ -144,12 +144,19 @@ class InferenceService:
             remaining = deadline - time.monotonic()
             if math.ceil(remaining) != said or self._inflight == 0:
                 said = math.ceil(remaining)
-                busy = sum(1 for v in self.manager.all_ready() if v.inflight > 0)
+                busy = [v for v in self.manager.all_ready() if v.inflight > 0]
                 log.info(
                     "Timeout %d: Found %d model versions that have in-flight inferences",
                     max(0, said),
-                    busy,
+                    len(busy),
                 )
+                for version in busy:  # as Triton 2.51's server.cc (qa/L0_lifecycle greps them)
+                    log.info(
+                        "Model '%s' (version %d) has %d in-flight inferences",
+                        version.name,
+                        version.version,
+                        version.inflight,
+                    )
             if self._inflight == 0:
                 return True
             if remaining <= 0:

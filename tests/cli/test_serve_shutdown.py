@@ -192,6 +192,8 @@ def test_hung_model_cannot_hold_the_server_past_the_exit_timeout(tmp_path: Path)
     log = server.text
     assert code == 1, log  # as tritonserver: the exit timeout expired with requests in flight
     assert "Exit timeout expired. Exiting immediately." in log
+    # tritonserver names each model with requests in flight (qa/L0_lifecycle greps the line)
+    assert "\"Model 'hangs' (version 1) has 1 in-flight inferences\"" in log, log
     assert "\"successfully unloaded 'hangs' version 1\"" in log
     assert not client.is_alive()
     assert len(answers) == 1 and not answers[0].startswith("200"), answers
