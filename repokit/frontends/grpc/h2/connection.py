@@ -4,7 +4,11 @@ PING, GOAWAY, RST_STREAM, and the writes of every call on it.
 Bytes from the socket are parsed where they lie: a DATA frame's payload goes to its call as a
 view of the received bytes (:class:`.messages.MessageReader` copies it at most once), even
 when the frame spans reads; only a partial frame header or a partial control frame is kept
-for the next read. Writes are collected and handed to the transport once per loop iteration.
+for the next read. Once a large message is under way, the socket reads straight into its
+buffer: with large DATA frames each payload alone (its head read apart), with small ones
+(16 KiB: nghttp2, grpc-go, grpc-java) many frames at once, heads and all, whose payloads are
+then moved down over the heads in place (:meth:`Connection._unpack`). Writes are collected and
+handed to the transport once per loop iteration.
 
 Flow control: we advertise a per-stream window of :data:`STREAM_WINDOW` and open the
 connection window to :data:`CONNECTION_WINDOW`. Credit for a stream is given back as its
@@ -51,11 +55,12 @@ RECEIVE_MAX_FRAME = 1 << 20  # SETTINGS_MAX_FRAME_SIZE we advertise
 RECEIVE_BUFFER = 256 * 1024  # one read into our own buffer
 # A large message's next DATA frame is read head apart, payload straight into the message, only
 # when the client's frames are at least this large: with smaller ones (16 KiB: nghttp2, h2load,
-# most HTTP/2 stacks) two reads per frame cost more than reading many frames into our buffer
-# at once and copying their payloads into the message.
+# most HTTP/2 stacks) two reads per frame cost more than reading many frames at once into the
+# message and moving their payloads down over their heads (Connection._unpack).
 DIRECT_FRAME_MIN = 64 * 1024
 STATUS_HOLD = 0.1  # seconds a stream's early failure waits for the client's first message
 _WRITE_JOIN_LIMIT = 256 * 1024  # smaller batches are joined into one write
+_WRITE_JOIN_PARTS = 64  # ... when they have at most this many parts (more: a large message's)
 
 # the methods whose responses --grpc-infer-response-compression-level compresses
 COMPRESSED_METHODS = frozenset(
@@ -85,6 +90,11 @@ class Connection(asyncio.BufferedProtocol):
         self._receive_view = memoryview(self._receive)
         self._direct: Call | None = None  # the call the last get_buffer read for
         self._bulk: Call | None = None  # the call of the last DATA frame, a large message open
+        # the call of the last DATA frame when it was small and a large message is open: the
+        # next reads go into that message, frames and all (see _unpack)
+        self._pack: Call | None = None
+        self._packing: Call | None = None  # the call the last get_buffer gave a packed read
+        self._pack_view: memoryview | None = None  # ... and where that read went
         self._preface = False
         self._settings_seen = False
         self._decoder = HeadDecoder()
@@ -140,7 +150,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._bulk = self._data_call = self._direct = None
+        self._bulk = self._data_call = self._direct = self._pack = self._packing = None
+        self._pack_view = None
         self.server.connections.discard(self)
         for timer in (self._keepalive, self._ping_timeout, self._age):
             if timer is not None:
@@ -161,27 +172,52 @@ class Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         """Where the next read goes: the rest of a large message under way when the read is
         inside its DATA frame (no copy of those bytes until the handler), else our buffer.
-        At a frame boundary inside such a message only the next frame header is read, so
-        its payload can go to the message directly."""
-        self._direct = None
-        if self._leftover:
-            return self._receive_view
+        With large frames, at a frame boundary inside such a message only the next frame
+        header is read, so its payload can go to the message directly; with small frames the
+        read goes into the message, frames and all, and :meth:`_unpack` takes the heads out."""
+        self._direct = self._packing = None
         left = self._data_left
-        call = self._data_call
-        if left and call is not None:
-            target = call.direct_target(left)
-            if target is not None:
-                self._direct = call
-                return target
-        elif not left and self._bulk is not None:
+        leftover = self._leftover
+        if leftover and (left or len(leftover) >= 9 or not self._preface):
+            return self._receive_view  # a partial control frame or the preface
+        if left:
+            call = self._data_call
+            if call is not None:
+                if self._data_frame >= DIRECT_FRAME_MIN:
+                    target = call.direct_target(left)
+                    if target is not None:
+                        self._direct = call
+                        return target
+                elif self._continuing is None:
+                    target = call.direct_target(1 << 30)
+                    if target is not None:
+                        self._packing, self._pack_view = call, target
+                        return target
+        elif self._bulk is not None and not leftover:
             if self._bulk.direct_target(1 << 30) is not None:
                 return self._receive_view[:9]
             self._bulk = None
+        elif self._pack is not None and self._continuing is None:
+            target = self._pack.direct_target(1 << 30)
+            if target is not None:
+                self._packing, self._pack_view = self._pack, target
+                return target
+            self._pack = None
         return self._receive_view
 
     def buffer_updated(self, nbytes: int) -> None:
         call = self._direct
         if call is None:
+            packing = self._packing
+            if packing is not None:
+                view = self._pack_view
+                self._packing = self._pack_view = None
+                assert view is not None
+                try:
+                    self._unpack(packing, view, nbytes)
+                except f.H2Error as error:
+                    self.connection_error(error.code, error.message)
+                return
             self.data_received(bytes(self._receive_view[:nbytes]))
             return
         self._direct = None
@@ -211,6 +247,86 @@ class Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool | None:
         return None  # close the transport
+
+    def _unpack(self, call: Call, view: memoryview, nbytes: int) -> None:
+        """A packed read: ``nbytes`` bytes of frames went into ``view``, the unfilled rest of
+        ``call``'s message (at most what is left of it, so they are this message's frames and
+        whatever came between them). Each DATA payload of the call is moved down over the frame
+        heads before it, so the payloads lie in the message in order; the first frame of
+        anything else (another stream, a control frame, a padded or oversized DATA frame) ends
+        the walk, and it and the bytes after it are parsed from a copy as any read is. A head
+        cut by the read's end waits in ``_leftover`` for the next read."""
+        head = self._leftover
+        self._leftover = b""
+        write = pos = 0  # where payload goes, where the walk is
+        taken = 0  # payload bytes given to the call's message so far
+        credit = 0  # payload bytes not yet counted for flow control
+        rest: bytes | None = None  # what the standard parse takes over
+        while pos < nbytes:
+            left = self._data_left
+            if left:
+                n = left if left <= nbytes - pos else nbytes - pos
+                if pos != write:
+                    view[write : write + n] = view[pos : pos + n]
+                write += n
+                pos += n
+                credit += n
+                self._data_left = left - n
+                if self._data_left:
+                    continue
+                # the frame ended: the message and the credit first, then the frame's end
+                # (END_STREAM starts the call, which needs the message whole)
+                call.on_direct(write - taken)
+                taken = write
+                self._conn_credit += credit
+                self.give_credit(call, credit)
+                credit = 0
+                self._data_done()
+                if pos < nbytes and self._pack is not call:
+                    rest = bytes(view[pos:nbytes])  # the call took its end, or is gone
+                    break
+                continue
+            if head:
+                need = 9 - len(head)
+                if nbytes - pos < need:
+                    self._leftover = head + bytes(view[pos:nbytes])
+                    pos = nbytes
+                    break
+                frame_head = head + bytes(view[pos : pos + need])
+                pos += need
+                head = b""
+            else:
+                if nbytes - pos < 9:
+                    self._leftover = bytes(view[pos:nbytes])
+                    pos = nbytes
+                    break
+                frame_head = bytes(view[pos : pos + 9])
+                pos += 9
+            length = (frame_head[0] << 16) | (frame_head[1] << 8) | frame_head[2]
+            stream = f.read_u32(frame_head, 5) & 0x7FFFFFFF
+            flags = frame_head[4]
+            if (
+                frame_head[3] != f.DATA
+                or stream != call.id
+                or flags & f.PADDED
+                or length > RECEIVE_MAX_FRAME
+                or length == 0
+            ):
+                rest = frame_head + bytes(view[pos:nbytes])
+                break
+            self._begin_data(stream, flags, length)
+            if self._data_call is not call:  # refused (DATA after END_STREAM): dropped
+                rest = bytes(view[pos:nbytes])
+                break
+        if write != taken:
+            call.on_direct(write - taken)
+        if credit:
+            self._conn_credit += credit
+            self.give_credit(call, credit)
+        if rest is not None:
+            self.data_received(rest)
+            return
+        self._give_connection_credit()
 
     # --- parsing ----------------------------------------------------------------------------
     def _parse(self, data: bytes) -> None:
@@ -285,10 +401,14 @@ class Connection(asyncio.BufferedProtocol):
     def _data_done(self) -> None:
         call = self._data_call
         self._data_call = None
-        # frames as large as DIRECT_FRAME_MIN: the next one's head is read alone (get_buffer)
-        self._bulk = call if self._data_frame >= DIRECT_FRAME_MIN else None
+        # frames as large as DIRECT_FRAME_MIN: the next one's head is read alone; smaller
+        # ones: the next reads go into the message, frames and all (get_buffer)
+        if self._data_frame >= DIRECT_FRAME_MIN:
+            self._bulk, self._pack = call, None
+        else:
+            self._bulk, self._pack = None, call
         if call is not None and self._data_end:
-            self._bulk = None
+            self._bulk = self._pack = None
             call.on_end_input()
 
     def _frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
@@ -514,12 +634,17 @@ class Connection(asyncio.BufferedProtocol):
 
     def _push(self, call: Call) -> None:
         pending = call.pending
+        max_frame = self.max_frame
         while pending:
             window = min(self.send_window, call.send_window)
             if window <= 0 or self.paused:
                 self._blocked[call] = None
                 return
-            size = min(window, self.max_frame)
+            chunk = pending[0]
+            if len(chunk) >= 2 * max_frame and window >= 2 * max_frame:
+                self._push_frames(call, chunk, min(len(chunk), window) // max_frame)
+                continue
+            size = min(window, max_frame)
             parts: list[bytes | memoryview] = []
             taken = 0
             while pending and taken < size:
@@ -546,6 +671,28 @@ class Connection(asyncio.BufferedProtocol):
             drained, call.drained = call.drained, None
             if not drained.done():
                 drained.set_result(None)
+
+    def _push_frames(self, call: Call, chunk: bytes | memoryview, count: int) -> None:
+        """``count`` full DATA frames from the start of ``chunk``, the first of ``call``'s
+        pending data (a large message's bytes: one head made for all, views of the chunk)."""
+        size = self.max_frame
+        view = chunk if isinstance(chunk, memoryview) else memoryview(chunk)
+        taken = count * size
+        head = f.frame_head(f.DATA, 0, call.id, size)
+        out = self._out
+        for pos in range(0, taken, size):
+            out.append(head)
+            out.append(view[pos : pos + size])
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+        self._pings.reset()
+        if taken == len(view):
+            call.pending.popleft()
+        else:
+            call.pending[0] = view[taken:]
+        self.send_window -= taken
+        call.send_window -= taken
 
     def _retry_blocked(self) -> None:
         for call in list(self._blocked):
@@ -654,7 +801,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         if len(out) == 1:
             transport.write(out[0])
-        elif sum(len(part) for part in out) <= _WRITE_JOIN_LIMIT:
+        elif len(out) <= _WRITE_JOIN_PARTS and sum(len(part) for part in out) <= _WRITE_JOIN_LIMIT:
             transport.write(b"".join(out))
         else:
             transport.writelines(out)
