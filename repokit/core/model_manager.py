@@ -100,6 +100,19 @@ def public_name(key: str) -> str:
     return key.partition(NAMESPACE_SEP)[0]
 
 
+def _identifier_order(key: str) -> tuple[str, str]:
+    """Triton's ModelIdentifier order: by namespace (repository), then by name."""
+    name, _, namespace = key.partition(NAMESPACE_SEP)
+    return namespace, name
+
+
+def _identifier_text(key: str) -> str:
+    """A record key as Triton prints its ModelIdentifier: the name, "<namespace>::<name>"
+    with --model-namespacing."""
+    name, _, namespace = key.partition(NAMESPACE_SEP)
+    return f"{namespace}::{name}" if namespace else name
+
+
 def _ambiguous(name: str, count: int) -> RepokitError:
     return invalid_arg(
         f"There are {count} identifiers of model '{name}' in global map, model namespace must"
@@ -285,6 +298,7 @@ class ModelManager:
             else lambda context: factory(dataclasses.replace(context, execute_timeout_s=timeout))
         )
         self._retiring: set[asyncio.Task[None]] = set()  # versions whose backend gave up
+        self._stopping = False  # shutdown asked every model to unload
         self._scheduler_factory = scheduler_factory or default_scheduler_factory
         self._records: dict[str, ModelRecord] = {}
         # --model-namespacing: the record keys of each model name (rebuilt when records change)
@@ -323,9 +337,16 @@ class ModelManager:
         if mode == "poll" and self._settings.repository_poll_secs > 0:
             self._poll_task = asyncio.create_task(self._poll_forever())
 
+    def unload_all(self, deadline: float | None = None) -> asyncio.Future[None]:
+        """:meth:`stop` as a task, every model unloading from now on (as Triton's
+        UnloadAllModels marks them UNLOADING at once: see :meth:`live_model_states`)."""
+        self._stopping = True
+        return asyncio.ensure_future(self.stop(deadline))
+
     async def stop(self, deadline: float | None = None) -> None:
         """Unload every model (shutdown); ``deadline`` (time.monotonic()) bounds the wait for
         in-flight requests and finalize (see LoadedVersion.stop)."""
+        self._stopping = True
         if self._poll_task is not None:
             self._poll_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -339,6 +360,29 @@ class ModelManager:
         )
         if self._retiring:
             await asyncio.gather(*list(self._retiring), return_exceptions=True)
+
+    def live_model_states(self) -> dict[str, dict[int, str]]:
+        """Triton's LiveModelStates (shutdown counts them): each model with a version READY,
+        LOADING or UNLOADING, and those versions' states, in Triton's order; a model is named
+        as Triton prints its identifier ("<repository>::<name>" with --model-namespacing).
+        Once the shutdown asked every model to unload, a version still READY (its unload
+        has not started yet) is UNLOADING, as Triton's UnloadAllModels marks each at once."""
+        ready = UNLOADING if self._stopping else READY
+        live: dict[str, dict[int, str]] = {}
+        for key in sorted(self._records, key=_identifier_order):
+            versions = {
+                number: ready if status.state == READY else status.state
+                for number, status in sorted(self._records[key].versions.items())
+                if status.state in (READY, LOADING, UNLOADING)
+            }
+            if versions:
+                live[_identifier_text(key)] = versions
+        return live
+
+    def background_models_size(self) -> int:
+        """Triton's BackgroundModelsSize: versions still stopping off the record (a backend
+        that gave up)."""
+        return len(self._retiring)
 
     def failed_models(self) -> dict[str, str]:
         """Models (or versions) that failed to load, with their reasons (for --exit-on-error)."""

@@ -43,6 +43,7 @@ from repokit.scheduler.base import ScheduledResult
 log = logging.getLogger(__name__)
 _EXIT_TIMEOUT = "Exit timeout expired. Exiting immediately."
 _DRAIN_POLL_S = 0.02  # shutdown: how often the in-flight count is looked at
+_COUNTDOWN_S = 1.0  # shutdown: Triton's countdown step while the models unload
 
 T = TypeVar("T")
 RawT = TypeVar("RawT")
@@ -94,6 +95,7 @@ class InferenceService:
         self._live = False
         self._exiting = False
         self._inflight = 0
+        self._inflight_control = 0  # repository loads / unloads running (Triton counts them)
         self._cpu: CpuMetrics | None = None
         self._cpu_task: asyncio.Task[None] | None = None
         # what backends may call (BLS, model control, custom metrics, model logs)
@@ -119,26 +121,31 @@ class InferenceService:
         """Refuse new requests (UNAVAILABLE "Server exiting"), wait for in-flight ones and open
         streams until ``deadline`` (time.monotonic(); default: exit_timeout_secs from now),
         unload every model (finalize runs), logging each step as tritonserver does. Requests
-        still running at the deadline fail when their instances are stopped: then False."""
+        still running at the deadline fail when their instances are stopped, and models still
+        live at the deadline are stopped all the same: then False (tritonserver's "Exit timeout
+        expired"; it exits 1)."""
         self.refuse_new_requests()
         if deadline is None:
             deadline = time.monotonic() + max(0.0, self.settings.exit_timeout_secs)
         log.info("Waiting for in-flight requests to complete.")
-        drained = await self._drain(deadline)
+        drained, countdown = await self._drain(deadline)
         if not drained:
             log.error("failed to stop server: Internal - %s", _EXIT_TIMEOUT)
         log.info("All models are stopped, unloading models")
-        await self.manager.stop(deadline)
+        unloaded = await self._unload_models(deadline, countdown)
+        if drained and not unloaded:
+            log.error("failed to stop server: Internal - %s", _EXIT_TIMEOUT)
         await stop_task(self._cpu_task)
         self._cpu_task = None
         self.shared_memory.close()
         await asyncio.to_thread(self.tracing.stop)  # the exporter may flush over the network
         self._live = False
-        return drained
+        return drained and unloaded
 
-    async def _drain(self, deadline: float) -> bool:
+    async def _drain(self, deadline: float) -> tuple[bool, int]:
         """Wait until no request is in flight (True) or the deadline passes (False), saying
-        once a second how many model versions still have requests in flight."""
+        once a second how many model versions still have requests in flight; with the
+        countdown's last number (Triton's exit_timeout_iters, which the unload goes on with)."""
         said = -1
         while True:
             remaining = deadline - time.monotonic()
@@ -158,10 +165,46 @@ class InferenceService:
                         version.inflight,
                     )
             if self._inflight == 0:
-                return True
+                return True, max(0, said)
             if remaining <= 0:
-                return False
+                return False, 0
             await asyncio.sleep(min(_DRAIN_POLL_S, remaining))
+
+    async def _unload_models(self, deadline: float, countdown: int) -> bool:
+        """Unload every model, going on with the countdown as tritonserver 2.51's
+        InferenceServer::Stop (server.cc) does once it asked its models to unload: "Timeout N:
+        Found M live models and K in-flight non-inference requests" right away, then once a
+        second until no model is live (True) or the countdown reaches 0 (False); at verbose
+        level 1 each live version's state too. Triton only polls; here the last line comes
+        as soon as the unload ends. Models are stopped all the same (bounded by ``deadline``)."""
+        unload = self.manager.unload_all(deadline)
+        try:
+            while True:
+                live = self.manager.live_model_states()
+                models = len(live) + self.manager.background_models_size()
+                log.info(
+                    "Timeout %d: Found %d live models and %d in-flight non-inference requests",
+                    countdown,
+                    models,
+                    self._inflight_control,
+                )
+                if log.isEnabledFor(VERBOSE):
+                    for name, versions in live.items():
+                        for number, state in versions.items():
+                            log.log(VERBOSE, "%s v%d: %s", name, number, state)
+                unloaded = models == 0 and self._inflight_control == 0
+                if unloaded or countdown <= 0:
+                    break
+                countdown -= 1
+                if unload.done():  # a repository request still running, say
+                    await asyncio.sleep(_COUNTDOWN_S)
+                else:
+                    await asyncio.wait({unload}, timeout=_COUNTDOWN_S)
+        except BaseException:
+            unload.cancel()
+            raise
+        await unload
+        return unloaded
 
     @property
     def inflight_requests(self) -> int:
@@ -657,10 +700,18 @@ class InferenceService:
     async def load_model(
         self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:
-        await self.manager.load(name, config_json, files)
+        self._inflight_control += 1
+        try:
+            await self.manager.load(name, config_json, files)
+        finally:
+            self._inflight_control -= 1
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        await self.manager.unload(name, unload_dependents)
+        self._inflight_control += 1
+        try:
+            await self.manager.unload(name, unload_dependents)
+        finally:
+            self._inflight_control -= 1
 
     # --- system shared memory -----------------------------------------------------------
     def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:

@@ -23,6 +23,11 @@ from tritonclient.utils import InferenceServerException
 
 from tests.cli.serve_process import PORT_FLAGS, ServeProcess, write_model
 
+# tritonserver 2.51's countdown while the models unload (server.cc, InferenceServer::Stop)
+_LIVE = re.compile(
+    r'"Timeout (\d+): Found (\d+) live models and (\d+) in-flight non-inference requests"'
+)
+
 
 @dataclass
 class Outcomes:
@@ -195,8 +200,72 @@ def test_hung_model_cannot_hold_the_server_past_the_exit_timeout(tmp_path: Path)
     # tritonserver names each model with requests in flight (qa/L0_lifecycle greps the line)
     assert "\"Model 'hangs' (version 1) has 1 in-flight inferences\"" in log, log
     assert "\"successfully unloaded 'hangs' version 1\"" in log
+    # the countdown had run out: one live-model line, and the failure said once
+    assert [m.groups() for m in _LIVE.finditer(log)] == [("0", "1", "0")], log
+    assert log.count("Exit timeout expired") == 1, log
     assert not client.is_alive()
     assert len(answers) == 1 and not answers[0].startswith("200"), answers
+    assert "Traceback" not in log, log
+
+
+def test_the_countdown_goes_on_while_the_models_unload(tmp_path: Path) -> None:
+    """As tritonserver 2.51's InferenceServer::Stop (server.cc): once the models are asked to
+    unload, "Timeout N: Found M live models and K in-flight non-inference requests" with the
+    same N as the last in-flight count, each live version's state at --log-verbose 1, then
+    once a second, one less each time, until no model is live."""
+    repo = tmp_path / "models"
+    write_model(repo, "double", "y = 2 * x", count=1)
+    write_model(repo, "triple", "y = 3 * x", count=1)
+    server = ServeProcess(str(repo), *PORT_FLAGS, "--log-verbose=1")
+    try:
+        server.process.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=60)
+    finally:
+        server.kill()
+    log = server.text
+    assert code == 0, log
+    drained = re.findall(r'"Timeout (\d+): Found 0 model versions that have in-flight', log)
+    counts = [(m.start(), *map(int, m.groups())) for m in _LIVE.finditer(log)]
+    assert drained and counts, log
+    stopped = log.find('"All models are stopped, unloading models"')
+    first, last = counts[0][0], counts[-1][0]
+    assert 0 <= stopped < first, log
+    # Triton's exit_timeout_iters: the unload goes on with the drain's number, then counts down
+    assert [n for _, n, _, _ in counts] == list(
+        range(int(drained[-1]), int(drained[-1]) - len(counts), -1)
+    ), log
+    assert counts[0][2:] == (2, 0) and counts[-1][2:] == (0, 0), log
+    assert all(live > 0 for _, _, live, _ in counts[:-1]), log
+    for line in ('"double v1: UNLOADING"', '"triple v1: UNLOADING"'):
+        assert first < log.find(line) < last, log
+    for name in ("double", "triple"):
+        assert first < log.find(f"\"successfully unloaded '{name}' version 1\"") < last, log
+
+
+def test_models_still_live_at_the_exit_timeout_fail_the_stop(tmp_path: Path) -> None:
+    """tritonserver 2.51 with --exit-timeout-secs=0: "Timeout 0: Found 1 live models and 0
+    in-flight non-inference requests", then "failed to stop server: Internal - Exit timeout
+    expired. Exiting immediately." and exit status 1; repokit still stops the model."""
+    repo = tmp_path / "models"
+    write_model(repo, "double", "y = 2 * x", count=1)
+    server = ServeProcess(str(repo), *PORT_FLAGS, "--exit-timeout-secs", "0")
+    try:
+        server.process.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=60)
+    finally:
+        server.kill()
+    log = server.text
+    assert code == 1, log
+    assert [m.groups() for m in _LIVE.finditer(log)] == [("0", "1", "0")], log
+    steps = [
+        '"All models are stopped, unloading models"',
+        '"Timeout 0: Found 1 live models and 0 in-flight non-inference requests"',
+        "\"successfully unloaded 'double' version 1\"",
+        '"failed to stop server: Internal - Exit timeout expired. Exiting immediately."',
+    ]
+    positions = [log.find(step) for step in steps]
+    assert all(p >= 0 for p in positions) and positions == sorted(positions), log
+    assert log.count("Exit timeout expired") == 1, log
     assert "Traceback" not in log, log
 
 
