@@ -14,6 +14,7 @@ from typing import Any
 
 from google.protobuf import descriptor, json_format, text_format
 
+from repokit.config.parse_messages import plain_words
 from repokit.config.suggest import did_you_mean
 from repokit.protocol.generated import model_config_pb2 as mc
 
@@ -68,6 +69,9 @@ def parse_text(text: str) -> mc.ModelConfig:
         if match:
             message = message[match.end() :]
             line, column = line or int(match.group(1)), column or int(match.group(2))
+        plain = plain_words(text, message, line, column)
+        if plain is not None:
+            raise ConfigParseError(plain, line, column) from exc
         raise ConfigParseError(message + suggestion(message), line, column) from exc
     return config
 

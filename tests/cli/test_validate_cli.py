@@ -199,3 +199,23 @@ def test_ensembles_triton_refuses_at_load_fail_validate_with_its_text(case: str)
     assert finding["file"] == f"{ensemble}/config.pbtxt" and finding["line"] > 0
     assert finding["path"].startswith("ensemble_scheduling")
     assert finding["message"].startswith(ENSEMBLE_LOAD_ERRORS[case].format(e=ensemble, p=case))
+
+
+def test_parse_error_in_plain_words_keeps_its_position_in_every_format() -> None:
+    case = sample_repos_dir() / "invalid" / "config-parse-error"
+    message = (
+        "failed to read text proto from config-parse-error/config.pbtxt: the file ends before "
+        "the list opened at line 3, column 7 ('input [') is closed: expected ',' or ']'"
+    )
+    code, output = _invoke(str(case))
+    assert code == 1
+    assert "config-parse-error/config.pbtxt:5:1" in output and message in output
+    data = json.loads(_invoke(str(case), "--format", "json")[1])
+    [diagnostic] = data["models"]["config-parse-error"]["diagnostics"]
+    assert diagnostic["message"] == message
+    assert (diagnostic["line"], diagnostic["column"]) == (5, 1)
+    [result] = json.loads(_invoke(str(case), "--format", "sarif")[1])["runs"][0]["results"]
+    assert result["message"]["text"] == message
+    location = result["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"] == "config-parse-error/config.pbtxt"
+    assert location["region"] == {"startLine": 5, "startColumn": 1}
