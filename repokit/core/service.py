@@ -74,6 +74,22 @@ def _request_tag(request: InferRequest | None) -> str:
     return f"[request id: {request.id or '<id_unknown>'}]"
 
 
+# what Triton 2.51's dynamic batch and sequence batch schedulers answer a request that comes
+# once the server is stopping (dynamic_batch_scheduler.cc, sequence_batch_scheduler.cc)
+SCHEDULER_STOPPED = (
+    "Server is stopping, scheduler for model has stopped accepting new inference requests"
+)
+
+
+def _scheduler_stopped(loaded: LoadedVersion, request: InferRequest) -> RepokitError:
+    """A request refused while the server stops, as Triton refuses it: the model's scheduler
+    (an ensemble's first step's, which the ensemble names) says so after the request's tag."""
+    message = f"{_request_tag(request)} {SCHEDULER_STOPPED}"
+    if loaded.is_ensemble:
+        message = f"in ensemble '{loaded.name}', {message}"
+    return unavailable(message)
+
+
 def _tensor_metadata(items: Any, batching: bool) -> list[dict[str, Any]]:
     return [
         {
@@ -325,8 +341,11 @@ class InferenceService:
     ) -> tuple[LoadedVersion, PreparedRequest]:
         if self._exiting and (request.sequence_start or request.sequence_id in (0, "")):
             # shutting down: only requests that continue a started sequence still run (Triton
-            # admits them "to provide graceful completion of inference sequence")
-            raise unavailable("Server exiting")
+            # admits them "to provide graceful completion of inference sequence"); the others
+            # are refused by their model's scheduler, in its words
+            if loaded is None:
+                loaded = self._version(request.model_name, request.model_version)
+            raise _scheduler_stopped(loaded, request)
         if loaded is None:
             loaded = self.manager.get(request.model_name, request.model_version)
         prepared = prepare_plain(loaded.io, request)

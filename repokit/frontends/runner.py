@@ -160,10 +160,13 @@ class ServerHandle:
         return out
 
     async def stop(self) -> None:
-        """Graceful shutdown within ``exit_timeout_secs`` as tritonserver: the HTTP and gRPC
-        ports stop accepting, the service refuses new requests and waits for in-flight ones
-        and open streams, unloads the models (finalize runs), then idle connections close and
-        what is left at the deadline is aborted. Metrics answer until the end."""
+        """Graceful shutdown within ``exit_timeout_secs`` as tritonserver 2.51 (main.cc): the
+        HTTP port stops accepting, the service refuses new requests and waits for in-flight
+        ones and open streams, unloads the models (finalize runs), then idle connections
+        close and what is left at the deadline is aborted. gRPC serves on (a request is
+        refused by its model's scheduler, a sequence under way goes on) until the models are
+        unloaded, and stops then, as tritonserver stops it after the server. Metrics answer
+        until the end."""
         if self._stopped:
             return
         self._stopped = True
@@ -178,14 +181,16 @@ class ServerHandle:
             # each worker stops accepting and (wait_for_clients) serves the HTTP connections
             # its clients hold open; the service stops after that, as in one process
             await self._pool.begin_stop(deadline, wait_for_clients=wait_for_clients)
-        grpc_stop = None
-        if self._grpc is not None:
-            grpc_stop = asyncio.ensure_future(self._grpc.stop(timeout))
         service_stop = asyncio.ensure_future(self.service.stop(deadline))
         if self._pool is not None:  # the workers drain meanwhile
             await self._pool.stop(deadline)
         drained = await service_stop
         self.exit_timeout_expired = drained is False
+        grpc_stop = None
+        if self._grpc is not None:
+            grpc_stop = asyncio.ensure_future(
+                self._grpc.stop(max(0.0, deadline - time.monotonic()))
+            )
         servers = [s for s in (self._http, self._metrics) if s is not None]
         await _close_connections(servers, deadline)
         if grpc_stop is not None:

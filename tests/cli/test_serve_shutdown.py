@@ -21,6 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from repokit.core.service import SCHEDULER_STOPPED
 from tests.cli.serve_process import PORT_FLAGS, ServeProcess, write_model
 
 # tritonserver 2.51's countdown while the models unload (server.cc, InferenceServer::Stop)
@@ -69,7 +70,7 @@ def _http_client(address: str, seed: int, out: Outcomes, signalled: threading.Ev
                     # the stop waits for open HTTP connections, as tritonserver's does
                     connection.close()
                     return
-            elif status == 503 and "Server exiting" in text and signalled.is_set():
+            elif status == 503 and SCHEDULER_STOPPED in text and signalled.is_set():
                 out.refused.append(text)
                 return
             else:
@@ -206,6 +207,51 @@ def test_hung_model_cannot_hold_the_server_past_the_exit_timeout(tmp_path: Path)
     assert not client.is_alive()
     assert len(answers) == 1 and not answers[0].startswith("200"), answers
     assert "Traceback" not in log, log
+
+
+def test_grpc_serves_until_the_models_are_unloaded(tmp_path: Path) -> None:
+    """tritonserver 2.51 stops its gRPC endpoint after the server has stopped (main.cc): while
+    a request still runs after SIGTERM, a new gRPC client connects and its request reaches the
+    model's scheduler, which refuses it in Triton's words (qa/L0_lifecycle's shutdown tests
+    assert them); the running request is answered. Before, gRPC closed at the signal and the
+    client could not connect. (A request held over HTTP would keep the HTTP stop waiting for
+    its connection first, as tritonserver's does.)"""
+    repo = tmp_path / "models"
+    write_model(
+        repo, "held", 'pb_utils.Logger.log_info("held started")\ntime.sleep(6)\ny = x', count=1
+    )
+    server = ServeProcess(str(repo), *PORT_FLAGS, "--exit-timeout-secs", "30")
+    answers: list[str] = []
+
+    tensor = grpcclient.InferInput("INPUT0", [1], "FP32")
+    tensor.set_data_from_numpy(np.ones(1, np.float32))
+
+    def call() -> None:
+        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{server.ports['GRPCInferenceService']}")
+        result = grpc.infer("held", [tensor], client_timeout=60)
+        answers.append(str(result.as_numpy("OUTPUT0").tolist()))
+        grpc.close()
+
+    client = threading.Thread(target=call)
+    try:
+        client.start()
+        assert server.wait_for_line('"held started"', 60), server.text
+        server.process.send_signal(signal.SIGTERM)
+        assert server.wait_for_line('"Waiting for in-flight requests to complete."', 30)
+        late = grpcclient.InferenceServerClient(f"127.0.0.1:{server.ports['GRPCInferenceService']}")
+        with pytest.raises(InferenceServerException) as refused:
+            late.infer("held", [tensor], request_id="late", client_timeout=30)
+        late.close()
+        code = server.wait(timeout=60)
+        client.join(timeout=30)
+    finally:
+        server.kill()
+    log = server.text
+    assert refused.value.status() == "StatusCode.UNAVAILABLE", refused.value
+    assert refused.value.message() == f"[request id: late] {SCHEDULER_STOPPED}", log
+    assert log.index("held finalize ran") > log.index("Found 1 model versions"), log  # in time
+    assert code == 0, log
+    assert answers == ["[1.0]"], answers
 
 
 def test_the_countdown_goes_on_while_the_models_unload(tmp_path: Path) -> None:

@@ -410,7 +410,11 @@ async def test_stop_drains_then_unloads(tmp_path: Path, controls: Controls) -> N
         await asyncio.sleep(0)
     with pytest.raises(RepokitError) as error:
         await svc.infer(identity_request())
-    assert error.value.message == "Server exiting"
+    assert (error.value.code, error.value.message) == (
+        Code.UNAVAILABLE,
+        "[request id: <id_unknown>] Server is stopping, scheduler for model has stopped "
+        "accepting new inference requests",
+    )
     assert not stop.done()
     controls.gate.set()
     await request

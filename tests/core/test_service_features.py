@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repokit.core.service import InferenceService
+from repokit.core.service import SCHEDULER_STOPPED, InferenceService
 from repokit.core.settings import ServerSettings
 from repokit.core.shared_memory import DISABLED_MESSAGE
 from repokit.errors import Code, RepokitError
@@ -459,9 +459,19 @@ async def test_shutdown_refuses_new_requests_but_lets_started_sequences_go_on(
         await asyncio.sleep(0)
     with pytest.raises(RepokitError) as refused:
         await service.infer(add_sub_request(1))
-    assert (refused.value.code, refused.value.message) == (Code.UNAVAILABLE, "Server exiting")
-    with pytest.raises(RepokitError, match="Server exiting"):
+    # Triton lets the request through to the model's scheduler, which refuses it
+    assert (refused.value.code, refused.value.message) == (
+        Code.UNAVAILABLE,
+        f"[request id: <id_unknown>] {SCHEDULER_STOPPED}",
+    )
+    with pytest.raises(RepokitError, match=SCHEDULER_STOPPED):
         await service.infer(step(5, start=True))  # a new sequence does not start
+    with pytest.raises(RepokitError) as ensemble:
+        await service.infer(InferRequest("add_sub_ensemble", id="e1"))
+    # Triton's ensemble scheduler takes it; its first step's scheduler refuses it
+    assert ensemble.value.message == (
+        f"in ensemble 'add_sub_ensemble', [request id: e1] {SCHEDULER_STOPPED}"
+    )
     going_on = asyncio.create_task(service.infer(step(2)))
     await asyncio.sleep(0)
     assert not going_on.done()  # admitted: it waits for the model like the held request

@@ -17,6 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from repokit.core.service import SCHEDULER_STOPPED
 from repokit.errors import RepokitError
 from repokit.frontends.runner import ServerHandle, run_server
 from tests.frontends.http.server_thread import (
@@ -49,7 +50,7 @@ def test_a_request_after_the_stop_request_is_refused_at_once(tmp_path: Path) -> 
         with pytest.raises(InferenceServerException) as refused:
             _add_sub(client, grpcclient)
         assert refused.value.status() == "StatusCode.UNAVAILABLE"
-        assert "Server exiting" in str(refused.value)
+        assert SCHEDULER_STOPPED in str(refused.value)
         client.close()
 
 
