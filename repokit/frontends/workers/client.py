@@ -121,6 +121,14 @@ class ServiceClient:
     def inflight(self) -> int:
         return len(self._calls) + len(self._streams)
 
+    def running(self) -> frozenset[int]:
+        """The ids of the calls and streams under way now."""
+        return frozenset(self._calls).union(self._streams)
+
+    def any_running(self, ids: frozenset[int]) -> bool:
+        """Whether any of ``ids`` (from :meth:`running`) is still under way."""
+        return any(i in self._calls or i in self._streams for i in ids)
+
     def send(self, message: Any) -> None:
         self._link.send(message)
 

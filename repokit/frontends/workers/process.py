@@ -99,8 +99,10 @@ async def _drain(
     *,
     wait_for_clients: bool,
 ) -> None:
-    """Stop accepting; with ``wait_for_clients`` serve the HTTP connections clients hold open
-    (as one process does, until ``timeout``); wait for the requests in flight; close."""
+    """Stop accepting HTTP; with ``wait_for_clients`` serve the HTTP connections clients hold
+    open (as one process does, until ``timeout``); wait for the requests in flight, gRPC
+    still serving meanwhile (a new request is refused by the scheduling process in its
+    scheduler's words, as one process keeps gRPC until its models are unloaded); close."""
     deadline = time.monotonic() + max(0.0, timeout)
     if http is not None:
         http.stop_accepting()
@@ -108,10 +110,19 @@ async def _drain(
             await _until_lost(client, http.wait_for_clients(deadline))
     if not client.lost.is_set():
         client.send(ClientsGone())  # the scheduling process may stop the service now
-    grpc_stop = asyncio.ensure_future(grpc_server.stop(timeout)) if grpc_server else None
     hold_until = deadline + _HOLD_PAST_DEADLINE_S
-    while client.inflight and not client.lost.is_set() and time.monotonic() < hold_until:
+    # what runs now (requests that come meanwhile are refused at once; a steady stream of
+    # them must not hold the worker)
+    running = client.running()
+    while (
+        client.any_running(running) and not client.lost.is_set() and time.monotonic() < hold_until
+    ):
         await asyncio.sleep(_POLL_S)
+    grpc_stop = (
+        asyncio.ensure_future(grpc_server.stop(max(0.0, deadline - time.monotonic())))
+        if grpc_server
+        else None
+    )
     if http is not None:
         while http.close_idle() and time.monotonic() < deadline:
             await asyncio.sleep(_POLL_S)
