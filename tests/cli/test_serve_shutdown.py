@@ -254,6 +254,18 @@ def test_grpc_serves_until_the_models_are_unloaded(tmp_path: Path) -> None:
     assert answers == ["[1.0]"], answers
 
 
+def _stopped(repo: Path, *flags: str) -> tuple[int, str]:
+    """``repokit serve repo`` started with ``flags`` and sent SIGTERM once ready: its exit
+    status and log."""
+    server = ServeProcess(str(repo), *PORT_FLAGS, *flags)
+    try:
+        server.process.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=60)
+    finally:
+        server.kill()
+    return code, server.text
+
+
 def test_the_countdown_goes_on_while_the_models_unload(tmp_path: Path) -> None:
     """As tritonserver 2.51's InferenceServer::Stop (server.cc): once the models are asked to
     unload, "Timeout N: Found M live models and K in-flight non-inference requests" with the
@@ -262,13 +274,7 @@ def test_the_countdown_goes_on_while_the_models_unload(tmp_path: Path) -> None:
     repo = tmp_path / "models"
     write_model(repo, "double", "y = 2 * x", count=1)
     write_model(repo, "triple", "y = 3 * x", count=1)
-    server = ServeProcess(str(repo), *PORT_FLAGS, "--log-verbose=1")
-    try:
-        server.process.send_signal(signal.SIGTERM)
-        code = server.wait(timeout=60)
-    finally:
-        server.kill()
-    log = server.text
+    code, log = _stopped(repo, "--log-verbose=1")
     assert code == 0, log
     drained = re.findall(r'"Timeout (\d+): Found 0 model versions that have in-flight', log)
     counts = [(m.start(), *map(int, m.groups())) for m in _LIVE.finditer(log)]
@@ -294,13 +300,7 @@ def test_models_still_live_at_the_exit_timeout_fail_the_stop(tmp_path: Path) -> 
     expired. Exiting immediately." and exit status 1; repokit still stops the model."""
     repo = tmp_path / "models"
     write_model(repo, "double", "y = 2 * x", count=1)
-    server = ServeProcess(str(repo), *PORT_FLAGS, "--exit-timeout-secs", "0")
-    try:
-        server.process.send_signal(signal.SIGTERM)
-        code = server.wait(timeout=60)
-    finally:
-        server.kill()
-    log = server.text
+    code, log = _stopped(repo, "--exit-timeout-secs", "0")
     assert code == 1, log
     assert [m.groups() for m in _LIVE.finditer(log)] == [("0", "1", "0")], log
     steps = [
