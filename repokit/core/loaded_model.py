@@ -124,6 +124,14 @@ class LoadedVersion:
         """Why the version does not serve normally right now ("" when it does)."""
         return self.backend.problem() if self.backend is not None else ""
 
+    def shutdown_inflight(self) -> int:
+        """What a shutdown waits for, as Triton's InflightStatus counts it: a sequence batcher's
+        open sequences (a sequence holds the server until it ends or idles out), else the
+        requests in flight."""
+        scheduler = self.scheduler
+        sequences = scheduler.open_sequences if scheduler is not None else None
+        return self.inflight if sequences is None else max(sequences, self.inflight)
+
     def begin(self) -> None:
         self.inflight += 1
         if self._idle is not None:

@@ -159,28 +159,32 @@ class InferenceService:
         return drained and unloaded
 
     async def _drain(self, deadline: float) -> tuple[bool, int]:
-        """Wait until no request is in flight (True) or the deadline passes (False), saying
-        once a second how many model versions still have requests in flight; with the
-        countdown's last number (Triton's exit_timeout_iters, which the unload goes on with)."""
+        """Wait until no request is in flight and no started sequence is open (True) or the
+        deadline passes (False), saying once a second how many model versions still have
+        in-flight inferences (Triton's count: a sequence model's open sequences, which go on
+        until they end or idle out); with the countdown's last number (Triton's
+        exit_timeout_iters, which the unload goes on with)."""
         said = -1
         while True:
             remaining = deadline - time.monotonic()
-            if math.ceil(remaining) != said or self._inflight == 0:
+            counts = [(v, v.shutdown_inflight()) for v in self.manager.all_ready()]
+            busy = [(v, n) for v, n in counts if n > 0]
+            done = self._inflight == 0 and not busy
+            if math.ceil(remaining) != said or done:
                 said = math.ceil(remaining)
-                busy = [v for v in self.manager.all_ready() if v.inflight > 0]
                 log.info(
                     "Timeout %d: Found %d model versions that have in-flight inferences",
                     max(0, said),
                     len(busy),
                 )
-                for version in busy:  # as Triton 2.51's server.cc (qa/L0_lifecycle greps them)
+                for version, count in busy:  # as Triton 2.51's server.cc (L0_lifecycle greps)
                     log.info(
                         "Model '%s' (version %d) has %d in-flight inferences",
                         version.name,
                         version.version,
-                        version.inflight,
+                        count,
                     )
-            if self._inflight == 0:
+            if done:
                 return True, max(0, said)
             if remaining <= 0:
                 return False, 0

@@ -65,6 +65,13 @@ class Scheduler(abc.ABC):
     def pending_count(self) -> int:
         """Requests accepted but not yet executing (nv_inference_pending_request_count)."""
 
+    @property
+    def open_sequences(self) -> int | None:
+        """Sequences started and not yet ended or idled out (a sequence batcher's count; None
+        for schedulers without sequences). Triton counts them as the model's in-flight
+        inferences, which a shutdown waits for."""
+        return None
+
     # --- in-place instance updates (repokit.core.instance_update) ----------------------
     # True: add_instances and retire_instances work
     updates_instances: bool = False

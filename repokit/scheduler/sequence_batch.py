@@ -230,6 +230,10 @@ class SequenceBatchScheduler(Scheduler):
     def pending_count(self) -> int:
         return self.slots.queued_count + sum(len(p) for p in self._planners.values())
 
+    @property
+    def open_sequences(self) -> int | None:
+        return self.slots.live_count
+
     def wake(self) -> None:
         """Re-evaluate slots, delays and idle sequences now (after moving an injected clock)."""
         self._waker.poke()

@@ -147,6 +147,11 @@ class SequenceSlots(Generic[T]):
     def is_live(self, corrid: CorrelationId) -> bool:
         return corrid in self._live
 
+    @property
+    def live_count(self) -> int:
+        """Sequences started and not yet ended or freed."""
+        return len(self._live)
+
     def instance_of(self, seq: LiveSequence[T]) -> int | None:
         return seq.slot[0] if seq.slot is not None else None
 

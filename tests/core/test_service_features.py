@@ -437,13 +437,14 @@ async def test_sample_repository_on_the_real_backends(tmp_path: Path) -> None:
 async def test_shutdown_refuses_new_requests_but_lets_started_sequences_go_on(
     service: InferenceService, controls: Controls
 ) -> None:
-    def step(value: int, start: bool = False) -> InferRequest:
+    def step(value: int, start: bool = False, end: bool = False) -> InferRequest:
         data = np.array([[value]], np.int32)
         return InferRequest(
             "accumulate",
             inputs=[InputSpec("INPUT", "INT32", (1, 1), data)],
             sequence_id=77,
             sequence_start=start,
+            sequence_end=end,
         )
 
     await service.infer(step(1, start=True))
@@ -479,7 +480,15 @@ async def test_shutdown_refuses_new_requests_but_lets_started_sequences_go_on(
     response = await going_on
     assert response.outputs[0].data.tolist() == [[2]]
     await held
-    await stopping
+    # the sequence is still open: Triton counts it as in flight, and the stop waits for its
+    # end (or its idle timeout, 5 s for accumulate)
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+    assert not stopping.done()
+    assert service.manager.get("accumulate", "").shutdown_inflight() == 1
+    ended = await service.infer(step(3, end=True))
+    assert ended.outputs[0].data.tolist() == [[3]]
+    assert await asyncio.wait_for(stopping, 10) is True
 
 
 async def test_model_lookups_after_the_unload_say_the_server_is_exiting(
