@@ -1,25 +1,32 @@
 """More of qa/L0_lifecycle as scenarios for ``triton_qa.py``: the cases whose models are the
 suite's ``identity_zero_1_int32`` (Triton's test-only identity backend with a 10 s
 ``creation_delay_sec``) stood in for by a python model that sleeps as long in ``initialize``,
-beside the suite's python models. Nothing here is Triton's text: the tests and configs are
-read from a git dir at run time.
+beside the suite's python models; and the three shutdown cases whose models are Triton's C++
+``custom_zero_1_float32`` (the identity backend, its execute_delay_ms slept in each execution)
+and ``custom_sequence_int32`` (the sequence backend), stood in for by the python models the
+other suites use for them. Nothing here is Triton's text: the tests and configs are read from
+a git dir at run time.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
+from tools.triton_qa_reliability import SLOT_SEQUENCE_STAND_IN
 from tools.triton_qa_suites import (
     IDENTITY_STAND_IN,
     HttpCall,
     Layout,
+    LogCheck,
     PytestRun,
     Scenario,
     append,
     rename,
     sed,
 )
+from tools.triton_qa_suites import _delayed_identity as _executing_identity
 
 LC = "L0_lifecycle"
 
@@ -37,7 +44,8 @@ NOT_APPLICABLE: dict[str, str] = {
     " backend, which neither server has",
     "L0_lifecycle other models": "the rest load TensorFlow, TensorRT, torch or onnx models"
     " from Triton's DATADIR (this Triton has none of those backends); onnx in"
-    " test_concurrent_model_instance_load_sanity too (PARALLEL_BACKENDS is python here)",
+    " test_concurrent_model_instance_load_sanity too (PARALLEL_BACKENDS is python here);"
+    " test_load_gpu_limit needs a GPU (cuda_memory_consumer)",
 }
 
 # the identity backend's creation_delay_sec, as the stand-in's initialize
@@ -115,6 +123,64 @@ def _retry_model(qa: Path, repo: Path) -> None:
     shutil.copytree(qa / LC / "retry_model", repo / "retry_model")
 
 
+def _slow_zero(qa: Path, repo: Path) -> None:
+    """test.sh: ``cp -r ../custom_models/custom_zero_1_float32 models/. && mkdir -p
+    models/custom_zero_1_float32/1`` with ``dynamic_batching {}`` and a 5000 ms
+    execute_delay_ms appended (the identity backend a python stand-in that sleeps it)."""
+    folder = repo / "custom_zero_1_float32"
+    shutil.copytree(qa / "custom_models" / "custom_zero_1_float32", folder)
+    append(
+        folder / "config.pbtxt",
+        "dynamic_batching {}",
+        "parameters [",
+        '{ key: "execute_delay_ms"; value: { string_value: "5000" }}',
+        "]",
+    )
+    _executing_identity(folder)
+
+
+def _sequence_model(qa: Path, repo: Path) -> None:
+    """test.sh: ``cp -r ../custom_models/custom_sequence_int32 models/. && mkdir -p
+    models/custom_sequence_int32/1`` unchanged (5 s idle timeout, 3 ms execute_delay_ms), the
+    sequence backend a python stand-in."""
+    folder = repo / "custom_sequence_int32"
+    shutil.copytree(qa / "custom_models" / "custom_sequence_int32", folder)
+    config = folder / "config.pbtxt"
+    sed(config, r'^backend: "sequence"', 'backend: "python"')
+    sed(config, r"^default_model_filename:.*", "")
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "1" / "model.py").write_text(SLOT_SEQUENCE_STAND_IN)
+
+
+def _slow_ensemble(qa: Path, repo: Path) -> None:
+    """test.sh: ``cp -r ensemble_zero_1_float32 models/. && mkdir -p
+    models/ensemble_zero_1_float32/1`` over the slow custom_zero_1_float32 above."""
+    shutil.copytree(qa / LC / "ensemble_zero_1_float32", repo / "ensemble_zero_1_float32")
+    (repo / "ensemble_zero_1_float32" / "1").mkdir(parents=True, exist_ok=True)
+    _slow_zero(qa, repo)
+
+
+def _in_flight(model: str, count: int) -> LogCheck:
+    """test.sh's ``grep -c "Model '<model>' (version 1) has <count> in-flight inferences"``
+    of the server log (not 0)."""
+    return LogCheck(
+        f"in_flight_{count}",
+        re.escape(f"Model '{model}' (version 1) has {count} in-flight inferences"),
+    )
+
+
+def _shutdown(test: str, layout: Layout, *checks: LogCheck) -> Scenario:
+    """One of test.sh's shutdown cases: the server on models/ with --log-verbose=1, the test
+    (which SIGINTs $SERVER_PID while its requests run) under unittest, then the log greps."""
+    return Scenario(
+        f"{LC}/{test}",
+        LC,
+        layout,
+        [PytestRun(f"lifecycle_test.py::LifeCycleTest::{test}", runner="unittest")],
+        log_checks=list(checks),
+    )
+
+
 def scenarios() -> list[Scenario]:
     explicit = ["--model-control-mode=explicit"]
     sleep_10 = ("    def initialize(self, args):", "        import time", "        time.sleep(10)")
@@ -172,5 +238,15 @@ def scenarios() -> list[Scenario]:
                        runner="unittest")],
             flags=explicit,
             verbose=False,
+        ),
+        _shutdown("test_shutdown_dynamic", _slow_zero, _in_flight("custom_zero_1_float32", 1)),
+        _shutdown(
+            "test_shutdown_sequence",
+            _sequence_model,
+            _in_flight("custom_sequence_int32", 2),
+            _in_flight("custom_sequence_int32", 1),
+        ),
+        _shutdown(
+            "test_shutdown_ensemble", _slow_ensemble, _in_flight("ensemble_zero_1_float32", 1)
         ),
     ]  # fmt: skip
