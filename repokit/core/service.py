@@ -129,17 +129,18 @@ class InferenceService:
         self._live = True
 
     def refuse_new_requests(self) -> None:
-        """From now on new requests get UNAVAILABLE "Server exiting" (those continuing a
-        started sequence still run); :meth:`stop` does this first too."""
+        """From now on new requests are refused in the scheduler's words (UNAVAILABLE "Server
+        is stopping, ..."; those continuing a started sequence still run) and the health
+        endpoints say "Server exiting"; :meth:`stop` does this first too."""
         self._exiting = True
 
     async def stop(self, deadline: float | None = None) -> bool:
-        """Refuse new requests (UNAVAILABLE "Server exiting"), wait for in-flight ones and open
-        streams until ``deadline`` (time.monotonic(); default: exit_timeout_secs from now),
-        unload every model (finalize runs), logging each step as tritonserver does. Requests
-        still running at the deadline fail when their instances are stopped, and models still
-        live at the deadline are stopped all the same: then False (tritonserver's "Exit timeout
-        expired"; it exits 1)."""
+        """Refuse new requests (:meth:`refuse_new_requests`), wait for in-flight ones, open
+        sequences and open streams until ``deadline`` (time.monotonic(); default:
+        exit_timeout_secs from now), unload every model (finalize runs), logging each step as
+        tritonserver does. Requests still running at the deadline fail when their instances
+        are stopped, and models still live at the deadline are stopped all the same: then
+        False (tritonserver's "Exit timeout expired"; it exits 1)."""
         self.refuse_new_requests()
         if deadline is None:
             deadline = time.monotonic() + max(0.0, self.settings.exit_timeout_secs)
